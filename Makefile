@@ -1,0 +1,33 @@
+# pelwarden's tasks. `make test` is the command CI runs (.ci/run) and the
+# README gives; it builds the server images it needs first.
+
+export TESTCONTAINERS_RYUK_DISABLED ?= true
+export TESTCONTAINERS_HOST_OVERRIDE ?= 127.0.0.1
+
+GO ?= go
+
+.PHONY: test images lint unit integration fuzz bench
+
+## test: everything CI checks: formatting, vet, unit tests with -race, and the
+## integration matrix against real servers in containers.
+test: images lint unit integration
+
+## images: build the Redis and Valkey images from Debian's packages (skips
+## the ones that exist).
+images:
+	./scripts/images.sh
+
+lint:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /integration_test)
+
+integration:
+	$(GO) test -race -count=1 -timeout 20m ./integration_test/...
+
+## fuzz: run each fuzz target for a while (FUZZTIME, default 30s).
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) .

@@ -1,0 +1,618 @@
+package pelwarden
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MaxNameBytes bounds stream, group, consumer and key names.
+const MaxNameBytes = 1024
+
+// DefaultCount is the page size of Claim and Redrive when Count is 0.
+const DefaultCount = 100
+
+// Field is one field of a stream entry. Entries keep their fields in stream
+// order, duplicates included.
+type Field struct {
+	Name  string
+	Value string
+}
+
+// Entry is a stream entry handed out by Claim.
+type Entry struct {
+	// ID is the stream id.
+	ID string
+	// Fields in stream order.
+	Fields []Field
+	// Deliveries is how many times the entry has been delivered, this
+	// delivery included.
+	Deliveries int64
+}
+
+// ClaimArgs are the arguments of Claim.
+type ClaimArgs struct {
+	// Stream is the source stream. Required.
+	Stream string
+	// DeadLetterStream receives entries delivered MaxDeliveries times.
+	// Required; it must hash to the same cluster slot as Stream.
+	DeadLetterStream string
+	// Group is the consumer group. Required.
+	Group string
+	// Consumer receives the live entries. Required.
+	Consumer string
+	// MinIdle: only entries idle at least this long are touched. Zero
+	// touches every pending entry. Millisecond resolution.
+	MinIdle time.Duration
+	// Cursor is "" or "0-0" to start a pass, else the previous page's Cursor.
+	Cursor string
+	// Count bounds the entries (live plus dead-lettered) of one page, 1 to
+	// MaxCount. Defaults to DefaultCount. At most Count*10 PEL entries are
+	// scanned per call, so work per call is bounded whatever the PEL size.
+	Count int
+	// MaxDeliveries: an entry already delivered this many times is
+	// dead-lettered instead of handed out. Zero means no limit.
+	MaxDeliveries int
+	// DeleteDeadLettered also XDELs dead-lettered entries from Stream.
+	DeleteDeadLettered bool
+	// DeadLetterOnly moves entries at MaxDeliveries to the dead-letter
+	// stream and leaves every other entry untouched, owned by whoever holds
+	// it. Requires MaxDeliveries > 0.
+	DeadLetterOnly bool
+	// MaxBytes bounds the field bytes of the live entries of one page (at
+	// least one entry is returned). Zero means no limit.
+	MaxBytes int
+	// Backoff is an optional delay per attempt: an entry delivered n times
+	// is not claimed again before it has been idle
+	// max(MinIdle, Backoff[min(n, len(Backoff))-1]). Entries left alone are
+	// counted in ClaimPage.BackedOff; their delivery count is not bumped.
+	Backoff []time.Duration
+}
+
+// ClaimPage is one page of a reclaim pass.
+type ClaimPage struct {
+	// Cursor is the next page's cursor; "0-0" when the pass is complete.
+	Cursor string
+	// Entries are now owned by the calling consumer, with their fields.
+	Entries []Entry
+	// DeadLettered ids were copied to the dead-letter stream and acked.
+	DeadLettered []string
+	// Deleted ids were still pending but their entries were gone from the
+	// stream (XDEL, trimming); they were cleared from the PEL. Not a success.
+	Deleted []string
+	// BackedOff counts idle entries left alone because of the backoff
+	// schedule.
+	BackedOff int
+}
+
+// Done reports whether this page completed the pass.
+func (p *ClaimPage) Done() bool { return p.Cursor == "0-0" }
+
+// Claim runs one cursor page of the reclaim step atomically: it takes entries
+// idle at least MinIdle from the group's PEL, dead-letters those already
+// delivered MaxDeliveries times (copy with metadata plus XACK), transfers the
+// others to Consumer and returns them with their fields and delivery counts,
+// and clears ids whose entries were deleted from the stream.
+func (l *Library) Claim(ctx context.Context, a ClaimArgs) (*ClaimPage, error) {
+	const fn = FunctionClaim
+	if err := checkNames(fn, "Stream", a.Stream, "DeadLetterStream", a.DeadLetterStream, "Group", a.Group, "Consumer", a.Consumer); err != nil {
+		return nil, err
+	}
+	if err := l.checkSlots(fn, a.Stream, a.DeadLetterStream); err != nil {
+		return nil, err
+	}
+	cursor, err := checkCursor(fn, a.Cursor)
+	if err != nil {
+		return nil, err
+	}
+	count, err := checkCount(fn, "Count", a.Count)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDuration(fn, "MinIdle", a.MinIdle); err != nil {
+		return nil, err
+	}
+	if a.MaxDeliveries < 0 {
+		return nil, argError(fn, "MaxDeliveries", "must be 0 (no limit) or positive, got %d", a.MaxDeliveries)
+	}
+	if a.DeadLetterOnly && a.MaxDeliveries == 0 {
+		return nil, argError(fn, "MaxDeliveries", "must be positive with DeadLetterOnly")
+	}
+	if a.MaxBytes < 0 {
+		return nil, argError(fn, "MaxBytes", "must be 0 (no limit) or positive, got %d", a.MaxBytes)
+	}
+	args := []any{a.Group, a.Consumer, ms(a.MinIdle), cursor, count, a.MaxDeliveries,
+		flag(a.DeleteDeadLettered), flag(!a.DeadLetterOnly), a.MaxBytes}
+	for i, d := range a.Backoff {
+		if err := checkDuration(fn, fmt.Sprintf("Backoff[%d]", i), d); err != nil {
+			return nil, err
+		}
+		args = append(args, ms(d))
+	}
+	v, err := l.call(ctx, fn, []string{a.Stream, a.DeadLetterStream}, args...)
+	if err != nil {
+		return nil, err
+	}
+	return decodeClaim(v)
+}
+
+// AckArgs are the arguments of Ack.
+type AckArgs struct {
+	// Stream, Group and Consumer are required. Only ids still owned by
+	// Consumer are acknowledged.
+	Stream, Group, Consumer string
+	// IDs to acknowledge, 1 to MaxCount.
+	IDs []string
+	// Delete also XDELs the acknowledged entries.
+	Delete bool
+}
+
+// AckResult is the outcome of Ack.
+type AckResult struct {
+	// Acked is how many entries were acknowledged.
+	Acked int64
+	// NotOwned ids were not acknowledged: another consumer owns them now, or
+	// they are no longer pending.
+	NotOwned []string
+}
+
+// Err returns an error wrapping ErrNotOwner that lists NotOwned, or nil.
+func (r *AckResult) Err() error { return notOwnedErr(FunctionAck, r.NotOwned) }
+
+// Ack acknowledges a batch of ids, fenced by ownership: XACK itself does not
+// check the owner, so a consumer whose entry was reclaimed could otherwise
+// ack work it no longer holds.
+func (l *Library) Ack(ctx context.Context, a AckArgs) (*AckResult, error) {
+	const fn = FunctionAck
+	if err := checkNames(fn, "Stream", a.Stream, "Group", a.Group, "Consumer", a.Consumer); err != nil {
+		return nil, err
+	}
+	args, err := idArgs(fn, a.IDs, a.Group, a.Consumer, flag(a.Delete))
+	if err != nil {
+		return nil, err
+	}
+	v, err := l.call(ctx, fn, []string{a.Stream}, args...)
+	if err != nil {
+		return nil, err
+	}
+	return decodeAck(v)
+}
+
+// DeadLetterArgs are the arguments of DeadLetter.
+type DeadLetterArgs struct {
+	// Stream, DeadLetterStream (same cluster slot), Group and Consumer are
+	// required. Only ids still owned by Consumer are moved.
+	Stream, DeadLetterStream, Group, Consumer string
+	// IDs to dead-letter, 1 to MaxCount.
+	IDs []string
+	// Reason is a short machine-readable reason, at most 256 bytes.
+	// Defaults to ReasonHandler.
+	Reason string
+	// Error is the error text, stored bounded to MaxErrorBytes (cut on a
+	// UTF-8 boundary, ending with TruncatedMarker).
+	Error string
+	// Delete also XDELs the entries from Stream.
+	Delete bool
+}
+
+// DeadLetterResult is the outcome of DeadLetter.
+type DeadLetterResult struct {
+	// DeadLettered ids were copied to the dead-letter stream and acked.
+	DeadLettered []string
+	// NotOwned ids were left alone: owned by another consumer or no longer
+	// pending (a repeated call lands here, writing nothing).
+	NotOwned []string
+	// Deleted ids were pending but gone from the stream; they were cleared.
+	Deleted []string
+}
+
+// Err returns an error wrapping ErrNotOwner that lists NotOwned, or nil.
+func (r *DeadLetterResult) Err() error { return notOwnedErr(FunctionDeadLetter, r.NotOwned) }
+
+// DeadLetter records a handler's permanent failure: each owned entry is
+// copied to the dead-letter stream with the error text and acked, in one
+// atomic step, so a crash can neither lose nor duplicate it. Idempotent.
+func (l *Library) DeadLetter(ctx context.Context, a DeadLetterArgs) (*DeadLetterResult, error) {
+	const fn = FunctionDeadLetter
+	if err := checkNames(fn, "Stream", a.Stream, "DeadLetterStream", a.DeadLetterStream, "Group", a.Group, "Consumer", a.Consumer); err != nil {
+		return nil, err
+	}
+	if err := l.checkSlots(fn, a.Stream, a.DeadLetterStream); err != nil {
+		return nil, err
+	}
+	reason := a.Reason
+	if reason == "" {
+		reason = ReasonHandler
+	}
+	if len(reason) > 256 {
+		return nil, argError(fn, "Reason", "must be at most 256 bytes, got %d", len(reason))
+	}
+	args, err := idArgs(fn, a.IDs, a.Group, a.Consumer, flag(a.Delete), reason, TruncateError(a.Error))
+	if err != nil {
+		return nil, err
+	}
+	v, err := l.call(ctx, fn, []string{a.Stream, a.DeadLetterStream}, args...)
+	if err != nil {
+		return nil, err
+	}
+	return decodeDeadLetter(v)
+}
+
+// ExtendArgs are the arguments of Extend.
+type ExtendArgs struct {
+	// Stream, Group and Consumer are required.
+	Stream, Group, Consumer string
+	// IDs whose lease to extend, 1 to MaxCount.
+	IDs []string
+}
+
+// ExtendResult is the outcome of Extend.
+type ExtendResult struct {
+	// Extended is how many ids had their idle time reset.
+	Extended int64
+	// NotOwned ids are no longer owned by the consumer: stop working on them.
+	NotOwned []string
+	// Deleted ids were pending but gone from the stream; they were cleared.
+	Deleted []string
+}
+
+// Err returns an error wrapping ErrNotOwner that lists NotOwned, or nil.
+func (r *ExtendResult) Err() error { return notOwnedErr(FunctionExtend, r.NotOwned) }
+
+// Extend is the lease heartbeat: it resets the idle time of ids still owned
+// by the consumer without bumping their delivery count (XCLAIM ... JUSTID),
+// so a slow but healthy handler is not reclaimed by another consumer.
+func (l *Library) Extend(ctx context.Context, a ExtendArgs) (*ExtendResult, error) {
+	const fn = FunctionExtend
+	if err := checkNames(fn, "Stream", a.Stream, "Group", a.Group, "Consumer", a.Consumer); err != nil {
+		return nil, err
+	}
+	args, err := idArgs(fn, a.IDs, a.Group, a.Consumer)
+	if err != nil {
+		return nil, err
+	}
+	v, err := l.call(ctx, fn, []string{a.Stream}, args...)
+	if err != nil {
+		return nil, err
+	}
+	return decodeExtend(v)
+}
+
+// ReapArgs are the arguments of Reap.
+type ReapArgs struct {
+	// Stream and Group are required.
+	Stream, Group string
+	// Idle: consumers idle at least this long are candidates. Must be
+	// positive: reaping consumers that were active a moment ago is a mistake.
+	Idle time.Duration
+	// Keep names consumers never deleted (typically the caller itself).
+	Keep []string
+}
+
+// ConsumerPending names a consumer and its pending count.
+type ConsumerPending struct {
+	Name    string
+	Pending int64
+}
+
+// ReapResult is the outcome of Reap.
+type ReapResult struct {
+	// Deleted consumers were idle past the threshold and owned nothing.
+	Deleted []string
+	// Kept consumers were idle past the threshold but still own pending
+	// entries; deleting them would drop those entries. Reclaim first.
+	Kept []ConsumerPending
+}
+
+// Reap deletes the group's consumers idle longer than Idle that own no
+// pending entries. The check and XGROUP DELCONSUMER are one atomic step: a
+// consumer with pending entries is never deleted.
+func (l *Library) Reap(ctx context.Context, a ReapArgs) (*ReapResult, error) {
+	const fn = FunctionReap
+	if err := checkNames(fn, "Stream", a.Stream, "Group", a.Group); err != nil {
+		return nil, err
+	}
+	if a.Idle <= 0 {
+		return nil, argError(fn, "Idle", "must be positive, got %v", a.Idle)
+	}
+	if err := checkDuration(fn, "Idle", a.Idle); err != nil {
+		return nil, err
+	}
+	args := []any{a.Group, ms(a.Idle)}
+	for i, k := range a.Keep {
+		if err := checkName(fn, fmt.Sprintf("Keep[%d]", i), k); err != nil {
+			return nil, err
+		}
+		args = append(args, k)
+	}
+	v, err := l.call(ctx, fn, []string{a.Stream}, args...)
+	if err != nil {
+		return nil, err
+	}
+	return decodeReap(v)
+}
+
+// RedriveArgs are the arguments of Redrive.
+type RedriveArgs struct {
+	// DeadLetterStream to move records from. Required.
+	DeadLetterStream string
+	// Stream to move records to. Required; same cluster slot as
+	// DeadLetterStream.
+	Stream string
+	// AnySource moves every pelwarden record to Stream. When false, only
+	// records whose recorded source stream is Stream move; the others are
+	// listed in RedrivePage.OtherSource and stay.
+	AnySource bool
+	// Cursor is "" or "0-0" to start, else the previous page's Cursor.
+	Cursor string
+	// Count bounds the records examined per page, 1 to MaxCount. Defaults
+	// to DefaultCount.
+	Count int
+}
+
+// Redriven maps a dead-letter record to the entry that replaced it.
+type Redriven struct {
+	// From is the id in the dead-letter stream (now deleted).
+	From string
+	// To is the new id in the target stream.
+	To string
+}
+
+// RedrivePage is one page of a redrive.
+type RedrivePage struct {
+	// Cursor is the next page's cursor; "0-0" when done.
+	Cursor string
+	// Moved records, in dead-letter order.
+	Moved []Redriven
+	// Foreign ids have no pelwarden metadata; they are left in place.
+	Foreign []string
+	// OtherSource ids came from another stream; they are left in place.
+	OtherSource []string
+}
+
+// Done reports whether this page completed the redrive.
+func (p *RedrivePage) Done() bool { return p.Cursor == "0-0" }
+
+// Redrive moves one page of dead-letter records back to a stream: each record
+// is re-added with its original fields (metadata dropped) plus FieldRedrives,
+// and deleted from the dead-letter stream, atomically for the page.
+func (l *Library) Redrive(ctx context.Context, a RedriveArgs) (*RedrivePage, error) {
+	const fn = FunctionRedrive
+	if err := checkNames(fn, "DeadLetterStream", a.DeadLetterStream, "Stream", a.Stream); err != nil {
+		return nil, err
+	}
+	if err := l.checkSlots(fn, a.DeadLetterStream, a.Stream); err != nil {
+		return nil, err
+	}
+	cursor, err := checkCursor(fn, a.Cursor)
+	if err != nil {
+		return nil, err
+	}
+	count, err := checkCount(fn, "Count", a.Count)
+	if err != nil {
+		return nil, err
+	}
+	v, err := l.call(ctx, fn, []string{a.DeadLetterStream, a.Stream}, cursor, count, flag(a.AnySource))
+	if err != nil {
+		return nil, err
+	}
+	return decodeRedrive(v)
+}
+
+// StatsArgs are the arguments of Stats.
+type StatsArgs struct {
+	// Stream, DeadLetterStream (same cluster slot) and Group are required.
+	Stream, DeadLetterStream, Group string
+}
+
+// ConsumerStats describes one consumer of a group.
+type ConsumerStats struct {
+	Name    string
+	Pending int64
+	// Idle is the time since the consumer's last interaction.
+	Idle time.Duration
+}
+
+// Stats is a one-call snapshot of a consumer group.
+type Stats struct {
+	// Pending is the PEL size.
+	Pending int64
+	// LowestID and HighestID bound the PEL ("" when it is empty).
+	LowestID, HighestID string
+	// Consumers with their pending counts and idle times.
+	Consumers []ConsumerStats
+	// Lag is the number of entries not yet delivered to the group, -1 when
+	// the server cannot tell.
+	Lag int64
+	// EntriesRead is the group's entries-read counter, -1 when unknown.
+	EntriesRead int64
+	// LastDeliveredID is the group's last delivered id.
+	LastDeliveredID string
+	// Length is the stream's length.
+	Length int64
+	// DeadLetterLength is the dead-letter stream's length (0 if absent).
+	DeadLetterLength int64
+}
+
+// Stats returns a snapshot of a consumer group in one call.
+func (l *Library) Stats(ctx context.Context, a StatsArgs) (*Stats, error) {
+	const fn = FunctionStats
+	if err := checkNames(fn, "Stream", a.Stream, "DeadLetterStream", a.DeadLetterStream, "Group", a.Group); err != nil {
+		return nil, err
+	}
+	if err := l.checkSlots(fn, a.Stream, a.DeadLetterStream); err != nil {
+		return nil, err
+	}
+	v, err := l.call(ctx, fn, []string{a.Stream, a.DeadLetterStream}, a.Group)
+	if err != nil {
+		return nil, err
+	}
+	return decodeStats(v)
+}
+
+// Version returns the version of the library on the server (in ModeEval,
+// the embedded version the shim runs).
+func (l *Library) Version(ctx context.Context) (string, error) {
+	v, err := l.call(ctx, FunctionVersion, nil)
+	if err != nil {
+		return "", err
+	}
+	return asString(FunctionVersion, "version", v)
+}
+
+// TruncateError bounds an error text to MaxErrorBytes, cutting on a UTF-8
+// boundary and ending with TruncatedMarker. The library applies the same
+// bound; doing it here keeps large texts off the wire.
+func TruncateError(s string) string {
+	if len(s) <= MaxErrorBytes {
+		return s
+	}
+	cut := MaxErrorBytes - len(TruncatedMarker)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + TruncatedMarker
+}
+
+// DeadLetterStreamFor returns the default dead-letter stream name of a
+// stream: stream + ":dead". With a hash-tagged stream ("{orders}") the result
+// ("{orders}:dead") is in the same cluster slot.
+func DeadLetterStreamFor(stream string) string { return stream + ":dead" }
+
+// ----------------------------------------------------------------------------
+// argument checks
+
+var idRE = regexp.MustCompile(`^[0-9]{1,20}-[0-9]{1,20}$`)
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func checkName(fn, arg, v string) error {
+	switch {
+	case v == "":
+		return argError(fn, arg, "must not be empty")
+	case len(v) > MaxNameBytes:
+		return argError(fn, arg, "must be at most %d bytes, got %d", MaxNameBytes, len(v))
+	}
+	return nil
+}
+
+// checkNames takes (argument name, value) pairs.
+func checkNames(fn string, pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if err := checkName(fn, pairs[i], pairs[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkID validates a stream id ("ms-seq").
+func checkID(fn, arg, id string) error {
+	if !idRE.MatchString(id) {
+		return &Error{Function: fn, Message: fmt.Sprintf("%s: must be a stream id like 1700000000000-0, got %q", arg, clip(id)), Kind: ErrInvalidID}
+	}
+	ms, seq, _ := strings.Cut(id, "-")
+	if _, err := strconv.ParseUint(ms, 10, 64); err != nil {
+		return &Error{Function: fn, Message: fmt.Sprintf("%s: id %q out of range", arg, clip(id)), Kind: ErrInvalidID}
+	}
+	if _, err := strconv.ParseUint(seq, 10, 64); err != nil {
+		return &Error{Function: fn, Message: fmt.Sprintf("%s: id %q out of range", arg, clip(id)), Kind: ErrInvalidID}
+	}
+	return nil
+}
+
+func checkCursor(fn, c string) (string, error) {
+	if c == "" {
+		return "0-0", nil
+	}
+	if err := checkID(fn, "Cursor", c); err != nil {
+		return "", err
+	}
+	return c, nil
+}
+
+func checkCount(fn, arg string, n int) (int, error) {
+	switch {
+	case n == 0:
+		return DefaultCount, nil
+	case n < 0 || n > MaxCount:
+		return 0, argError(fn, arg, "must be between 1 and %d, got %d", MaxCount, n)
+	}
+	return n, nil
+}
+
+func checkDuration(fn, arg string, d time.Duration) error {
+	if d < 0 {
+		return argError(fn, arg, "must not be negative, got %v", d)
+	}
+	return nil
+}
+
+func idArgs(fn string, ids []string, head ...any) ([]any, error) {
+	if len(ids) == 0 {
+		return nil, argError(fn, "IDs", "at least one id is required")
+	}
+	if len(ids) > MaxCount {
+		return nil, argError(fn, "IDs", "at most %d ids per call, got %d", MaxCount, len(ids))
+	}
+	args := make([]any, 0, len(head)+len(ids))
+	args = append(args, head...)
+	for i, id := range ids {
+		if err := checkID(fn, fmt.Sprintf("IDs[%d]", i), id); err != nil {
+			return nil, err
+		}
+		args = append(args, id)
+	}
+	return args, nil
+}
+
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+func notOwnedErr(fn string, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	return &Error{Function: fn, Message: fmt.Sprintf("%d id(s) no longer owned by the consumer: %s", len(ids), strings.Join(firstN(ids, 10), " ")), Kind: ErrNotOwner}
+}
+
+func firstN(s []string, n int) []string {
+	if len(s) > n {
+		return append(s[:n:n], "...")
+	}
+	return s
+}
+
+func msDuration(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// checkSlots refuses keys in different cluster slots before any round trip
+// when the client is a cluster client. Standalone servers accept any keys.
+func (l *Library) checkSlots(fn string, keys ...string) error {
+	if _, ok := l.rdb.(*redis.ClusterClient); !ok {
+		return nil
+	}
+	first := Slot(keys[0])
+	for _, k := range keys[1:] {
+		if Slot(k) != first {
+			return &Error{Function: fn, Code: "CROSSSLOT", Message: fmt.Sprintf("keys %q and %q hash to different cluster slots; give them a common hash tag such as {orders} and {orders}:dead", keys[0], k), Kind: ErrCrossSlot}
+		}
+	}
+	return nil
+}

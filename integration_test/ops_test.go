@@ -1,0 +1,280 @@
+package integration_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// Ack is fenced: ids whose ownership moved are reported, not acked.
+func TestAckFenced(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		ids := setup(t, ctx, s.rdb, k, 6)
+		deliver(t, ctx, s.rdb, k, "a", 6)
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: ids[:2]}).Err())
+		require.NoError(t, s.rdb.XAck(ctx, k.Stream, k.Group, ids[2]).Err())
+
+		r, err := s.lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids})
+		require.NoError(t, err)
+		require.EqualValues(t, 3, r.Acked)
+		require.ElementsMatch(t, ids[:3], r.NotOwned)
+		require.ErrorIs(t, r.Err(), pelwarden.ErrNotOwner)
+		for _, id := range ids[:2] {
+			require.Equal(t, "b", pendingOf(t, ctx, s.rdb, k, id).Consumer, "b keeps %s", id)
+		}
+		require.EqualValues(t, 2, pelSize(t, ctx, s.rdb, k))
+
+		r, err = s.lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", IDs: ids[:2], Delete: true})
+		require.NoError(t, err)
+		require.EqualValues(t, 2, r.Acked)
+		require.NoError(t, r.Err())
+		n, err := s.rdb.XLen(ctx, k.Stream).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 4, n, "Delete removed the two acked entries")
+	})
+}
+
+// DeadLetter is atomic, fenced and idempotent, and bounds the error text.
+func TestDeadLetter(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		ids := setup(t, ctx, s.rdb, k, 4)
+		deliver(t, ctx, s.rdb, k, "a", 4)
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: ids[3:]}).Err())
+		require.NoError(t, s.rdb.XDel(ctx, k.Stream, ids[2]).Err())
+		long := strings.Repeat("é", 3000) // 6000 bytes, 2-byte characters
+		args := pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "a",
+			IDs: ids, Reason: "invalid_order", Error: long}
+		r, err := s.lib.DeadLetter(ctx, args)
+		require.NoError(t, err)
+		require.Equal(t, ids[:2], r.DeadLettered)
+		require.Equal(t, []string{ids[3]}, r.NotOwned)
+		require.Equal(t, []string{ids[2]}, r.Deleted)
+		require.Equal(t, "b", pendingOf(t, ctx, s.rdb, k, ids[3]).Consumer)
+
+		again, err := s.lib.DeadLetter(ctx, args)
+		require.NoError(t, err)
+		require.Empty(t, again.DeadLettered, "a second call writes nothing")
+		recs, err := s.rdb.XRange(ctx, k.DLQ, "-", "+").Result()
+		require.NoError(t, err)
+		require.Len(t, recs, 2)
+		for i, rec := range recs {
+			require.Equal(t, ids[i], rec.Values[pelwarden.FieldOriginalID])
+			require.Equal(t, "invalid_order", rec.Values[pelwarden.FieldReason])
+			require.Equal(t, "1", rec.Values[pelwarden.FieldDeliveries])
+			require.Equal(t, "a", rec.Values[pelwarden.FieldConsumer])
+			e := rec.Values[pelwarden.FieldError].(string)
+			require.LessOrEqual(t, len(e), pelwarden.MaxErrorBytes)
+			require.True(t, strings.HasSuffix(e, pelwarden.TruncatedMarker))
+			require.True(t, utf8.ValidString(e), "cut on a character boundary")
+		}
+		require.Nil(t, pendingOf(t, ctx, s.rdb, k, ids[0]))
+	})
+}
+
+// The library bounds the error text on its own too (raw FCALL).
+func TestDeadLetterBoundsErrorServerSide(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		ids := setup(t, ctx, s.rdb, k, 1)
+		deliver(t, ctx, s.rdb, k, "a", 1)
+		err := s.rdb.FCall(ctx, pelwarden.FunctionDeadLetter, []string{k.Stream, k.DLQ}, k.Group, "a", "0", "handler",
+			strings.Repeat("x", 100000), ids[0]).Err()
+		require.NoError(t, err)
+		recs, err := s.rdb.XRange(ctx, k.DLQ, "-", "+").Result()
+		require.NoError(t, err)
+		require.Len(t, recs, 1)
+		require.Len(t, recs[0].Values[pelwarden.FieldError], pelwarden.MaxErrorBytes)
+	})
+}
+
+// Extend resets idle time without bumping the delivery count, and reports
+// ids no longer owned.
+func TestExtend(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		ids := setup(t, ctx, s.rdb, k, 3)
+		deliver(t, ctx, s.rdb, k, "a", 3)
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: ids[2:]}).Err())
+		time.Sleep(200 * time.Millisecond)
+		r, err := s.lib.Extend(ctx, pelwarden.ExtendArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids})
+		require.NoError(t, err)
+		require.EqualValues(t, 2, r.Extended)
+		require.Equal(t, []string{ids[2]}, r.NotOwned)
+		require.ErrorIs(t, r.Err(), pelwarden.ErrNotOwner)
+		for _, id := range ids[:2] {
+			pe := pendingOf(t, ctx, s.rdb, k, id)
+			require.Less(t, pe.Idle, 150*time.Millisecond, "idle reset")
+			require.EqualValues(t, 1, pe.RetryCount, "delivery count not bumped")
+			require.Equal(t, "a", pe.Consumer)
+		}
+		require.Equal(t, "b", pendingOf(t, ctx, s.rdb, k, ids[2]).Consumer)
+	})
+}
+
+// Reap deletes idle consumers that own nothing and never one with pending
+// entries.
+func TestReap(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		ids := setup(t, ctx, s.rdb, k, 2)
+		deliver(t, ctx, s.rdb, k, "holder", 2)
+		require.NoError(t, s.rdb.XAck(ctx, k.Stream, k.Group, ids[0]).Err())
+		for _, c := range []string{"gone-1", "gone-2", "me"} {
+			require.NoError(t, s.rdb.XGroupCreateConsumer(ctx, k.Stream, k.Group, c).Err())
+		}
+		time.Sleep(300 * time.Millisecond)
+		require.NoError(t, s.rdb.XGroupCreateConsumer(ctx, k.Stream, k.Group, "fresh").Err())
+
+		r, err := s.lib.Reap(ctx, pelwarden.ReapArgs{Stream: k.Stream, Group: k.Group, Idle: 250 * time.Millisecond, Keep: []string{"me"}})
+		require.NoError(t, err)
+		require.ElementsMatch(t, []string{"gone-1", "gone-2"}, r.Deleted)
+		require.Equal(t, []pelwarden.ConsumerPending{{Name: "holder", Pending: 1}}, r.Kept)
+		cs, err := s.rdb.XInfoConsumers(ctx, k.Stream, k.Group).Result()
+		require.NoError(t, err)
+		var names []string
+		for _, c := range cs {
+			names = append(names, c.Name)
+		}
+		require.ElementsMatch(t, []string{"holder", "me", "fresh"}, names)
+		require.Equal(t, "holder", pendingOf(t, ctx, s.rdb, k, ids[1]).Consumer, "its PEL is intact")
+	})
+}
+
+// Redrive moves records back with every original field, removes them from
+// the dead-letter stream and skips foreign and other-source records.
+func TestRedriveRoundTrip(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "$").Err())
+		values := []string{"b", "2", "a", "1", "b", "dup", "bin", "\x00\xff"}
+		var ids []string
+		for range 5 {
+			id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: values}).Result()
+			require.NoError(t, err)
+			ids = append(ids, id)
+		}
+		deliver(t, ctx, s.rdb, k, "a", 5)
+		_, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group,
+			Consumer: "a", IDs: ids, Error: "boom"})
+		require.NoError(t, err)
+		foreign, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DLQ, Values: []string{"not", "ours"}}).Result()
+		require.NoError(t, err)
+		other, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DLQ, Values: []string{"x", "1",
+			pelwarden.FieldStream, "{elsewhere}", pelwarden.FieldMetaCount, "2"}}).Result()
+		require.NoError(t, err)
+
+		var moved []pelwarden.Redriven
+		var skippedForeign, skippedOther []string
+		cursor := ""
+		for {
+			p, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream, Cursor: cursor, Count: 2})
+			require.NoError(t, err)
+			moved = append(moved, p.Moved...)
+			skippedForeign = append(skippedForeign, p.Foreign...)
+			skippedOther = append(skippedOther, p.OtherSource...)
+			if p.Done() {
+				break
+			}
+			cursor = p.Cursor
+		}
+		require.Len(t, moved, 5)
+		require.Equal(t, []string{foreign}, skippedForeign)
+		require.Equal(t, []string{other}, skippedOther)
+		left, err := s.rdb.XRange(ctx, k.DLQ, "-", "+").Result()
+		require.NoError(t, err)
+		require.Len(t, left, 2, "only the skipped records stay")
+
+		for _, m := range moved {
+			raw, err := s.rdb.Do(ctx, "XRANGE", k.Stream, m.To, m.To).Slice()
+			require.NoError(t, err)
+			require.Len(t, raw, 1)
+			flat := raw[0].([]any)[1].([]any)
+			var got []string
+			for _, v := range flat {
+				got = append(got, v.(string))
+			}
+			require.Equal(t, append(append([]string{}, values...), pelwarden.FieldRedrives, "1"), got)
+		}
+
+		// A second round trip bumps the counter instead of adding a field.
+		e := moved[0].To
+		deliver(t, ctx, s.rdb, k, "a", 5)
+		_, err = s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "a", IDs: []string{e}})
+		require.NoError(t, err)
+		p, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream, Count: 10})
+		require.NoError(t, err)
+		require.Len(t, p.Moved, 1)
+		rec, err := s.rdb.XRange(ctx, k.Stream, p.Moved[0].To, p.Moved[0].To).Result()
+		require.NoError(t, err)
+		require.Equal(t, "2", rec[0].Values[pelwarden.FieldRedrives])
+
+		// AnySource moves the other-source record too; never the foreign one.
+		p, err = s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream, AnySource: true})
+		require.NoError(t, err)
+		require.Len(t, p.Moved, 1)
+		require.Equal(t, []string{foreign}, p.Foreign)
+	})
+}
+
+// Stats is a one-call snapshot.
+func TestStats(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		ids := setup(t, ctx, s.rdb, k, 10)
+		deliver(t, ctx, s.rdb, k, "a", 4)
+		deliver(t, ctx, s.rdb, k, "b", 2)
+		_, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "a", IDs: ids[:1]})
+		require.NoError(t, err)
+		st, err := s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group})
+		require.NoError(t, err)
+		require.EqualValues(t, 5, st.Pending)
+		require.Equal(t, ids[1], st.LowestID)
+		require.Equal(t, ids[5], st.HighestID)
+		require.EqualValues(t, 10, st.Length)
+		require.EqualValues(t, 1, st.DeadLetterLength)
+		require.EqualValues(t, 4, st.Lag)
+		require.EqualValues(t, 6, st.EntriesRead)
+		require.Equal(t, ids[5], st.LastDeliveredID)
+		require.Len(t, st.Consumers, 2)
+		byName := map[string]pelwarden.ConsumerStats{}
+		for _, c := range st.Consumers {
+			byName[c.Name] = c
+		}
+		require.EqualValues(t, 3, byName["a"].Pending)
+		require.EqualValues(t, 2, byName["b"].Pending)
+		require.Less(t, byName["b"].Idle, time.Minute)
+
+		// An empty group.
+		k2 := newKeys(t)
+		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k2.Stream, k2.Group, "$").Err())
+		st, err = s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: k2.Stream, DeadLetterStream: k2.DLQ, Group: k2.Group})
+		require.NoError(t, err)
+		require.Zero(t, st.Pending)
+		require.Empty(t, st.LowestID)
+		require.Empty(t, st.Consumers)
+		require.Zero(t, st.DeadLetterLength)
+	})
+}
+
+func TestVersion(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		v, err := s.lib.Version(ctxFor(t))
+		require.NoError(t, err)
+		require.Equal(t, pelwarden.LibraryVersion, v)
+	})
+}

@@ -1,0 +1,184 @@
+// Package testserver starts Redis and Valkey servers in containers for
+// pelwarden's own tests (testcontainers-go). It is internal: the root package
+// and driver never import it.
+//
+// Image names come from PELWARDEN_IMAGES (comma separated). The defaults are
+// the images scripts/images.sh builds from Debian's packages, because no
+// registry is reachable where pelwarden is developed; a user with Docker Hub
+// access can set PELWARDEN_IMAGES=redis:7.0,redis:8.0,valkey/valkey:8.1,...
+package testserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/wait"
+)
+
+// DefaultImages is the server matrix: Redis 7.0, Redis 8.0, Valkey 8.1 and
+// Valkey 9.1, as built by scripts/images.sh.
+var DefaultImages = []string{
+	"pelwarden/redis:7.0",
+	"pelwarden/redis:8.0",
+	"pelwarden/valkey:8.1",
+	"pelwarden/valkey:9.1",
+}
+
+// Images returns the images of the test matrix: PELWARDEN_IMAGES, or
+// DefaultImages.
+func Images() []string {
+	if v := strings.TrimSpace(os.Getenv("PELWARDEN_IMAGES")); v != "" {
+		var out []string
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return DefaultImages
+}
+
+// Server is one server in a container.
+type Server struct {
+	// Image the container runs.
+	Image string
+	// Name is a short label for test names, e.g. "redis-7.0".
+	Name string
+
+	container *testcontainers.DockerContainer
+}
+
+// Options adjust a server.
+type Options struct {
+	// Args are extra server flags, e.g. "--appendonly", "yes".
+	Args []string
+}
+
+// Start starts a server from image and waits until it accepts connections.
+func Start(ctx context.Context, image string, opts Options) (*Server, error) {
+	args := append([]string{"--port", "6379", "--protected-mode", "no", "--save", ""}, opts.Args...)
+	c, err := testcontainers.Run(ctx, image,
+		testcontainers.WithExposedPorts("6379/tcp"),
+		testcontainers.WithCmd(args...),
+		testcontainers.WithWaitStrategyAndDeadline(60*time.Second,
+			wait.ForLog("Ready to accept connections"),
+			wait.ForListeningPort("6379/tcp"),
+		),
+	)
+	if err != nil {
+		if c != nil {
+			_ = c.Terminate(context.Background())
+		}
+		return nil, fmt.Errorf("testserver: start %s: %w (build the images with scripts/images.sh)", image, err)
+	}
+	return &Server{Image: image, Name: Label(image), container: c}, nil
+}
+
+// Label turns an image name into a short test label:
+// "pelwarden/valkey:8.1" -> "valkey-8.1".
+func Label(image string) string {
+	s := image
+	if i := strings.LastIndexByte(s, '/'); i >= 0 {
+		s = s[i+1:]
+	}
+	return strings.ReplaceAll(s, ":", "-")
+}
+
+// Addr returns the host:port the server is reachable at now (it changes
+// when the container is restarted).
+func (s *Server) Addr(ctx context.Context) (string, error) {
+	host, err := s.container.Host(ctx)
+	if err != nil {
+		return "", fmt.Errorf("testserver: host: %w", err)
+	}
+	port, err := s.container.MappedPort(ctx, "6379/tcp")
+	if err != nil {
+		return "", fmt.Errorf("testserver: mapped port: %w", err)
+	}
+	return net.JoinHostPort(host, port.Port()), nil
+}
+
+// Options returns go-redis options whose dialer follows the container across
+// restarts (the mapped port is looked up on every dial).
+func (s *Server) Options() *redis.Options {
+	return &redis.Options{
+		Dialer: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			addr, err := s.Addr(ctx)
+			if err != nil {
+				return nil, err
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+		Addr:         "testserver",
+		DialTimeout:  5 * time.Second,
+		ReadTimeout:  10 * time.Second,
+		WriteTimeout: 10 * time.Second,
+	}
+}
+
+// Client returns a new client for the server; the caller closes it.
+func (s *Server) Client() *redis.Client { return redis.NewClient(s.Options()) }
+
+// Restart stops and starts the container (its data is lost unless the
+// server persists it).
+func (s *Server) Restart(ctx context.Context) error {
+	timeout := 10 * time.Second
+	if err := s.container.Stop(ctx, &timeout); err != nil {
+		return fmt.Errorf("testserver: stop: %w", err)
+	}
+	if err := s.container.Start(ctx); err != nil {
+		return fmt.Errorf("testserver: start: %w", err)
+	}
+	return nil
+}
+
+// Close removes the container.
+func (s *Server) Close() error {
+	if err := s.container.Terminate(context.Background()); err != nil {
+		return fmt.Errorf("testserver: terminate %s: %w", s.Image, err)
+	}
+	return nil
+}
+
+// StartAll starts one server per image concurrently. On error the servers
+// already started are closed.
+func StartAll(ctx context.Context, images []string) ([]*Server, error) {
+	type result struct {
+		i   int
+		s   *Server
+		err error
+	}
+	ch := make(chan result, len(images))
+	for i, img := range images {
+		go func() {
+			s, err := Start(ctx, img, Options{})
+			ch <- result{i, s, err}
+		}()
+	}
+	out := make([]*Server, len(images))
+	var firstErr error
+	for range images {
+		r := <-ch
+		if r.err != nil && firstErr == nil {
+			firstErr = r.err
+		}
+		out[r.i] = r.s
+	}
+	if firstErr != nil {
+		for _, s := range out {
+			if s != nil {
+				_ = s.Close()
+			}
+		}
+		return nil, firstErr
+	}
+	return out, nil
+}

@@ -1,0 +1,675 @@
+#!lua name=pelwarden
+--[[
+pelwarden: atomic Redis Streams consumer-group maintenance.
+
+This file is the whole server side of pelwarden. It is loaded with
+FUNCTION LOAD (Redis 7.0+, Valkey 7.2+) and called with FCALL. Where the
+FUNCTION command is refused, the Go loader runs the same source through
+EVALSHA: it takes the text up to the "@@register" marker near the end and
+appends lua/shim.lua, which dispatches on the function name.
+
+Conventions
+- Every key a function touches is in KEYS; no key name is ever built from
+  ARGV. All keys of one call must hash to one cluster slot: use a hash tag,
+  e.g. "{orders}" and "{orders}:dead".
+- Function names carry the prefix "pelwarden_" and an API version ("v1").
+  A later library keeps every older API's names, so old and new drivers can
+  run side by side during a rolling deploy.
+- Errors are returned as error replies whose first word is one of the codes
+  in ERRORS below. The Go table in errors.go mirrors it; a test fails when
+  the two drift apart.
+- Times are milliseconds. Booleans in ARGV are "0" or "1".
+- Work per call is bounded: a page scans at most COUNT*10 PEL entries
+  (like XAUTOCLAIM) and returns at most COUNT entries and MAXBYTES bytes of
+  field data.
+]]
+
+local LIBRARY_VERSION = '1.0.0'
+
+-- @@errors-begin (parsed by errors_test.go: keep one code per line)
+local ERRORS = {
+  NOGROUP = 'PWNOGROUP',     -- the stream or the consumer group does not exist
+  WRONGTYPE = 'PWWRONGTYPE', -- a key holds a value that is not a stream
+  BADARG = 'PWBADARG',       -- an argument is missing or malformed
+  BADID = 'PWBADID',         -- a stream id or cursor is malformed
+  SERVER = 'PWSERVER',       -- the server refused a command (message attached)
+}
+-- @@errors-end
+
+-- Metadata fields appended to every dead-letter record, after the original
+-- fields. META_COUNT is always the last field; its value is the number of
+-- metadata field/value pairs (itself included), so the original fields can
+-- be recovered exactly by dropping that many pairs from the end.
+local F_ORIGINAL_ID = 'pelwarden.original_id'
+local F_STREAM = 'pelwarden.stream'
+local F_GROUP = 'pelwarden.group'
+local F_CONSUMER = 'pelwarden.consumer'
+local F_DELIVERIES = 'pelwarden.deliveries'
+local F_REASON = 'pelwarden.reason'
+local F_ERROR = 'pelwarden.error'
+local F_TIME = 'pelwarden.dead_lettered_at'
+local F_META_COUNT = 'pelwarden.meta'
+-- Added to an entry when it is redriven from a dead-letter stream.
+local F_REDRIVES = 'pelwarden.redrives'
+
+local REASON_MAX_DELIVERIES = 'max_deliveries'
+
+local MAX_ERROR_BYTES = 4096
+local TRUNCATED_MARKER = '...[truncated]'
+local MAX_COUNT = 10000
+local SCAN_FACTOR = 10
+
+------------------------------------------------------------------------------
+-- helpers
+
+local function fail(code, msg)
+  return error({err = code .. ' ' .. msg})
+end
+
+-- Runs a Redis command and turns its error replies into library codes.
+local function call(...)
+  local res = redis.pcall(...)
+  if type(res) == 'table' and res.err then
+    local e = res.err
+    if string.find(e, '^NOGROUP') then
+      fail(ERRORS.NOGROUP, 'no such consumer group or stream (create the group first, e.g. XGROUP CREATE ... MKSTREAM)')
+    elseif string.find(e, '^WRONGTYPE') then
+      fail(ERRORS.WRONGTYPE, 'a key holds a value that is not a stream')
+    elseif string.find(e, 'Invalid stream ID') or string.find(e, 'invalid start ID') or string.find(e, 'invalid end ID') then
+      fail(ERRORS.BADID, 'malformed stream id')
+    end
+    fail(ERRORS.SERVER, (select(1, ...)) .. ': ' .. e)
+  end
+  return res
+end
+
+local function argstr(args, i, name)
+  local v = args[i]
+  if v == nil then
+    fail(ERRORS.BADARG, name .. ' is missing')
+  end
+  return v
+end
+
+local function argint(args, i, name, min, max)
+  local s = argstr(args, i, name)
+  if not string.find(s, '^%d+$') then
+    fail(ERRORS.BADARG, name .. ' must be a non-negative integer, got "' .. string.sub(s, 1, 64) .. '"')
+  end
+  local n = tonumber(s)
+  if n < min or n > max then
+    fail(ERRORS.BADARG, name .. ' must be between ' .. min .. ' and ' .. max)
+  end
+  return n
+end
+
+local function argbool(args, i, name)
+  local s = argstr(args, i, name)
+  if s == '1' then return true end
+  if s == '0' then return false end
+  fail(ERRORS.BADARG, name .. ' must be 0 or 1')
+end
+
+local function argname(args, i, name)
+  local s = argstr(args, i, name)
+  if s == '' then
+    fail(ERRORS.BADARG, name .. ' must not be empty')
+  end
+  return s
+end
+
+-- Stream ids: "ms-seq" (both parts decimal). Used for ids and cursors.
+local function checkid(id, name)
+  if not string.find(id, '^%d+%-%d+$') then
+    fail(ERRORS.BADID, name .. ' must be a stream id like 1700000000000-0, got "' .. string.sub(id, 1, 64) .. '"')
+  end
+  return id
+end
+
+-- The key must hold a stream or not exist; returns true when it exists.
+local function streamkey(key)
+  local t = redis.call('TYPE', key)['ok']
+  if t == 'stream' then return true end
+  if t == 'none' then return false end
+  fail(ERRORS.WRONGTYPE, 'key ' .. key .. ' holds a ' .. t .. ', not a stream')
+end
+
+-- A stream that must exist with the group on it.
+local function needgroup(stream, group)
+  if not streamkey(stream) then
+    fail(ERRORS.NOGROUP, 'stream ' .. stream .. ' does not exist (create the group with XGROUP CREATE ... MKSTREAM)')
+  end
+  -- XPENDING summary is O(1) and fails with NOGROUP when the group is missing.
+  call('XPENDING', stream, group)
+end
+
+local function nowms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Truncates s to at most max bytes on a UTF-8 boundary, with a marker.
+local function bounded(s, max)
+  if #s <= max then return s end
+  local cut = max - #TRUNCATED_MARKER
+  -- Step back over UTF-8 continuation bytes so a character is not split.
+  while cut > 0 do
+    local b = string.byte(s, cut + 1)
+    if b == nil or b < 0x80 or b >= 0xC0 then break end
+    cut = cut - 1
+  end
+  return string.sub(s, 1, cut) .. TRUNCATED_MARKER
+end
+
+-- Appends the dead-letter metadata to a copy of fields.
+local function deadrecord(fields, id, stream, group, consumer, deliveries, reason, errtext, now)
+  local rec = {}
+  for i = 1, #fields do rec[i] = fields[i] end
+  local meta = {
+    F_ORIGINAL_ID, id,
+    F_STREAM, stream,
+    F_GROUP, group,
+    F_CONSUMER, consumer,
+    F_DELIVERIES, tostring(deliveries),
+    F_REASON, reason,
+    F_ERROR, errtext,
+    F_TIME, tostring(now),
+  }
+  for i = 1, #meta do rec[#rec + 1] = meta[i] end
+  rec[#rec + 1] = F_META_COUNT
+  rec[#rec + 1] = tostring(#meta / 2 + 1)
+  return rec
+end
+
+local function fieldbytes(fields)
+  local n = 0
+  for i = 1, #fields do n = n + #fields[i] end
+  return n
+end
+
+-- The owner and delivery count of one pending id, or nil when it is not in
+-- the group's PEL.
+local function pendinginfo(stream, group, id)
+  local p = call('XPENDING', stream, group, id, id, 1)
+  if #p == 0 then return nil end
+  return p[1][2], tonumber(p[1][4]), tonumber(p[1][3])
+end
+
+-- Reads the ids at ARGV[first..] and checks each.
+local function idlist(args, first)
+  local ids = {}
+  for i = first, #args do
+    ids[#ids + 1] = checkid(args[i], 'id')
+  end
+  if #ids == 0 then
+    fail(ERRORS.BADARG, 'at least one id is required')
+  end
+  if #ids > MAX_COUNT then
+    fail(ERRORS.BADARG, 'at most ' .. MAX_COUNT .. ' ids per call')
+  end
+  return ids
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_claim: one cursor page of the reclaim step.
+--
+-- KEYS[1] stream            the source stream
+-- KEYS[2] dead-letter stream  (same hash slot as KEYS[1])
+-- ARGV[1] group
+-- ARGV[2] consumer          the caller; live entries are transferred to it
+-- ARGV[3] min-idle ms       only entries idle at least this long are touched
+-- ARGV[4] cursor            "0-0" to start a pass, else the previous reply's
+-- ARGV[5] count             at most this many entries (live + dead) per page,
+--                           1..10000; at most count*10 PEL entries are scanned
+-- ARGV[6] max-deliveries    0 = no limit; an entry already delivered this
+--                           many times is dead-lettered, not handed out
+-- ARGV[7] delete            "1": also XDEL dead-lettered entries from KEYS[1]
+-- ARGV[8] claim-live        "0": dead-letter only, leave the others untouched
+--                           and owned by whoever holds them
+-- ARGV[9] max-bytes         0 = no limit; stop handing out live entries once
+--                           their field bytes reach this (at least one entry
+--                           is always returned)
+-- ARGV[10..] backoff ms     optional; delay before attempt n+1 of an entry
+--                           delivered n times is backoff[min(n, #backoff)].
+--                           An entry idle less than max(min-idle, delay) is
+--                           left alone, its delivery count not bumped.
+-- Reply: { next-cursor ("0-0" when the pass is complete),
+--          { {id, {field, value, ...}, deliveries}, ... }  live, now owned
+--          { id, ... }       dead-lettered (XACKed, copied to KEYS[2])
+--          { id, ... }       deleted from the stream while pending (cleared)
+--          backed-off        number of idle entries left alone by backoff }
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWSERVER
+local function claim(keys, args)
+  local stream, dlq = keys[1], keys[2]
+  if stream == nil or dlq == nil then
+    fail(ERRORS.BADARG, 'claim needs 2 keys: stream, dead-letter stream')
+  end
+  local group = argname(args, 1, 'group')
+  local consumer = argname(args, 2, 'consumer')
+  local minidle = argint(args, 3, 'min-idle', 0, 2 ^ 53)
+  local cursor = checkid(argstr(args, 4, 'cursor'), 'cursor')
+  local count = argint(args, 5, 'count', 1, MAX_COUNT)
+  local maxdeliveries = argint(args, 6, 'max-deliveries', 0, 2 ^ 53)
+  local delete = argbool(args, 7, 'delete')
+  local claimlive = argbool(args, 8, 'claim-live')
+  local maxbytes = argint(args, 9, 'max-bytes', 0, 2 ^ 53)
+  local backoff = {}
+  for i = 10, #args do
+    backoff[#backoff + 1] = argint(args, i, 'backoff', 0, 2 ^ 53)
+  end
+
+  needgroup(stream, group)
+  streamkey(dlq)
+
+  local scan = count * SCAN_FACTOR
+  local page = call('XPENDING', stream, group, '(' .. cursor, '+', scan)
+
+  local live, dead, deleted = {}, {}, {}
+  local taken, bytes, backedoff = 0, 0, 0
+  local now = nil
+  local last = nil -- last PEL id examined
+  local full = false
+
+  for _, p in ipairs(page) do
+    local id, owner, idle, deliveries = p[1], p[2], tonumber(p[3]), tonumber(p[4])
+    if taken >= count or (maxbytes > 0 and bytes >= maxbytes) then
+      full = true
+      break
+    end
+    last = id
+    local threshold = minidle
+    if #backoff > 0 and deliveries > 0 then
+      local delay = backoff[math.min(deliveries, #backoff)]
+      if delay > threshold then threshold = delay end
+    end
+    if idle >= minidle and idle < threshold then
+      backedoff = backedoff + 1
+    elseif idle >= threshold then
+      if maxdeliveries > 0 and deliveries >= maxdeliveries then
+        local e = redis.call('XRANGE', stream, id, id)
+        if #e == 0 then
+          redis.call('XACK', stream, group, id)
+          deleted[#deleted + 1] = id
+        else
+          now = now or nowms()
+          redis.call('XADD', dlq, '*', unpack(deadrecord(e[1][2], id, stream, group, owner, deliveries,
+            REASON_MAX_DELIVERIES, '', now)))
+          redis.call('XACK', stream, group, id)
+          if delete then redis.call('XDEL', stream, id) end
+          dead[#dead + 1] = id
+        end
+        taken = taken + 1
+      elseif claimlive then
+        local c = redis.call('XCLAIM', stream, group, consumer, 0, id)
+        if #c == 0 then
+          -- The entry is gone from the stream. Redis 7+ drops such ids from
+          -- the PEL in XCLAIM already; XACK makes sure on every server.
+          redis.call('XACK', stream, group, id)
+          deleted[#deleted + 1] = id
+        else
+          local fields = c[1][2]
+          live[#live + 1] = {id, fields, deliveries + 1}
+          bytes = bytes + fieldbytes(fields)
+        end
+        taken = taken + 1
+      end
+    end
+  end
+
+  local next = '0-0'
+  if full or #page >= scan then
+    next = last or '0-0'
+    if last == nil then next = cursor end
+  end
+  return {next, live, dead, deleted, backedoff}
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_ack: fenced acknowledgement of a batch.
+--
+-- KEYS[1] stream
+-- ARGV[1] group
+-- ARGV[2] consumer     only ids still owned by this consumer are acked
+-- ARGV[3] delete       "1": also XDEL the acked entries from the stream
+-- ARGV[4..] ids        1..10000 ids
+-- Reply: { acked (integer), { id, ... } not owned (ownership moved, or no
+--          longer pending) }
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWSERVER
+local function ack(keys, args)
+  local stream = keys[1]
+  if stream == nil then fail(ERRORS.BADARG, 'ack needs 1 key: stream') end
+  local group = argname(args, 1, 'group')
+  local consumer = argname(args, 2, 'consumer')
+  local delete = argbool(args, 3, 'delete')
+  local ids = idlist(args, 4)
+  needgroup(stream, group)
+
+  local owned, lost = {}, {}
+  for _, id in ipairs(ids) do
+    local owner = pendinginfo(stream, group, id)
+    if owner == consumer then
+      owned[#owned + 1] = id
+    else
+      lost[#lost + 1] = id
+    end
+  end
+  local n = 0
+  if #owned > 0 then
+    n = redis.call('XACK', stream, group, unpack(owned))
+    if delete then redis.call('XDEL', stream, unpack(owned)) end
+  end
+  return {n, lost}
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_deadletter: a handler's permanent failure.
+--
+-- KEYS[1] stream
+-- KEYS[2] dead-letter stream  (same hash slot as KEYS[1])
+-- ARGV[1] group
+-- ARGV[2] consumer     only ids still owned by this consumer are moved
+-- ARGV[3] delete       "1": also XDEL the entries from the stream
+-- ARGV[4] reason       short machine-readable reason, e.g. "handler"
+-- ARGV[5] error text   stored bounded to 4096 bytes, with a marker when cut
+-- ARGV[6..] ids        1..10000 ids
+-- Each owned id is copied to KEYS[2] (fields unchanged plus metadata) and
+-- XACKed in one atomic step. A second call for the same id finds it no
+-- longer pending and writes nothing: the call is idempotent.
+-- Reply: { { id, ... } dead-lettered, { id, ... } not owned,
+--          { id, ... } deleted from the stream while pending (cleared) }
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWSERVER
+local function deadletter(keys, args)
+  local stream, dlq = keys[1], keys[2]
+  if stream == nil or dlq == nil then
+    fail(ERRORS.BADARG, 'deadletter needs 2 keys: stream, dead-letter stream')
+  end
+  local group = argname(args, 1, 'group')
+  local consumer = argname(args, 2, 'consumer')
+  local delete = argbool(args, 3, 'delete')
+  local reason = argname(args, 4, 'reason')
+  if #reason > 256 then fail(ERRORS.BADARG, 'reason must be at most 256 bytes') end
+  local errtext = bounded(argstr(args, 5, 'error'), MAX_ERROR_BYTES)
+  local ids = idlist(args, 6)
+  needgroup(stream, group)
+  streamkey(dlq)
+
+  local dead, lost, deleted = {}, {}, {}
+  local now = nowms()
+  for _, id in ipairs(ids) do
+    local owner, deliveries = pendinginfo(stream, group, id)
+    if owner ~= consumer then
+      lost[#lost + 1] = id
+    else
+      local e = redis.call('XRANGE', stream, id, id)
+      redis.call('XACK', stream, group, id)
+      if #e == 0 then
+        deleted[#deleted + 1] = id
+      else
+        redis.call('XADD', dlq, '*', unpack(deadrecord(e[1][2], id, stream, group, owner, deliveries,
+          reason, errtext, now)))
+        if delete then redis.call('XDEL', stream, id) end
+        dead[#dead + 1] = id
+      end
+    end
+  end
+  return {dead, lost, deleted}
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_extend: lease heartbeat.
+--
+-- KEYS[1] stream
+-- ARGV[1] group
+-- ARGV[2] consumer     only ids still owned by this consumer are extended
+-- ARGV[3..] ids        1..10000 ids
+-- Resets the idle time of owned ids without bumping their delivery count
+-- (XCLAIM ... JUSTID).
+-- Reply: { extended (integer), { id, ... } not owned,
+--          { id, ... } deleted from the stream while pending (cleared) }
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWSERVER
+local function extend(keys, args)
+  local stream = keys[1]
+  if stream == nil then fail(ERRORS.BADARG, 'extend needs 1 key: stream') end
+  local group = argname(args, 1, 'group')
+  local consumer = argname(args, 2, 'consumer')
+  local ids = idlist(args, 3)
+  needgroup(stream, group)
+
+  local owned, lost, deleted = {}, {}, {}
+  for _, id in ipairs(ids) do
+    if pendinginfo(stream, group, id) == consumer then
+      owned[#owned + 1] = id
+    else
+      lost[#lost + 1] = id
+    end
+  end
+  local n = 0
+  if #owned > 0 then
+    local cmd = {'XCLAIM', stream, group, consumer, 0}
+    for _, id in ipairs(owned) do cmd[#cmd + 1] = id end
+    cmd[#cmd + 1] = 'JUSTID'
+    local got = redis.call(unpack(cmd))
+    n = #got
+    if n < #owned then
+      local seen = {}
+      for _, id in ipairs(got) do seen[id] = true end
+      for _, id in ipairs(owned) do
+        if not seen[id] then
+          redis.call('XACK', stream, group, id)
+          deleted[#deleted + 1] = id
+        end
+      end
+    end
+  end
+  return {n, lost, deleted}
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_reap: delete dead consumers that own nothing.
+--
+-- KEYS[1] stream
+-- ARGV[1] group
+-- ARGV[2] idle ms      consumers idle at least this long are candidates
+-- ARGV[3..] keep       optional consumer names never deleted (the caller)
+-- A candidate that owns pending entries is kept: deleting it would drop
+-- its PEL. The check and XGROUP DELCONSUMER are one atomic step.
+-- Reply: { { name, ... } deleted, { {name, pending}, ... } kept because they
+--          still own pending entries }
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWSERVER
+local function reap(keys, args)
+  local stream = keys[1]
+  if stream == nil then fail(ERRORS.BADARG, 'reap needs 1 key: stream') end
+  local group = argname(args, 1, 'group')
+  local idlems = argint(args, 2, 'idle', 0, 2 ^ 53)
+  local keep = {}
+  for i = 3, #args do keep[args[i]] = true end
+  needgroup(stream, group)
+
+  local deleted, kept = {}, {}
+  local consumers = call('XINFO', 'CONSUMERS', stream, group)
+  for _, c in ipairs(consumers) do
+    local name, pending, idle
+    for i = 1, #c, 2 do
+      if c[i] == 'name' then name = c[i + 1]
+      elseif c[i] == 'pending' then pending = tonumber(c[i + 1])
+      elseif c[i] == 'idle' then idle = tonumber(c[i + 1])
+      end
+    end
+    if name and not keep[name] and idle and idle >= idlems then
+      if pending == 0 then
+        redis.call('XGROUP', 'DELCONSUMER', stream, group, name)
+        deleted[#deleted + 1] = name
+      else
+        kept[#kept + 1] = {name, pending}
+      end
+    end
+  end
+  return {deleted, kept}
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_redrive: move dead-letter records back to a stream.
+--
+-- KEYS[1] dead-letter stream
+-- KEYS[2] target stream     (same hash slot as KEYS[1])
+-- ARGV[1] cursor            "0-0" to start, else the previous reply's
+-- ARGV[2] count             at most this many records per page, 1..10000
+-- ARGV[3] any-source        "0": only records whose recorded source stream
+--                           is KEYS[2] move, others are skipped; "1": every
+--                           pelwarden record moves to KEYS[2]
+-- Each moved record is re-added to KEYS[2] with its original fields (the
+-- metadata dropped) plus pelwarden.redrives = previous + 1, and deleted from
+-- KEYS[1], atomically for the page. Records without pelwarden metadata
+-- (foreign entries) are never moved and are reported.
+-- Reply: { next-cursor ("0-0" when done), { {old-id, new-id}, ... } moved,
+--          { id, ... } foreign (no metadata), { id, ... } other source }
+-- Errors: PWWRONGTYPE, PWBADARG, PWBADID, PWSERVER
+local function redrive(keys, args)
+  local dlq, target = keys[1], keys[2]
+  if dlq == nil or target == nil then
+    fail(ERRORS.BADARG, 'redrive needs 2 keys: dead-letter stream, target stream')
+  end
+  local cursor = checkid(argstr(args, 1, 'cursor'), 'cursor')
+  local count = argint(args, 2, 'count', 1, MAX_COUNT)
+  local anysource = argbool(args, 3, 'any-source')
+  streamkey(target)
+  if not streamkey(dlq) then return {'0-0', {}, {}, {}} end
+
+  local page = redis.call('XRANGE', dlq, '(' .. cursor, '+', 'COUNT', count)
+  local moved, foreign, other = {}, {}, {}
+  for _, e in ipairs(page) do
+    local id, f = e[1], e[2]
+    local n = #f
+    local metapairs = 0
+    if n >= 2 and f[n - 1] == F_META_COUNT then
+      metapairs = tonumber(f[n]) or 0
+    end
+    if metapairs < 1 or metapairs * 2 > n then
+      foreign[#foreign + 1] = id
+    else
+      local source, redrives = nil, 0
+      for i = n - metapairs * 2 + 1, n, 2 do
+        if f[i] == F_STREAM then source = f[i + 1] end
+      end
+      if not anysource and source ~= target then
+        other[#other + 1] = id
+      else
+        local out = {}
+        for i = 1, n - metapairs * 2, 2 do
+          if f[i] == F_REDRIVES then
+            redrives = tonumber(f[i + 1]) or 0
+          else
+            out[#out + 1] = f[i]
+            out[#out + 1] = f[i + 1]
+          end
+        end
+        out[#out + 1] = F_REDRIVES
+        out[#out + 1] = tostring(redrives + 1)
+        local newid = redis.call('XADD', target, '*', unpack(out))
+        redis.call('XDEL', dlq, id)
+        moved[#moved + 1] = {id, newid}
+      end
+    end
+  end
+  local next = '0-0'
+  if #page >= count then next = page[#page][1] end
+  return {next, moved, foreign, other}
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_stats: a one-call snapshot of a group (read only).
+--
+-- KEYS[1] stream
+-- KEYS[2] dead-letter stream  (same hash slot as KEYS[1])
+-- ARGV[1] group
+-- Reply: a flat list of name, value pairs:
+--   pending        PEL size
+--   lowest         lowest pending id ("" when the PEL is empty)
+--   highest        highest pending id ("" when the PEL is empty)
+--   consumers      { {name, pending, idle-ms}, ... }
+--   lag            entries not yet delivered to the group, -1 when unknown
+--   entries-read   entries read by the group, -1 when unknown
+--   last-delivered last id delivered to the group
+--   length         stream length
+--   dead-letter-length
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWSERVER
+local function stats(keys, args)
+  local stream, dlq = keys[1], keys[2]
+  if stream == nil or dlq == nil then
+    fail(ERRORS.BADARG, 'stats needs 2 keys: stream, dead-letter stream')
+  end
+  local group = argname(args, 1, 'group')
+  needgroup(stream, group)
+  local dlqlen = 0
+  if streamkey(dlq) then dlqlen = redis.call('XLEN', dlq) end
+
+  local summary = call('XPENDING', stream, group)
+  local lowest, highest = summary[2] or '', summary[3] or ''
+
+  local consumers = {}
+  for _, c in ipairs(call('XINFO', 'CONSUMERS', stream, group)) do
+    local name, pending, idle
+    for i = 1, #c, 2 do
+      if c[i] == 'name' then name = c[i + 1]
+      elseif c[i] == 'pending' then pending = c[i + 1]
+      elseif c[i] == 'idle' then idle = c[i + 1]
+      end
+    end
+    consumers[#consumers + 1] = {name, pending, idle}
+  end
+
+  local lag, entriesread, lastdelivered = -1, -1, ''
+  for _, g in ipairs(call('XINFO', 'GROUPS', stream)) do
+    local name, l, er, ld
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then name = g[i + 1]
+      elseif g[i] == 'lag' then l = g[i + 1]
+      elseif g[i] == 'entries-read' then er = g[i + 1]
+      elseif g[i] == 'last-delivered-id' then ld = g[i + 1]
+      end
+    end
+    if name == group then
+      if type(l) == 'number' then lag = l end
+      if type(er) == 'number' then entriesread = er end
+      lastdelivered = ld or ''
+    end
+  end
+
+  return {
+    'pending', summary[1],
+    'lowest', lowest,
+    'highest', highest,
+    'consumers', consumers,
+    'lag', lag,
+    'entries-read', entriesread,
+    'last-delivered', lastdelivered,
+    'length', redis.call('XLEN', stream),
+    'dead-letter-length', dlqlen,
+  }
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_version: the library's version, e.g. "1.0.0" (read only).
+--
+-- KEYS: none. ARGV: none.
+-- Reply: the version string.
+local function version(keys, args)
+  return LIBRARY_VERSION
+end
+
+-- @@register (everything below is replaced by lua/shim.lua under EVALSHA)
+local FUNCTIONS = {
+  {name = 'pelwarden_v1_claim', fn = claim, flags = {}},
+  {name = 'pelwarden_v1_ack', fn = ack, flags = {}},
+  {name = 'pelwarden_v1_deadletter', fn = deadletter, flags = {}},
+  {name = 'pelwarden_v1_extend', fn = extend, flags = {}},
+  {name = 'pelwarden_v1_reap', fn = reap, flags = {}},
+  {name = 'pelwarden_v1_redrive', fn = redrive, flags = {}},
+  {name = 'pelwarden_v1_stats', fn = stats, flags = {'no-writes'}},
+  {name = 'pelwarden_v1_version', fn = version, flags = {'no-writes'}},
+}
+-- The load-time environment is minimal (no ipairs on Redis 7.0): plain loop.
+for i = 1, #FUNCTIONS do
+  local f = FUNCTIONS[i]
+  redis.register_function{function_name = f.name, callback = f.fn, flags = f.flags}
+end

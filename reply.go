@@ -1,0 +1,320 @@
+package pelwarden
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Reply decoders. They accept what go-redis returns for FCALL under RESP2 and
+// RESP3 (arrays as []any, integers as int64, strings as string), return
+// ErrMalformedReply on any other shape, and never panic (see FuzzDecode).
+// Extra trailing elements are ignored, so a newer library may add fields.
+
+func malformed(fn, format string, a ...any) error {
+	return &Error{Function: fn, Message: "malformed reply: " + fmt.Sprintf(format, a...), Kind: ErrMalformedReply}
+}
+
+func asArray(fn, what string, v any, min int) ([]any, error) {
+	a, ok := v.([]any)
+	if !ok {
+		return nil, malformed(fn, "%s: want an array, got %T", what, v)
+	}
+	if len(a) < min {
+		return nil, malformed(fn, "%s: want at least %d elements, got %d", what, min, len(a))
+	}
+	return a, nil
+}
+
+func asString(fn, what string, v any) (string, error) {
+	switch s := v.(type) {
+	case string:
+		return s, nil
+	case []byte:
+		return string(s), nil
+	}
+	return "", malformed(fn, "%s: want a string, got %T", what, v)
+}
+
+func asInt(fn, what string, v any) (int64, error) {
+	switch n := v.(type) {
+	case int64:
+		return n, nil
+	case string:
+		i, err := strconv.ParseInt(n, 10, 64)
+		if err != nil {
+			return 0, malformed(fn, "%s: want an integer, got %q", what, n)
+		}
+		return i, nil
+	}
+	return 0, malformed(fn, "%s: want an integer, got %T", what, v)
+}
+
+func asStrings(fn, what string, v any) ([]string, error) {
+	a, err := asArray(fn, what, v, 0)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(a))
+	for i, e := range a {
+		s, err := asString(fn, fmt.Sprintf("%s[%d]", what, i), e)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func asFields(fn, what string, v any) ([]Field, error) {
+	flat, err := asStrings(fn, what, v)
+	if err != nil {
+		return nil, err
+	}
+	if len(flat)%2 != 0 {
+		return nil, malformed(fn, "%s: odd number of field/value elements (%d)", what, len(flat))
+	}
+	out := make([]Field, 0, len(flat)/2)
+	for i := 0; i < len(flat); i += 2 {
+		out = append(out, Field{Name: flat[i], Value: flat[i+1]})
+	}
+	return out, nil
+}
+
+func decodeClaim(v any) (*ClaimPage, error) {
+	const fn = FunctionClaim
+	a, err := asArray(fn, "reply", v, 5)
+	if err != nil {
+		return nil, err
+	}
+	p := &ClaimPage{}
+	if p.Cursor, err = asString(fn, "cursor", a[0]); err != nil {
+		return nil, err
+	}
+	live, err := asArray(fn, "entries", a[1], 0)
+	if err != nil {
+		return nil, err
+	}
+	p.Entries = make([]Entry, 0, len(live))
+	for i, e := range live {
+		what := fmt.Sprintf("entries[%d]", i)
+		ea, err := asArray(fn, what, e, 3)
+		if err != nil {
+			return nil, err
+		}
+		var ent Entry
+		if ent.ID, err = asString(fn, what+".id", ea[0]); err != nil {
+			return nil, err
+		}
+		if ent.Fields, err = asFields(fn, what+".fields", ea[1]); err != nil {
+			return nil, err
+		}
+		if ent.Deliveries, err = asInt(fn, what+".deliveries", ea[2]); err != nil {
+			return nil, err
+		}
+		p.Entries = append(p.Entries, ent)
+	}
+	if p.DeadLettered, err = asStrings(fn, "dead-lettered", a[2]); err != nil {
+		return nil, err
+	}
+	if p.Deleted, err = asStrings(fn, "deleted", a[3]); err != nil {
+		return nil, err
+	}
+	n, err := asInt(fn, "backed-off", a[4])
+	if err != nil {
+		return nil, err
+	}
+	p.BackedOff = int(n)
+	return p, nil
+}
+
+func decodeAck(v any) (*AckResult, error) {
+	const fn = FunctionAck
+	a, err := asArray(fn, "reply", v, 2)
+	if err != nil {
+		return nil, err
+	}
+	r := &AckResult{}
+	if r.Acked, err = asInt(fn, "acked", a[0]); err != nil {
+		return nil, err
+	}
+	if r.NotOwned, err = asStrings(fn, "not-owned", a[1]); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func decodeDeadLetter(v any) (*DeadLetterResult, error) {
+	const fn = FunctionDeadLetter
+	a, err := asArray(fn, "reply", v, 3)
+	if err != nil {
+		return nil, err
+	}
+	r := &DeadLetterResult{}
+	if r.DeadLettered, err = asStrings(fn, "dead-lettered", a[0]); err != nil {
+		return nil, err
+	}
+	if r.NotOwned, err = asStrings(fn, "not-owned", a[1]); err != nil {
+		return nil, err
+	}
+	if r.Deleted, err = asStrings(fn, "deleted", a[2]); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func decodeExtend(v any) (*ExtendResult, error) {
+	const fn = FunctionExtend
+	a, err := asArray(fn, "reply", v, 3)
+	if err != nil {
+		return nil, err
+	}
+	r := &ExtendResult{}
+	if r.Extended, err = asInt(fn, "extended", a[0]); err != nil {
+		return nil, err
+	}
+	if r.NotOwned, err = asStrings(fn, "not-owned", a[1]); err != nil {
+		return nil, err
+	}
+	if r.Deleted, err = asStrings(fn, "deleted", a[2]); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func decodeReap(v any) (*ReapResult, error) {
+	const fn = FunctionReap
+	a, err := asArray(fn, "reply", v, 2)
+	if err != nil {
+		return nil, err
+	}
+	r := &ReapResult{}
+	if r.Deleted, err = asStrings(fn, "deleted", a[0]); err != nil {
+		return nil, err
+	}
+	kept, err := asArray(fn, "kept", a[1], 0)
+	if err != nil {
+		return nil, err
+	}
+	for i, k := range kept {
+		what := fmt.Sprintf("kept[%d]", i)
+		ka, err := asArray(fn, what, k, 2)
+		if err != nil {
+			return nil, err
+		}
+		var c ConsumerPending
+		if c.Name, err = asString(fn, what+".name", ka[0]); err != nil {
+			return nil, err
+		}
+		if c.Pending, err = asInt(fn, what+".pending", ka[1]); err != nil {
+			return nil, err
+		}
+		r.Kept = append(r.Kept, c)
+	}
+	return r, nil
+}
+
+func decodeRedrive(v any) (*RedrivePage, error) {
+	const fn = FunctionRedrive
+	a, err := asArray(fn, "reply", v, 4)
+	if err != nil {
+		return nil, err
+	}
+	p := &RedrivePage{}
+	if p.Cursor, err = asString(fn, "cursor", a[0]); err != nil {
+		return nil, err
+	}
+	moved, err := asArray(fn, "moved", a[1], 0)
+	if err != nil {
+		return nil, err
+	}
+	for i, m := range moved {
+		pair, err := asStrings(fn, fmt.Sprintf("moved[%d]", i), m)
+		if err != nil {
+			return nil, err
+		}
+		if len(pair) < 2 {
+			return nil, malformed(fn, "moved[%d]: want 2 ids, got %d", i, len(pair))
+		}
+		p.Moved = append(p.Moved, Redriven{From: pair[0], To: pair[1]})
+	}
+	if p.Foreign, err = asStrings(fn, "foreign", a[2]); err != nil {
+		return nil, err
+	}
+	if p.OtherSource, err = asStrings(fn, "other-source", a[3]); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func decodeStats(v any) (*Stats, error) {
+	const fn = FunctionStats
+	a, err := asArray(fn, "reply", v, 0)
+	if err != nil {
+		return nil, err
+	}
+	if len(a)%2 != 0 {
+		return nil, malformed(fn, "odd number of name/value elements (%d)", len(a))
+	}
+	s := &Stats{Lag: -1, EntriesRead: -1}
+	seen := map[string]bool{}
+	for i := 0; i < len(a); i += 2 {
+		name, err := asString(fn, fmt.Sprintf("name[%d]", i/2), a[i])
+		if err != nil {
+			return nil, err
+		}
+		val := a[i+1]
+		seen[name] = true
+		switch name {
+		case "pending":
+			s.Pending, err = asInt(fn, name, val)
+		case "lowest":
+			s.LowestID, err = asString(fn, name, val)
+		case "highest":
+			s.HighestID, err = asString(fn, name, val)
+		case "lag":
+			s.Lag, err = asInt(fn, name, val)
+		case "entries-read":
+			s.EntriesRead, err = asInt(fn, name, val)
+		case "last-delivered":
+			s.LastDeliveredID, err = asString(fn, name, val)
+		case "length":
+			s.Length, err = asInt(fn, name, val)
+		case "dead-letter-length":
+			s.DeadLetterLength, err = asInt(fn, name, val)
+		case "consumers":
+			var cs []any
+			if cs, err = asArray(fn, name, val, 0); err != nil {
+				return nil, err
+			}
+			for j, c := range cs {
+				what := fmt.Sprintf("consumers[%d]", j)
+				ca, err := asArray(fn, what, c, 3)
+				if err != nil {
+					return nil, err
+				}
+				var cs ConsumerStats
+				if cs.Name, err = asString(fn, what+".name", ca[0]); err != nil {
+					return nil, err
+				}
+				if cs.Pending, err = asInt(fn, what+".pending", ca[1]); err != nil {
+					return nil, err
+				}
+				idle, err := asInt(fn, what+".idle", ca[2])
+				if err != nil {
+					return nil, err
+				}
+				cs.Idle = msDuration(idle)
+				s.Consumers = append(s.Consumers, cs)
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	for _, need := range []string{"pending", "consumers", "length", "dead-letter-length"} {
+		if !seen[need] {
+			return nil, malformed(fn, "missing %q", need)
+		}
+	}
+	return s, nil
+}
