@@ -7,6 +7,9 @@
 # Usage: scripts/images.sh [NAME ...]   (default: every image below)
 #
 # Images (name -> Debian suite, package, server binary):
+#   pelwarden/redis:6.0   bullseye            redis-server   (Redis 6.0: only to
+#                                                            test the "server too
+#                                                            old" error)
 #   pelwarden/redis:7.0   bookworm            redis-server   (Redis 7.0)
 #   pelwarden/redis:8.0   trixie              redis-server   (Redis 8.0)
 #   pelwarden/valkey:8.1  trixie              valkey-server  (Valkey 8.1)
@@ -18,12 +21,14 @@
 set -euo pipefail
 
 declare -A SUITE=(
+  [pelwarden/redis:6.0]=bullseye
   [pelwarden/redis:7.0]=bookworm
   [pelwarden/redis:8.0]=trixie
   [pelwarden/valkey:8.1]=trixie
   [pelwarden/valkey:9.1]=sid
 )
 declare -A PACKAGE=(
+  [pelwarden/redis:6.0]=redis-server
   [pelwarden/redis:7.0]=redis-server
   [pelwarden/redis:8.0]=redis-server
   [pelwarden/valkey:8.1]=valkey-server
@@ -31,7 +36,7 @@ declare -A PACKAGE=(
 )
 
 if [ "$#" -eq 0 ]; then
-  set -- pelwarden/redis:7.0 pelwarden/redis:8.0 pelwarden/valkey:8.1 pelwarden/valkey:9.1
+  set -- pelwarden/redis:6.0 pelwarden/redis:7.0 pelwarden/redis:8.0 pelwarden/valkey:8.1 pelwarden/valkey:9.1
 fi
 
 need_debootstrap() {
