@@ -220,9 +220,9 @@ func TestEmbeddedLibraryChecks(t *testing.T) {
 	require.NotContains(t, evalSource, "register_function")
 	// Every function the library registers is dispatched by the shim and
 	// named by a Go constant.
-	for _, fn := range []string{FunctionClaim, FunctionAck, FunctionDeadLetter, FunctionExtend, FunctionReap, FunctionRedrive, FunctionStats, FunctionVersion} {
+	for _, fn := range []string{FunctionClaim, FunctionAck, FunctionDeadLetter, FunctionExtend, FunctionRelease, FunctionReap, FunctionRedrive, FunctionStats, FunctionVersion} {
 		require.Contains(t, librarySource, "name = '"+fn+"'")
 		require.Contains(t, shimSource, fn+" = ")
 	}
-	require.Equal(t, 8, strings.Count(librarySource, "{name = 'pelwarden_v1_"))
+	require.Equal(t, 9, strings.Count(librarySource, "{name = 'pelwarden_v1_"))
 }

@@ -284,6 +284,46 @@ func (l *Library) Extend(ctx context.Context, a ExtendArgs) (*ExtendResult, erro
 	return decodeExtend(v)
 }
 
+// ReleaseArgs are the arguments of Release.
+type ReleaseArgs struct {
+	// Stream, Group and Consumer are required. Only ids still owned by
+	// Consumer are released.
+	Stream, Group, Consumer string
+	// IDs to release, 1 to MaxCount.
+	IDs []string
+	// MinIdle is the MinIdle reclaimers pass to Claim.
+	MinIdle time.Duration
+	// Delay: the entries become claimable after this long. A delay longer
+	// than MinIdle is cut to MinIdle (idle time cannot be set in the future).
+	Delay time.Duration
+}
+
+// Release gives owned entries back for a later retry without acking them:
+// their idle time is set to MinIdle-Delay (at least 0) and their delivery
+// count is left alone, so a Claim with MinIdle takes them again after Delay.
+// The reply's Extended field counts the released ids.
+func (l *Library) Release(ctx context.Context, a ReleaseArgs) (*ExtendResult, error) {
+	const fn = FunctionRelease
+	if err := checkNames(fn, "Stream", a.Stream, "Group", a.Group, "Consumer", a.Consumer); err != nil {
+		return nil, err
+	}
+	if err := checkDuration(fn, "MinIdle", a.MinIdle); err != nil {
+		return nil, err
+	}
+	if err := checkDuration(fn, "Delay", a.Delay); err != nil {
+		return nil, err
+	}
+	args, err := idArgs(fn, a.IDs, a.Group, a.Consumer, ms(a.MinIdle), ms(a.Delay))
+	if err != nil {
+		return nil, err
+	}
+	v, err := l.call(ctx, fn, []string{a.Stream}, args...)
+	if err != nil {
+		return nil, err
+	}
+	return decodeExtendAs(fn, v)
+}
+
 // ReapArgs are the arguments of Reap.
 type ReapArgs struct {
 	// Stream and Group are required.

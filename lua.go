@@ -20,6 +20,7 @@ const (
 	FunctionAck        = "pelwarden_v1_ack"
 	FunctionDeadLetter = "pelwarden_v1_deadletter"
 	FunctionExtend     = "pelwarden_v1_extend"
+	FunctionRelease    = "pelwarden_v1_release"
 	FunctionReap       = "pelwarden_v1_reap"
 	FunctionRedrive    = "pelwarden_v1_redrive"
 	FunctionStats      = "pelwarden_v1_stats"

@@ -162,8 +162,9 @@ func decodeDeadLetter(v any) (*DeadLetterResult, error) {
 	return r, nil
 }
 
-func decodeExtend(v any) (*ExtendResult, error) {
-	const fn = FunctionExtend
+func decodeExtend(v any) (*ExtendResult, error) { return decodeExtendAs(FunctionExtend, v) }
+
+func decodeExtendAs(fn string, v any) (*ExtendResult, error) {
 	a, err := asArray(fn, "reply", v, 3)
 	if err != nil {
 		return nil, err

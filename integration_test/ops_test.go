@@ -278,3 +278,33 @@ func TestVersion(t *testing.T) {
 		require.Equal(t, pelwarden.LibraryVersion, v)
 	})
 }
+
+// Release gives entries back for a retry after a delay: fenced, delivery
+// count unchanged, claimable once the delay has passed.
+func TestRelease(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		ids := setup(t, ctx, s.rdb, k, 3)
+		deliver(t, ctx, s.rdb, k, "a", 3)
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: ids[2:]}).Err())
+		minIdle := time.Hour
+		r, err := s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids[:1], MinIdle: minIdle, Delay: 0})
+		require.NoError(t, err)
+		require.EqualValues(t, 1, r.Extended)
+		r, err = s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids[1:], MinIdle: minIdle, Delay: 10 * time.Minute})
+		require.NoError(t, err)
+		require.EqualValues(t, 1, r.Extended)
+		require.Equal(t, []string{ids[2]}, r.NotOwned)
+
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c", MinIdle: minIdle})
+		require.NoError(t, err)
+		require.Len(t, p.Entries, 1, "delay 0: claimable at once; delay 10m: not yet")
+		require.Equal(t, ids[0], p.Entries[0].ID)
+		require.EqualValues(t, 2, p.Entries[0].Deliveries, "release did not bump the count")
+		pe := pendingOf(t, ctx, s.rdb, k, ids[1])
+		require.Equal(t, "a", pe.Consumer)
+		require.EqualValues(t, 1, pe.RetryCount)
+		require.InDelta(t, float64(50*time.Minute), float64(pe.Idle), float64(time.Minute))
+	})
+}

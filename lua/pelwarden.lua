@@ -415,6 +415,41 @@ local function deadletter(keys, args)
   return {dead, lost, deleted}
 end
 
+-- XCLAIMs the ids still owned by consumer to itself with the given idle
+-- time (JUSTID: the delivery count is not bumped). Shared by extend and
+-- release. Reply: { n, not-owned ids, deleted ids }.
+local function reclaimowned(stream, group, consumer, ids, idle)
+  local owned, lost, deleted = {}, {}, {}
+  for _, id in ipairs(ids) do
+    if pendinginfo(stream, group, id) == consumer then
+      owned[#owned + 1] = id
+    else
+      lost[#lost + 1] = id
+    end
+  end
+  local n = 0
+  if #owned > 0 then
+    local cmd = {'XCLAIM', stream, group, consumer, 0}
+    for _, id in ipairs(owned) do cmd[#cmd + 1] = id end
+    cmd[#cmd + 1] = 'IDLE'
+    cmd[#cmd + 1] = idle
+    cmd[#cmd + 1] = 'JUSTID'
+    local got = redis.call(unpack(cmd))
+    n = #got
+    if n < #owned then
+      local seen = {}
+      for _, id in ipairs(got) do seen[id] = true end
+      for _, id in ipairs(owned) do
+        if not seen[id] then
+          redis.call('XACK', stream, group, id)
+          deleted[#deleted + 1] = id
+        end
+      end
+    end
+  end
+  return {n, lost, deleted}
+end
+
 ------------------------------------------------------------------------------
 -- pelwarden_v1_extend: lease heartbeat.
 --
@@ -434,34 +469,37 @@ local function extend(keys, args)
   local consumer = argname(args, 2, 'consumer')
   local ids = idlist(args, 3)
   needgroup(stream, group)
+  return reclaimowned(stream, group, consumer, ids, 0)
+end
 
-  local owned, lost, deleted = {}, {}, {}
-  for _, id in ipairs(ids) do
-    if pendinginfo(stream, group, id) == consumer then
-      owned[#owned + 1] = id
-    else
-      lost[#lost + 1] = id
-    end
-  end
-  local n = 0
-  if #owned > 0 then
-    local cmd = {'XCLAIM', stream, group, consumer, 0}
-    for _, id in ipairs(owned) do cmd[#cmd + 1] = id end
-    cmd[#cmd + 1] = 'JUSTID'
-    local got = redis.call(unpack(cmd))
-    n = #got
-    if n < #owned then
-      local seen = {}
-      for _, id in ipairs(got) do seen[id] = true end
-      for _, id in ipairs(owned) do
-        if not seen[id] then
-          redis.call('XACK', stream, group, id)
-          deleted[#deleted + 1] = id
-        end
-      end
-    end
-  end
-  return {n, lost, deleted}
+------------------------------------------------------------------------------
+-- pelwarden_v1_release: give entries back for a later retry.
+--
+-- KEYS[1] stream
+-- ARGV[1] group
+-- ARGV[2] consumer     only ids still owned by this consumer are released
+-- ARGV[3] min-idle ms  the min-idle that reclaimers use
+-- ARGV[4] delay ms     the entry becomes claimable after this long
+-- ARGV[5..] ids        1..10000 ids
+-- Sets the idle time of owned ids to max(0, min-idle - delay) without
+-- bumping their delivery count (XCLAIM ... IDLE ... JUSTID), so a claim
+-- with min-idle takes them again after delay (or after min-idle when delay
+-- is longer: idle time cannot be set in the future).
+-- Reply: { released (integer), { id, ... } not owned,
+--          { id, ... } deleted from the stream while pending (cleared) }
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWSERVER
+local function release(keys, args)
+  local stream = keys[1]
+  if stream == nil then fail(ERRORS.BADARG, 'release needs 1 key: stream') end
+  local group = argname(args, 1, 'group')
+  local consumer = argname(args, 2, 'consumer')
+  local minidle = argint(args, 3, 'min-idle', 0, 2 ^ 53)
+  local delay = argint(args, 4, 'delay', 0, 2 ^ 53)
+  local ids = idlist(args, 5)
+  needgroup(stream, group)
+  local idle = minidle - delay
+  if idle < 0 then idle = 0 end
+  return reclaimowned(stream, group, consumer, ids, idle)
 end
 
 ------------------------------------------------------------------------------
@@ -663,6 +701,7 @@ local FUNCTIONS = {
   {name = 'pelwarden_v1_ack', fn = ack, flags = {}},
   {name = 'pelwarden_v1_deadletter', fn = deadletter, flags = {}},
   {name = 'pelwarden_v1_extend', fn = extend, flags = {}},
+  {name = 'pelwarden_v1_release', fn = release, flags = {}},
   {name = 'pelwarden_v1_reap', fn = reap, flags = {}},
   {name = 'pelwarden_v1_redrive', fn = redrive, flags = {}},
   {name = 'pelwarden_v1_stats', fn = stats, flags = {'no-writes'}},

@@ -12,6 +12,7 @@ local FUNCTIONS = {
   pelwarden_v1_ack = ack,
   pelwarden_v1_deadletter = deadletter,
   pelwarden_v1_extend = extend,
+  pelwarden_v1_release = release,
   pelwarden_v1_reap = reap,
   pelwarden_v1_redrive = redrive,
   pelwarden_v1_stats = stats,
