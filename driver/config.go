@@ -1,0 +1,261 @@
+package driver
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// Defaults of Config's fields.
+const (
+	DefaultMaxDeliveries   = 5
+	DefaultMinIdle         = time.Minute
+	DefaultReclaimInterval = 30 * time.Second
+	DefaultConcurrency     = 16
+	DefaultReadBlock       = 2 * time.Second
+	DefaultClaimCount      = 100
+	DefaultAckBatch        = 100
+	DefaultAckInterval     = 20 * time.Millisecond
+	DefaultShutdownTimeout = 30 * time.Second
+	DefaultGroupStartID    = "0"
+)
+
+// NoDeliveryLimit as Config.MaxDeliveries disables dead-lettering by
+// delivery count.
+const NoDeliveryLimit = -1
+
+// Config configures a Consumer. The zero value of every optional field means
+// its documented default. New never modifies the caller's Config.
+type Config struct {
+	// Stream to consume. Required. Use a hash tag ("{orders}") so the
+	// dead-letter stream lands in the same cluster slot.
+	Stream string
+	// Group is the consumer group. Required.
+	Group string
+	// Consumer is this consumer's name in the group. Defaults to
+	// host-pid-random, unique per process.
+	Consumer string
+	// Handler runs the business work. Required.
+	Handler Handler
+
+	// DeadLetterStream receives poison entries. Defaults to Stream+":dead".
+	DeadLetterStream string
+	// MaxDeliveries: an entry delivered this many times without success is
+	// dead-lettered by the next reclaim pass instead of reaching a handler
+	// again. Defaults to DefaultMaxDeliveries; NoDeliveryLimit disables it.
+	MaxDeliveries int
+	// MinIdle: a pending entry idle this long is considered abandoned and
+	// may be reclaimed by any consumer. Keep it well above the p99 handling
+	// time; slow handlers are protected by the lease heartbeat, which
+	// extends in-flight entries every MinIdle/3. Defaults to DefaultMinIdle;
+	// at least 10ms.
+	MinIdle time.Duration
+	// ReclaimInterval between reclaim passes (the first runs at start).
+	// Defaults to DefaultReclaimInterval.
+	ReclaimInterval time.Duration
+	// Backoff is an optional delay per attempt for reclaimed entries: an
+	// entry delivered n times is not retried before it has been idle
+	// Backoff[min(n, len(Backoff))-1] (and at least MinIdle).
+	Backoff []time.Duration
+
+	// Concurrency is the number of handlers run at once; the consumer never
+	// holds more unstarted entries than free handler slots. Defaults to
+	// DefaultConcurrency.
+	Concurrency int
+	// ReadBlock is how long one XREADGROUP waits for new entries. Defaults
+	// to DefaultReadBlock.
+	ReadBlock time.Duration
+	// ClaimCount is the page size of a reclaim call (bounded by free
+	// handler slots). Defaults to DefaultClaimCount.
+	ClaimCount int
+	// AckBatch: acks are sent in one fenced call per batch of this many, or
+	// every AckInterval, whichever comes first. Defaults to DefaultAckBatch.
+	AckBatch int
+	// AckInterval: see AckBatch. Defaults to DefaultAckInterval.
+	AckInterval time.Duration
+
+	// CreateGroup creates the group (and the stream) at start if missing,
+	// and again if it disappears while running. Without it a missing group
+	// makes Run return an error matching pelwarden.ErrNoGroup.
+	CreateGroup bool
+	// GroupStartID is where a created group starts: "0" (every entry already
+	// in the stream) or "$" (only new ones). Defaults to DefaultGroupStartID.
+	GroupStartID string
+
+	// ReapIdle, when positive, deletes after each reclaim pass the group's
+	// consumers idle longer than this that own no pending entries.
+	ReapIdle time.Duration
+
+	// ShutdownTimeout: after Run's context is cancelled, in-flight handlers
+	// get this long to finish; then their contexts are cancelled and their
+	// entries stay pending. Pending acks are flushed within the same bound.
+	// Defaults to DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+
+	// Logger receives the driver's logs; errors are always logged. Defaults
+	// to slog.Default().
+	Logger *slog.Logger
+	// Metrics receives counters. Defaults to none.
+	Metrics Metrics
+}
+
+// withDefaults returns a copy of c with defaults filled in.
+func (c Config) withDefaults() Config {
+	if c.Consumer == "" {
+		c.Consumer = defaultConsumerName()
+	}
+	if c.DeadLetterStream == "" {
+		c.DeadLetterStream = pelwarden.DeadLetterStreamFor(c.Stream)
+	}
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = DefaultMaxDeliveries
+	}
+	if c.MinIdle == 0 {
+		c.MinIdle = DefaultMinIdle
+	}
+	if c.ReclaimInterval == 0 {
+		c.ReclaimInterval = DefaultReclaimInterval
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.ReadBlock == 0 {
+		c.ReadBlock = DefaultReadBlock
+	}
+	if c.ClaimCount == 0 {
+		c.ClaimCount = DefaultClaimCount
+	}
+	if c.AckBatch == 0 {
+		c.AckBatch = DefaultAckBatch
+	}
+	if c.AckInterval == 0 {
+		c.AckInterval = DefaultAckInterval
+	}
+	if c.GroupStartID == "" {
+		c.GroupStartID = DefaultGroupStartID
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
+	}
+	c.Backoff = append([]time.Duration(nil), c.Backoff...)
+	return c
+}
+
+// ConfigError names the Config field that is wrong. It matches
+// pelwarden.ErrInvalidArgument with errors.Is.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return "pelwarden/driver: invalid Config." + e.Field + ": " + e.Reason
+}
+
+// Unwrap returns pelwarden.ErrInvalidArgument.
+func (e *ConfigError) Unwrap() error { return pelwarden.ErrInvalidArgument }
+
+func (c Config) validate() error {
+	bad := func(field, format string, a ...any) error {
+		return &ConfigError{Field: field, Reason: fmt.Sprintf(format, a...)}
+	}
+	for _, f := range []struct{ name, v string }{
+		{"Stream", c.Stream}, {"Group", c.Group}, {"Consumer", c.Consumer}, {"DeadLetterStream", c.DeadLetterStream},
+	} {
+		if f.v == "" {
+			return bad(f.name, "required")
+		}
+		if len(f.v) > pelwarden.MaxNameBytes {
+			return bad(f.name, "at most %d bytes, got %d", pelwarden.MaxNameBytes, len(f.v))
+		}
+	}
+	if c.Handler == nil {
+		return bad("Handler", "required")
+	}
+	if c.DeadLetterStream == c.Stream {
+		return bad("DeadLetterStream", "must differ from Stream")
+	}
+	if pelwarden.Slot(c.Stream) != pelwarden.Slot(c.DeadLetterStream) {
+		return bad("DeadLetterStream", "%q and %q hash to different cluster slots; use a hash tag such as {orders} and {orders}:dead", c.Stream, c.DeadLetterStream)
+	}
+	if c.MaxDeliveries < NoDeliveryLimit {
+		return bad("MaxDeliveries", "must be positive, 0 (default) or NoDeliveryLimit, got %d", c.MaxDeliveries)
+	}
+	if c.MinIdle < 10*time.Millisecond {
+		return bad("MinIdle", "must be at least 10ms, got %v", c.MinIdle)
+	}
+	if c.ReclaimInterval < 0 {
+		return bad("ReclaimInterval", "must be positive, got %v", c.ReclaimInterval)
+	}
+	for i, d := range c.Backoff {
+		if d < 0 {
+			return bad(fmt.Sprintf("Backoff[%d]", i), "must not be negative, got %v", d)
+		}
+	}
+	if c.Concurrency < 0 || c.Concurrency > pelwarden.MaxCount {
+		return bad("Concurrency", "must be between 1 and %d, got %d", pelwarden.MaxCount, c.Concurrency)
+	}
+	if c.ReadBlock < time.Millisecond {
+		return bad("ReadBlock", "must be at least 1ms, got %v", c.ReadBlock)
+	}
+	if c.ClaimCount < 0 || c.ClaimCount > pelwarden.MaxCount {
+		return bad("ClaimCount", "must be between 1 and %d, got %d", pelwarden.MaxCount, c.ClaimCount)
+	}
+	if c.AckBatch < 0 || c.AckBatch > pelwarden.MaxCount {
+		return bad("AckBatch", "must be between 1 and %d, got %d", pelwarden.MaxCount, c.AckBatch)
+	}
+	if c.AckInterval < 0 {
+		return bad("AckInterval", "must be positive, got %v", c.AckInterval)
+	}
+	if c.GroupStartID != "0" && c.GroupStartID != "$" && !validID(c.GroupStartID) {
+		return bad("GroupStartID", `must be "0", "$" or a stream id, got %q`, c.GroupStartID)
+	}
+	if c.ReapIdle < 0 {
+		return bad("ReapIdle", "must not be negative, got %v", c.ReapIdle)
+	}
+	if c.ReapIdle > 0 && c.ReapIdle < c.MinIdle {
+		return bad("ReapIdle", "must be at least MinIdle (%v), got %v", c.MinIdle, c.ReapIdle)
+	}
+	if c.ShutdownTimeout < 0 {
+		return bad("ShutdownTimeout", "must be positive, got %v", c.ShutdownTimeout)
+	}
+	return nil
+}
+
+func validID(s string) bool {
+	seenDash := false
+	digits := 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '-' && !seenDash && digits > 0:
+			seenDash = true
+			digits = 0
+		default:
+			return false
+		}
+	}
+	return seenDash && digits > 0
+}
+
+func defaultConsumerName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "consumer"
+	}
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+}

@@ -1,0 +1,775 @@
+// Package driver is pelwarden's consumer runtime: it reads new entries of a
+// Redis stream through a consumer group, runs business handlers on them with
+// bounded concurrency, acknowledges in fenced batches, and reclaims entries
+// abandoned by dead consumers through the pelwarden function library, which
+// dead-letters poison entries atomically.
+//
+//	c, err := driver.New(rdb, driver.Config{
+//		Stream: "{orders}", Group: "billing",
+//		Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
+//			return bill(ctx, m)
+//		}),
+//	})
+//	if err != nil { ... }
+//	err = c.Run(ctx) // until ctx is cancelled and in-flight work is settled
+//
+// Delivery is at least once: a handler can see an entry again (after a
+// crash, or when its lease was lost), so handlers must be idempotent; the
+// stream id is the natural key. Tracing of Redis commands comes from
+// go-redis hooks (redisotel); the driver adds logs (log/slog) and the
+// Metrics hook.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// ErrAlreadyRunning is returned by Run when the Consumer is already running.
+var ErrAlreadyRunning = errors.New("pelwarden/driver: consumer already running")
+
+// Consumer runs handlers for one consumer of a group. Create it with New.
+type Consumer struct {
+	rdb redis.UniversalClient
+	lib *pelwarden.Library
+	cfg Config
+	log *slog.Logger
+	m   Metrics
+
+	running atomic.Bool
+
+	slots chan struct{} // one token per free handler slot
+
+	mu       sync.Mutex
+	inflight map[string]*inflight // by entry id
+	delayed  map[string]time.Time // RetryAfter beyond MinIdle: id -> retry at
+
+	acks chan string
+
+	fatalOnce sync.Once
+	fatalErr  error
+	fatal     chan struct{}
+}
+
+type inflight struct {
+	started time.Time
+	cancel  context.CancelCauseFunc
+	lost    atomic.Bool
+}
+
+var errLostOwnership = errors.New("pelwarden/driver: entry ownership lost to another consumer")
+
+// New returns a Consumer for rdb (any go-redis client: single server,
+// cluster, failover). It validates cfg, naming the bad field in an error
+// matching pelwarden.ErrInvalidArgument, and does no I/O. The caller keeps
+// ownership of rdb; the Consumer never closes it.
+func New(rdb redis.UniversalClient, cfg Config) (*Consumer, error) {
+	if rdb == nil {
+		return nil, &ConfigError{Field: "rdb", Reason: "a Redis client is required"}
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Consumer{
+		rdb: rdb,
+		lib: pelwarden.NewLibrary(rdb),
+		cfg: cfg,
+		log: cfg.Logger.With("stream", cfg.Stream, "group", cfg.Group, "consumer", cfg.Consumer),
+		m:   cfg.Metrics,
+	}, nil
+}
+
+// Name returns the consumer's name in the group.
+func (c *Consumer) Name() string { return c.cfg.Consumer }
+
+// Config returns the effective configuration, defaults filled in.
+func (c *Consumer) Config() Config { return c.cfg }
+
+// Run loads the library, makes sure the group exists, then reads, reclaims
+// and handles entries until ctx is cancelled. It then stops reading, lets
+// in-flight handlers finish within ShutdownTimeout (cancelling the rest,
+// whose entries stay pending), flushes pending acks and returns nil.
+//
+// It returns an error for conditions retrying cannot fix: a missing group
+// without CreateGroup (pelwarden.ErrNoGroup), a key of the wrong type, a
+// server that cannot run the library. Connection loss, timeouts and failover
+// are retried with capped exponential backoff and jitter. A Consumer runs
+// once at a time.
+func (c *Consumer) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	defer c.running.Store(false)
+
+	c.slots = make(chan struct{}, c.cfg.Concurrency)
+	for range c.cfg.Concurrency {
+		c.slots <- struct{}{}
+	}
+	c.inflight = map[string]*inflight{}
+	c.delayed = map[string]time.Time{}
+	c.acks = make(chan string, c.cfg.AckBatch*2)
+	c.fatal = make(chan struct{})
+	c.fatalOnce = sync.Once{}
+	c.fatalErr = nil
+
+	if err := c.start(ctx); err != nil {
+		return err
+	}
+	c.log.Info("pelwarden consumer started", "concurrency", c.cfg.Concurrency, "min_idle", c.cfg.MinIdle,
+		"max_deliveries", c.cfg.MaxDeliveries, "library_mode", c.lib.Mode().String())
+
+	// loopCtx stops the reader, reclaimer and lease loops; handlerCtx is
+	// independent of ctx so handlers can finish during the shutdown.
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	defer stopLoops()
+	go func() {
+		select {
+		case <-c.fatal:
+			stopLoops()
+		case <-loopCtx.Done():
+		}
+	}()
+	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHandlers()
+
+	var handlers sync.WaitGroup
+	var loops sync.WaitGroup
+	loops.Go(func() { c.readLoop(loopCtx, handlerCtx, &handlers) })
+	loops.Go(func() { c.reclaimLoop(loopCtx, handlerCtx, &handlers) })
+	loops.Go(func() { c.leaseLoop(loopCtx) })
+	ackerDone := make(chan struct{})
+	flushCtx, cancelFlush := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelFlush()
+	go func() {
+		defer close(ackerDone)
+		c.ackLoop(flushCtx)
+	}()
+
+	<-loopCtx.Done()
+	loops.Wait()
+
+	// Shutdown: let in-flight handlers finish within ShutdownTimeout.
+	deadline := time.NewTimer(c.cfg.ShutdownTimeout)
+	defer deadline.Stop()
+	done := make(chan struct{})
+	go func() { handlers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-deadline.C:
+		n := c.inflightCount()
+		c.log.Warn("shutdown timeout: cancelling handlers; their entries stay pending", "in_flight", n)
+		cancelHandlers()
+		<-done
+	}
+
+	// Flush acks, bounded by ShutdownTimeout too.
+	close(c.acks)
+	flushDeadline := time.AfterFunc(c.cfg.ShutdownTimeout, cancelFlush)
+	<-ackerDone
+	flushDeadline.Stop()
+
+	if c.fatalErr != nil {
+		return c.fatalErr
+	}
+	c.log.Info("pelwarden consumer stopped")
+	return nil
+}
+
+// start loads the library and checks or creates the group.
+func (c *Consumer) start(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		_, err := c.lib.Load(ctx)
+		if err == nil {
+			break
+		}
+		if permanent(err) || ctx.Err() != nil {
+			return fmt.Errorf("pelwarden/driver: load library: %w", err)
+		}
+		c.commandError("load library", err, attempt)
+		if !sleep(ctx, backoff(attempt)) {
+			return fmt.Errorf("pelwarden/driver: load library: %w", ctx.Err())
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		err := c.ensureGroup(ctx)
+		if err == nil {
+			return nil
+		}
+		if permanent(err) || ctx.Err() != nil {
+			return err
+		}
+		c.commandError("check group", err, attempt)
+		if !sleep(ctx, backoff(attempt)) {
+			return fmt.Errorf("pelwarden/driver: check group: %w", ctx.Err())
+		}
+	}
+}
+
+// ensureGroup creates the group when CreateGroup is set (BUSYGROUP is
+// fine), and otherwise checks it exists.
+func (c *Consumer) ensureGroup(ctx context.Context) error {
+	if c.cfg.CreateGroup {
+		err := c.rdb.XGroupCreateMkStream(ctx, c.cfg.Stream, c.cfg.Group, c.cfg.GroupStartID).Err()
+		switch {
+		case err == nil:
+			c.log.Info("created consumer group", "start_id", c.cfg.GroupStartID)
+			return nil
+		case redis.HasErrorPrefix(err, "BUSYGROUP"):
+			return nil
+		case redis.HasErrorPrefix(err, "WRONGTYPE"):
+			return fmt.Errorf("pelwarden/driver: create group: %w: %v", pelwarden.ErrWrongType, err)
+		}
+		return fmt.Errorf("pelwarden/driver: create group: %w", err)
+	}
+	_, err := c.lib.Stats(ctx, pelwarden.StatsArgs{Stream: c.cfg.Stream, DeadLetterStream: c.cfg.DeadLetterStream, Group: c.cfg.Group})
+	if errors.Is(err, pelwarden.ErrNoGroup) {
+		return fmt.Errorf("pelwarden/driver: group %q on stream %q does not exist; create it (XGROUP CREATE %s %s 0 MKSTREAM) or set Config.CreateGroup: %w",
+			c.cfg.Group, c.cfg.Stream, c.cfg.Stream, c.cfg.Group, err)
+	}
+	return err
+}
+
+// groupMissing handles a NOGROUP seen while running: recreate the group with
+// CreateGroup, else stop with an error. It reports whether to go on.
+func (c *Consumer) groupMissing(ctx context.Context, err error) bool {
+	if !c.cfg.CreateGroup {
+		c.stop(fmt.Errorf("pelwarden/driver: group %q on stream %q disappeared: %w", c.cfg.Group, c.cfg.Stream, err))
+		return false
+	}
+	c.log.Warn("consumer group disappeared; creating it again", "err", err)
+	if cerr := c.ensureGroup(ctx); cerr != nil && permanent(cerr) {
+		c.stop(cerr)
+		return false
+	}
+	return true
+}
+
+// stop ends Run with err (the first one wins).
+func (c *Consumer) stop(err error) {
+	c.fatalOnce.Do(func() {
+		c.log.Error("pelwarden consumer stopping", "err", err)
+		c.fatalErr = err
+		close(c.fatal)
+	})
+}
+
+// acquire takes at least one and at most max handler slots, blocking for the
+// first. It returns 0 when ctx is done.
+func (c *Consumer) acquire(ctx context.Context, max int) int {
+	select {
+	case <-c.slots:
+	case <-ctx.Done():
+		return 0
+	}
+	n := 1
+	for n < max {
+		select {
+		case <-c.slots:
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+func (c *Consumer) releaseSlots(n int) {
+	for range n {
+		c.slots <- struct{}{}
+	}
+}
+
+// readLoop reads new entries with XREADGROUP ">", never more than free
+// handler slots.
+func (c *Consumer) readLoop(ctx, handlerCtx context.Context, handlers *sync.WaitGroup) {
+	for attempt := 0; ctx.Err() == nil; {
+		n := c.acquire(ctx, c.cfg.Concurrency)
+		if n == 0 {
+			return
+		}
+		msgs, err := c.read(ctx, n)
+		if err != nil {
+			c.releaseSlots(n)
+			if ctx.Err() != nil {
+				return
+			}
+			if redis.HasErrorPrefix(err, "NOGROUP") {
+				if !c.groupMissing(ctx, fmt.Errorf("%w: %v", pelwarden.ErrNoGroup, err)) {
+					return
+				}
+				continue
+			}
+			c.commandError("read", err, attempt)
+			sleep(ctx, backoff(attempt))
+			attempt++
+			continue
+		}
+		attempt = 0
+		c.releaseSlots(n - len(msgs))
+		c.m.Count(EventRead, len(msgs))
+		for _, m := range msgs {
+			c.dispatch(handlerCtx, handlers, m)
+		}
+	}
+}
+
+// read runs one XREADGROUP and decodes it keeping field order.
+func (c *Consumer) read(ctx context.Context, count int) ([]*Message, error) {
+	v, err := c.rdb.Do(ctx, "XREADGROUP", "GROUP", c.cfg.Group, c.cfg.Consumer,
+		"COUNT", count, "BLOCK", c.cfg.ReadBlock.Milliseconds(), "STREAMS", c.cfg.Stream, ">").Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return decodeRead(v, c.cfg.Stream, c.cfg.Group)
+}
+
+// reclaimLoop runs a reclaim pass at start and every ReclaimInterval.
+func (c *Consumer) reclaimLoop(ctx, handlerCtx context.Context, handlers *sync.WaitGroup) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.reclaimPass(ctx, handlerCtx, handlers)
+		if c.cfg.ReapIdle > 0 && ctx.Err() == nil {
+			c.reap(ctx)
+		}
+		t.Reset(c.cfg.ReclaimInterval)
+	}
+}
+
+// reclaimPass walks the PEL page by page with the claim function until the
+// cursor returns to 0-0.
+func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context, handlers *sync.WaitGroup) {
+	maxDeliveries := c.cfg.MaxDeliveries
+	if maxDeliveries == NoDeliveryLimit {
+		maxDeliveries = 0
+	}
+	cursor := "0-0"
+	for attempt := 0; ctx.Err() == nil; {
+		n := c.acquire(ctx, c.cfg.ClaimCount)
+		if n == 0 {
+			return
+		}
+		page, err := c.lib.Claim(ctx, pelwarden.ClaimArgs{
+			Stream: c.cfg.Stream, DeadLetterStream: c.cfg.DeadLetterStream, Group: c.cfg.Group,
+			Consumer: c.cfg.Consumer, MinIdle: c.cfg.MinIdle, Cursor: cursor, Count: n,
+			MaxDeliveries: maxDeliveries, Backoff: c.cfg.Backoff,
+		})
+		if err != nil {
+			c.releaseSlots(n)
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, pelwarden.ErrNoGroup) {
+				if !c.groupMissing(ctx, err) {
+					return
+				}
+				continue
+			}
+			if permanent(err) {
+				c.stop(fmt.Errorf("pelwarden/driver: reclaim: %w", err))
+				return
+			}
+			c.commandError("reclaim", err, attempt)
+			if attempt >= 5 {
+				return // give up this pass; the next one starts over
+			}
+			sleep(ctx, backoff(attempt))
+			attempt++
+			continue
+		}
+		attempt = 0
+		c.releaseSlots(n - len(page.Entries))
+		c.m.Count(EventClaimed, len(page.Entries))
+		if len(page.DeadLettered) > 0 {
+			c.m.DeadLettered(pelwarden.ReasonMaxDeliveries, len(page.DeadLettered))
+			c.log.Warn("dead-lettered entries delivered too often", "count", len(page.DeadLettered),
+				"max_deliveries", maxDeliveries, "ids", firstIDs(page.DeadLettered))
+		}
+		if len(page.Deleted) > 0 {
+			c.m.Count(EventDeletedFromPEL, len(page.Deleted))
+			c.log.Warn("pending entries were deleted from the stream; cleared from the PEL", "count", len(page.Deleted), "ids", firstIDs(page.Deleted))
+		}
+		for _, e := range page.Entries {
+			c.dispatch(handlerCtx, handlers, &Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: c.cfg.Stream, Group: c.cfg.Group})
+		}
+		if page.Done() {
+			return
+		}
+		cursor = page.Cursor
+	}
+}
+
+func (c *Consumer) reap(ctx context.Context) {
+	r, err := c.lib.Reap(ctx, pelwarden.ReapArgs{Stream: c.cfg.Stream, Group: c.cfg.Group, Idle: c.cfg.ReapIdle, Keep: []string{c.cfg.Consumer}})
+	if err != nil {
+		if ctx.Err() == nil {
+			c.commandError("reap", err, 0)
+		}
+		return
+	}
+	if len(r.Deleted) > 0 {
+		c.m.Count(EventReaped, len(r.Deleted))
+		c.log.Info("reaped idle consumers that owned nothing", "consumers", r.Deleted)
+	}
+	for _, k := range r.Kept {
+		c.log.Debug("idle consumer kept: it still owns pending entries", "idle_consumer", k.Name, "pending", k.Pending)
+	}
+}
+
+// dispatch runs the handler for m in its own goroutine; the caller holds one
+// handler slot for it, released when the handler returns.
+func (c *Consumer) dispatch(handlerCtx context.Context, handlers *sync.WaitGroup, m *Message) {
+	hctx, cancel := context.WithCancelCause(handlerCtx)
+	f := &inflight{started: time.Now(), cancel: cancel}
+	c.mu.Lock()
+	if _, busy := c.inflight[m.ID]; busy {
+		// Our own reclaim pass took back an entry whose handler still runs
+		// here (its lease lapsed): the running handler settles it.
+		c.mu.Unlock()
+		cancel(nil)
+		c.releaseSlots(1)
+		return
+	}
+	c.inflight[m.ID] = f
+	delete(c.delayed, m.ID)
+	c.mu.Unlock()
+	handlers.Go(func() {
+		defer c.releaseSlots(1)
+		defer cancel(nil)
+		err, panicked := c.runHandler(hctx, m)
+		c.mu.Lock()
+		delete(c.inflight, m.ID)
+		c.mu.Unlock()
+		c.settle(hctx, m, f, err, panicked)
+	})
+}
+
+func (c *Consumer) runHandler(ctx context.Context, m *Message) (err error, panicked bool) {
+	start := time.Now()
+	defer func() {
+		c.m.HandlerDuration(time.Since(start))
+		if r := recover(); r != nil {
+			panicked = true
+			err = fmt.Errorf("handler panic: %v", r)
+			c.m.Count(EventHandlerPanic, 1)
+			c.log.Error("handler panicked", "id", m.ID, "deliveries", m.Deliveries, "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	return c.cfg.Handler.Handle(ctx, m), false
+}
+
+// settle applies a handler's outcome.
+func (c *Consumer) settle(hctx context.Context, m *Message, f *inflight, err error, panicked bool) {
+	if f.lost.Load() {
+		c.m.Count(EventLostOwnership, 1)
+		c.log.Warn("entry reclaimed by another consumer while its handler ran; outcome dropped", "id", m.ID, "err", err)
+		return
+	}
+	out, delay := classify(err)
+	if out != outcomeAck {
+		c.m.Count(EventHandlerError, 1)
+	}
+	if hctx.Err() != nil && context.Cause(hctx) != errLostOwnership && out != outcomeAck {
+		// Cancelled by the shutdown timeout: leave it pending.
+		c.log.Warn("handler cancelled by shutdown; entry stays pending", "id", m.ID, "err", err)
+		return
+	}
+	ctx := context.WithoutCancel(hctx)
+	switch out {
+	case outcomeAck:
+		c.m.Count(EventHandled, 1)
+		c.acks <- m.ID
+	case outcomeDeadLetter:
+		c.deadLetter(ctx, m, err)
+	case outcomeRetry:
+		c.log.Info("handler asked for a retry", "id", m.ID, "deliveries", m.Deliveries, "after", delay, "err", err)
+		c.retryLater(ctx, m, delay)
+	default:
+		if !panicked {
+			c.log.Warn("handler failed; entry stays pending for the next reclaim pass", "id", m.ID, "deliveries", m.Deliveries, "err", err)
+		}
+		c.retryLater(ctx, m, 0)
+	}
+}
+
+// deadLetter moves one entry to the dead-letter stream, retrying transient
+// errors for up to ShutdownTimeout. If it cannot, the entry stays pending
+// and the reclaim pass dead-letters it at MaxDeliveries.
+func (c *Consumer) deadLetter(ctx context.Context, m *Message, herr error) {
+	var dl *deadLetterError
+	text := errText(herr)
+	if errors.As(herr, &dl) {
+		text = errText(dl.err)
+	}
+	c.withRetry(ctx, "dead-letter", func(ctx context.Context) error {
+		r, err := c.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: c.cfg.Stream, DeadLetterStream: c.cfg.DeadLetterStream,
+			Group: c.cfg.Group, Consumer: c.cfg.Consumer, IDs: []string{m.ID}, Reason: pelwarden.ReasonHandler, Error: text})
+		if err != nil {
+			return err
+		}
+		if len(r.DeadLettered) > 0 {
+			c.m.DeadLettered(pelwarden.ReasonHandler, len(r.DeadLettered))
+			c.log.Warn("dead-lettered entry on handler request", "id", m.ID, "err", text)
+		}
+		if len(r.NotOwned) > 0 {
+			c.m.Count(EventLostOwnership, len(r.NotOwned))
+		}
+		if len(r.Deleted) > 0 {
+			c.m.Count(EventDeletedFromPEL, len(r.Deleted))
+		}
+		return nil
+	})
+}
+
+// retryLater makes the entry claimable again after delay (at the next
+// reclaim pass for 0). Delays beyond MinIdle are held by the lease loop.
+func (c *Consumer) retryLater(ctx context.Context, m *Message, delay time.Duration) {
+	if delay > c.cfg.MinIdle {
+		c.mu.Lock()
+		c.delayed[m.ID] = time.Now().Add(delay)
+		c.mu.Unlock()
+		return
+	}
+	c.release(ctx, []string{m.ID}, max(delay, 0))
+}
+
+func (c *Consumer) release(ctx context.Context, ids []string, delay time.Duration) {
+	c.withRetry(ctx, "release", func(ctx context.Context) error {
+		r, err := c.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: c.cfg.Stream, Group: c.cfg.Group, Consumer: c.cfg.Consumer,
+			IDs: ids, MinIdle: c.cfg.MinIdle, Delay: delay})
+		if err != nil {
+			return err
+		}
+		if len(r.NotOwned) > 0 {
+			c.m.Count(EventLostOwnership, len(r.NotOwned))
+		}
+		return nil
+	})
+}
+
+// withRetry runs op until it succeeds, fails permanently, or ShutdownTimeout
+// passes. Failures are logged and counted.
+func (c *Consumer) withRetry(ctx context.Context, what string, op func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ShutdownTimeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		err := op(ctx)
+		if err == nil {
+			return
+		}
+		c.commandError(what, err, attempt)
+		if errors.Is(err, pelwarden.ErrNoGroup) {
+			c.groupMissing(ctx, err)
+			return
+		}
+		if permanent(err) || !sleep(ctx, backoff(attempt)) {
+			c.log.Error(what+" gave up; the entry stays pending", "err", err)
+			return
+		}
+	}
+}
+
+// ackLoop batches acks: one fenced call per AckBatch ids or AckInterval.
+// Failed batches are kept and retried, never dropped. It returns when acks
+// is closed and everything is flushed, or when ctx is cancelled (the
+// shutdown bound), logging what stays pending.
+func (c *Consumer) ackLoop(ctx context.Context) {
+	var pending []string
+	t := time.NewTimer(c.cfg.AckInterval)
+	defer t.Stop()
+	attempt := 0
+	flush := func() bool {
+		for len(pending) > 0 {
+			batch := pending[:min(len(pending), c.cfg.AckBatch)]
+			r, err := c.lib.Ack(ctx, pelwarden.AckArgs{Stream: c.cfg.Stream, Group: c.cfg.Group, Consumer: c.cfg.Consumer, IDs: batch})
+			if err != nil {
+				if ctx.Err() != nil {
+					return false
+				}
+				c.commandError("ack", err, attempt)
+				if errors.Is(err, pelwarden.ErrNoGroup) {
+					// The group and its PEL are gone: nothing left to ack.
+					c.groupMissing(ctx, err)
+					pending = pending[len(batch):]
+					continue
+				}
+				if permanent(err) {
+					c.stop(fmt.Errorf("pelwarden/driver: ack: %w", err))
+					return false
+				}
+				attempt++
+				return sleep(ctx, backoff(attempt))
+			}
+			attempt = 0
+			c.m.Count(EventAcked, int(r.Acked))
+			if len(r.NotOwned) > 0 {
+				c.m.Count(EventLostOwnership, len(r.NotOwned))
+				c.log.Warn("acks refused: entries are owned by another consumer now (they will be handled again there)",
+					"count", len(r.NotOwned), "ids", firstIDs(r.NotOwned))
+			}
+			pending = pending[len(batch):]
+		}
+		return true
+	}
+	for {
+		select {
+		case id, ok := <-c.acks:
+			if !ok {
+				for len(pending) > 0 && ctx.Err() == nil {
+					flush()
+				}
+				if len(pending) > 0 {
+					c.log.Error("shutdown: acks not sent; these entries stay pending and will be handled again", "count", len(pending), "ids", firstIDs(pending))
+				}
+				return
+			}
+			pending = append(pending, id)
+			if len(pending) >= c.cfg.AckBatch {
+				flush()
+			}
+		case <-t.C:
+			flush()
+			t.Reset(c.cfg.AckInterval)
+		case <-ctx.Done():
+			// Drain what is left so senders never block, then report.
+			for id := range c.acks {
+				pending = append(pending, id)
+			}
+			if len(pending) > 0 {
+				c.log.Error("shutdown: acks not sent; these entries stay pending and will be handled again", "count", len(pending), "ids", firstIDs(pending))
+			}
+			return
+		}
+	}
+}
+
+// leaseLoop extends the lease of entries whose handler has run longer than
+// MinIdle/3, cancels handlers whose entry was taken over, and holds entries
+// whose RetryAfter delay is longer than MinIdle.
+func (c *Consumer) leaseLoop(ctx context.Context) {
+	every := c.cfg.MinIdle / 3
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		var ids []string
+		var toRelease []string
+		var releaseDelay time.Duration
+		c.mu.Lock()
+		for id, f := range c.inflight {
+			if now.Sub(f.started) >= every && !f.lost.Load() {
+				ids = append(ids, id)
+			}
+		}
+		for id, at := range c.delayed {
+			left := at.Sub(now)
+			if left <= c.cfg.MinIdle-every {
+				toRelease = append(toRelease, id)
+				releaseDelay = max(releaseDelay, left)
+				delete(c.delayed, id)
+			} else {
+				ids = append(ids, id)
+			}
+		}
+		c.mu.Unlock()
+		if len(toRelease) > 0 {
+			c.release(ctx, toRelease, max(releaseDelay, 0))
+		}
+		for len(ids) > 0 {
+			batch := ids[:min(len(ids), pelwarden.MaxCount)]
+			ids = ids[len(batch):]
+			r, err := c.lib.Extend(ctx, pelwarden.ExtendArgs{Stream: c.cfg.Stream, Group: c.cfg.Group, Consumer: c.cfg.Consumer, IDs: batch})
+			if err != nil {
+				if ctx.Err() == nil {
+					c.commandError("extend lease", err, 0)
+				}
+				break
+			}
+			c.m.Count(EventLeaseExtended, int(r.Extended))
+			lost := append(r.NotOwned, r.Deleted...)
+			if len(lost) == 0 {
+				continue
+			}
+			c.mu.Lock()
+			for _, id := range lost {
+				if f, ok := c.inflight[id]; ok {
+					f.lost.Store(true)
+					f.cancel(errLostOwnership)
+				}
+				delete(c.delayed, id)
+			}
+			c.mu.Unlock()
+		}
+	}
+}
+
+func (c *Consumer) inflightCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.inflight)
+}
+
+func (c *Consumer) commandError(what string, err error, attempt int) {
+	c.m.Count(EventCommandError, 1)
+	c.log.Error("redis call failed", "op", what, "attempt", attempt+1, "err", err)
+}
+
+// permanent reports errors that retrying cannot fix.
+func permanent(err error) bool {
+	return errors.Is(err, pelwarden.ErrNoGroup) || errors.Is(err, pelwarden.ErrWrongType) ||
+		errors.Is(err, pelwarden.ErrInvalidArgument) || errors.Is(err, pelwarden.ErrServerUnsupported) ||
+		errors.Is(err, pelwarden.ErrCrossSlot) || redis.HasErrorPrefix(err, "NOPERM") ||
+		redis.HasErrorPrefix(err, "WRONGTYPE")
+}
+
+// backoff is capped exponential backoff with full jitter: 50ms doubling up
+// to 5s.
+func backoff(attempt int) time.Duration {
+	d := 50 * time.Millisecond << min(attempt, 7)
+	d = min(d, 5*time.Second)
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits d or until ctx is done; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func firstIDs(ids []string) []string {
+	if len(ids) > 10 {
+		return ids[:10]
+	}
+	return ids
+}

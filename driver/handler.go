@@ -1,0 +1,121 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// Message is one stream entry handed to a Handler.
+type Message struct {
+	// ID is the stream id. It is the natural idempotency key: an entry can
+	// be handled more than once (at-least-once delivery).
+	ID string
+	// Fields in stream order, duplicates included.
+	Fields []pelwarden.Field
+	// Deliveries is how many times the entry has been delivered, this
+	// delivery included (1 on the first).
+	Deliveries int64
+	// Stream the entry belongs to.
+	Stream string
+	// Group that delivered it.
+	Group string
+}
+
+// Value returns the value of the first field called name, and whether there
+// is one.
+func (m *Message) Value(name string) (string, bool) {
+	for _, f := range m.Fields {
+		if f.Name == name {
+			return f.Value, true
+		}
+	}
+	return "", false
+}
+
+// Handler runs the business work for one message. The returned error steers
+// what happens to the entry:
+//   - nil: it is acknowledged (in a batch, fenced by ownership);
+//   - DeadLetter(err): it is moved to the dead-letter stream at once with the
+//     error text, atomically with its acknowledgement;
+//   - RetryAfter(d, err): it stays pending and is not redelivered before d;
+//   - any other error: it stays pending for the next reclaim pass, and is
+//     dead-lettered once it has been delivered MaxDeliveries times.
+//
+// A panic is recovered, logged with its stack and counted as an error.
+// The context is cancelled when the consumer loses ownership of the entry
+// (another consumer reclaimed it) or at the end of the shutdown timeout.
+type Handler interface {
+	Handle(ctx context.Context, m *Message) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, m *Message) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, m *Message) error { return f(ctx, m) }
+
+// deadLetterError is returned by DeadLetter.
+type deadLetterError struct{ err error }
+
+func (e *deadLetterError) Error() string { return "dead-letter: " + errText(e.err) }
+func (e *deadLetterError) Unwrap() error { return e.err }
+
+// DeadLetter marks a permanent failure: the entry is moved to the dead-letter
+// stream at once, with err's text, and acknowledged, in one atomic step.
+func DeadLetter(err error) error { return &deadLetterError{err: err} }
+
+// retryAfterError is returned by RetryAfter.
+type retryAfterError struct {
+	delay time.Duration
+	err   error
+}
+
+func (e *retryAfterError) Error() string {
+	return fmt.Sprintf("retry after %v: %s", e.delay, errText(e.err))
+}
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter leaves the entry pending and keeps it from being redelivered
+// before d. A delay up to MinIdle is recorded on the server (any consumer
+// honours it); a longer one is held by this consumer's lease heartbeat while
+// it runs, and cut to MinIdle if it stops first. Zero or negative d retries
+// at the next reclaim pass.
+func RetryAfter(d time.Duration, err error) error { return &retryAfterError{delay: d, err: err} }
+
+func errText(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
+
+// outcome classifies a handler's result.
+type outcome int
+
+const (
+	outcomeAck outcome = iota
+	outcomeDeadLetter
+	outcomeRetry
+	outcomeError
+	outcomeLost
+	outcomeAbandoned // cancelled by shutdown
+)
+
+func classify(err error) (outcome, time.Duration) {
+	if err == nil {
+		return outcomeAck, 0
+	}
+	var dl *deadLetterError
+	if errors.As(err, &dl) {
+		return outcomeDeadLetter, 0
+	}
+	var ra *retryAfterError
+	if errors.As(err, &ra) {
+		return outcomeRetry, ra.delay
+	}
+	return outcomeError, 0
+}

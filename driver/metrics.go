@@ -1,0 +1,77 @@
+package driver
+
+import "time"
+
+// Event is a counted driver event.
+type Event int
+
+const (
+	// EventRead: entries read from the stream with XREADGROUP ">".
+	EventRead Event = iota
+	// EventHandled: handler calls that returned nil.
+	EventHandled
+	// EventHandlerError: handler calls that returned an error or panicked
+	// (DeadLetter and RetryAfter outcomes included).
+	EventHandlerError
+	// EventHandlerPanic: handler calls that panicked (also counted as
+	// EventHandlerError).
+	EventHandlerPanic
+	// EventClaimed: idle entries taken over by a reclaim pass.
+	EventClaimed
+	// EventDeletedFromPEL: pending ids whose entries were gone from the
+	// stream, cleared from the PEL. Not a success.
+	EventDeletedFromPEL
+	// EventAcked: entries acknowledged after their handler succeeded.
+	EventAcked
+	// EventLostOwnership: entries another consumer took over while this one
+	// held them; their outcome is dropped (not acked).
+	EventLostOwnership
+	// EventLeaseExtended: lease extensions of in-flight entries.
+	EventLeaseExtended
+	// EventReaped: dead consumers deleted from the group.
+	EventReaped
+	// EventCommandError: failed Redis calls (each retry counted).
+	EventCommandError
+	numEvents
+)
+
+var eventNames = [numEvents]string{
+	"read", "handled", "handler_error", "handler_panic", "claimed", "deleted_from_pel",
+	"acked", "lost_ownership", "lease_extended", "reaped", "command_error",
+}
+
+// String returns the event's snake_case name, e.g. "deleted_from_pel".
+func (e Event) String() string {
+	if e < 0 || e >= numEvents {
+		return "unknown"
+	}
+	return eventNames[e]
+}
+
+// Events lists every Event, for collectors that pre-register series.
+func Events() []Event {
+	out := make([]Event, numEvents)
+	for i := range out {
+		out[i] = Event(i)
+	}
+	return out
+}
+
+// Metrics receives the driver's counters. Implementations must be safe for
+// concurrent use and fast: they are called on the hot path. Package
+// driver/prommetrics has a Prometheus implementation.
+type Metrics interface {
+	// Count adds n to the counter of e.
+	Count(e Event, n int)
+	// DeadLettered adds n entries dead-lettered for reason
+	// (pelwarden.ReasonMaxDeliveries, pelwarden.ReasonHandler).
+	DeadLettered(reason string, n int)
+	// HandlerDuration observes one handler call's duration.
+	HandlerDuration(d time.Duration)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) Count(Event, int)              {}
+func (noMetrics) DeadLettered(string, int)      {}
+func (noMetrics) HandlerDuration(time.Duration) {}

@@ -1,0 +1,68 @@
+package driver
+
+import (
+	"fmt"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// decodeRead decodes an XREADGROUP reply of one stream, keeping each entry's
+// fields in stream order (go-redis's XMessage uses a map, which loses order
+// and duplicate fields). It accepts the RESP2 shape [[stream, entries]] and
+// the RESP3 shape {stream: entries}.
+func decodeRead(v any, stream, group string) ([]*Message, error) {
+	var entries any
+	switch r := v.(type) {
+	case nil:
+		return nil, nil
+	case map[any]any:
+		for _, e := range r {
+			entries = e
+		}
+	case map[string]any:
+		for _, e := range r {
+			entries = e
+		}
+	case []any:
+		if len(r) == 0 {
+			return nil, nil
+		}
+		s, ok := r[0].([]any)
+		if !ok || len(s) < 2 {
+			return nil, fmt.Errorf("%w: XREADGROUP: unexpected stream element %T", pelwarden.ErrMalformedReply, r[0])
+		}
+		entries = s[1]
+	default:
+		return nil, fmt.Errorf("%w: XREADGROUP: unexpected reply %T", pelwarden.ErrMalformedReply, v)
+	}
+	list, ok := entries.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: XREADGROUP: unexpected entries %T", pelwarden.ErrMalformedReply, entries)
+	}
+	out := make([]*Message, 0, len(list))
+	for _, e := range list {
+		pair, ok := e.([]any)
+		if !ok || len(pair) < 2 {
+			return nil, fmt.Errorf("%w: XREADGROUP: unexpected entry %T", pelwarden.ErrMalformedReply, e)
+		}
+		id, ok := pair[0].(string)
+		if !ok {
+			return nil, fmt.Errorf("%w: XREADGROUP: unexpected id %T", pelwarden.ErrMalformedReply, pair[0])
+		}
+		flat, ok := pair[1].([]any)
+		if !ok || len(flat)%2 != 0 {
+			return nil, fmt.Errorf("%w: XREADGROUP: unexpected fields of %s", pelwarden.ErrMalformedReply, id)
+		}
+		fields := make([]pelwarden.Field, 0, len(flat)/2)
+		for i := 0; i < len(flat); i += 2 {
+			name, ok1 := flat[i].(string)
+			value, ok2 := flat[i+1].(string)
+			if !ok1 || !ok2 {
+				return nil, fmt.Errorf("%w: XREADGROUP: non-string field in %s", pelwarden.ErrMalformedReply, id)
+			}
+			fields = append(fields, pelwarden.Field{Name: name, Value: value})
+		}
+		out = append(out, &Message{ID: id, Fields: fields, Deliveries: 1, Stream: stream, Group: group})
+	}
+	return out, nil
+}

@@ -1,0 +1,454 @@
+package integration_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/driver"
+)
+
+// counts is a driver.Metrics that counts in memory.
+type counts struct {
+	mu   sync.Mutex
+	ev   map[driver.Event]int
+	dead map[string]int
+}
+
+func newCounts() *counts { return &counts{ev: map[driver.Event]int{}, dead: map[string]int{}} }
+
+func (c *counts) Count(e driver.Event, n int) { c.mu.Lock(); c.ev[e] += n; c.mu.Unlock() }
+func (c *counts) DeadLettered(r string, n int) {
+	c.mu.Lock()
+	c.dead[r] += n
+	c.mu.Unlock()
+}
+func (c *counts) HandlerDuration(time.Duration) {}
+func (c *counts) get(e driver.Event) int       { c.mu.Lock(); defer c.mu.Unlock(); return c.ev[e] }
+func (c *counts) deadFor(r string) int         { c.mu.Lock(); defer c.mu.Unlock(); return c.dead[r] }
+
+// seen records handler calls per entry id.
+type seen struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func newSeen() *seen { return &seen{calls: map[string]int{}} }
+func (s *seen) add(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls[id]++
+	return s.calls[id]
+}
+func (s *seen) count(id string) int { s.mu.Lock(); defer s.mu.Unlock(); return s.calls[id] }
+func (s *seen) distinct() int       { s.mu.Lock(); defer s.mu.Unlock(); return len(s.calls) }
+
+// quiet logs only errors, to the test log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// fastConfig is a driver config with short timings for tests.
+func fastConfig(t *testing.T, k keys, consumer string, h driver.Handler) driver.Config {
+	return driver.Config{
+		Stream: k.Stream, Group: k.Group, Consumer: consumer, Handler: h,
+		DeadLetterStream: k.DLQ, MaxDeliveries: 3,
+		MinIdle: 300 * time.Millisecond, ReclaimInterval: 100 * time.Millisecond,
+		ReadBlock: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+		CreateGroup: true, Logger: testLogger(t),
+	}
+}
+
+// running is a consumer started in the background.
+type running struct {
+	c      *driver.Consumer
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // Run's result, set before done is closed
+}
+
+func start(t *testing.T, rdb redis.UniversalClient, cfg driver.Config) *running {
+	t.Helper()
+	c, err := driver.New(rdb, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{c: c, cancel: cancel, done: make(chan struct{})}
+	go func() { r.err = c.Run(ctx); close(r.done) }()
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+// stop cancels the consumer and returns Run's error (once).
+func (r *running) stop(t *testing.T) error {
+	r.cancel()
+	select {
+	case <-r.done:
+		return r.err
+	case <-time.After(30 * time.Second):
+		t.Fatal("consumer did not stop within 30s")
+		return nil
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	require.Eventually(t, cond, 30*time.Second, 20*time.Millisecond, what)
+}
+
+// Happy path: every entry is handled once and acked, in batches.
+func TestDriverHandlesAndAcks(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+		const n = 500
+		produce(t, ctx, s.rdb, k, n)
+
+		var ackCalls atomic.Int64
+		rdb := s.srv.Client()
+		defer rdb.Close()
+		rdb.AddHook(fcallCounter{fn: pelwarden.FunctionAck, n: &ackCalls})
+		calls := newSeen()
+		m := newCounts()
+		cfg := fastConfig(t, k, "worker", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+			calls.add(msg.ID)
+			if v, _ := msg.Value("payload"); !strings.HasPrefix(v, "order-") {
+				return fmt.Errorf("unexpected payload %q", v)
+			}
+			return nil
+		}))
+		cfg.Metrics = m
+		r := start(t, rdb, cfg)
+		waitFor(t, "all entries acked", func() bool { return m.get(driver.EventAcked) == n })
+		require.NoError(t, r.stop(t))
+		require.Equal(t, n, calls.distinct())
+		require.Zero(t, pelSize(t, ctx, s.rdb, k))
+		require.Equal(t, n, m.get(driver.EventRead))
+		require.Equal(t, n, m.get(driver.EventHandled))
+		require.Less(t, ackCalls.Load(), int64(n/5), "acks are batched (%d calls for %d entries)", ackCalls.Load(), n)
+	})
+}
+
+// fcallCounter counts FCALLs of one function (a go-redis hook).
+type fcallCounter struct {
+	fn string
+	n  *atomic.Int64
+}
+
+func (h fcallCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h fcallCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && strings.EqualFold(fmt.Sprint(a[0]), "fcall") && a[1] == h.fn {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h fcallCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Poison entries reach the handler at most MaxDeliveries times, then sit in
+// the dead-letter stream with reason max_deliveries; a DeadLetter outcome
+// parks an entry at once with its error text.
+func TestDriverPoisonAndDeadLetter(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+		ids := produce(t, ctx, s.rdb, k, 30)
+		poison := map[string]bool{ids[3]: true, ids[17]: true}
+		bad := ids[5]
+		calls := newSeen()
+		m := newCounts()
+		cfg := fastConfig(t, k, "worker", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+			calls.add(msg.ID)
+			switch {
+			case poison[msg.ID]:
+				return errors.New("always fails")
+			case msg.ID == bad:
+				return driver.DeadLetter(errors.New("malformed order"))
+			}
+			return nil
+		}))
+		cfg.Metrics = m
+		r := start(t, s.rdb, cfg)
+		waitFor(t, "poison dead-lettered", func() bool {
+			n, _ := s.rdb.XLen(ctx, k.DLQ).Result()
+			return n == 3 && pelSize(t, ctx, s.rdb, k) == 0
+		})
+		require.NoError(t, r.stop(t))
+		for id := range poison {
+			require.Equal(t, 3, calls.count(id), "a poison entry reaches the handler MaxDeliveries times")
+		}
+		require.Equal(t, 1, calls.count(bad))
+		recs, err := s.rdb.XRange(ctx, k.DLQ, "-", "+").Result()
+		require.NoError(t, err)
+		reasons := map[string]string{}
+		for _, rec := range recs {
+			reasons[rec.Values[pelwarden.FieldOriginalID].(string)] = rec.Values[pelwarden.FieldReason].(string)
+			if rec.Values[pelwarden.FieldOriginalID] == bad {
+				require.Equal(t, "malformed order", rec.Values[pelwarden.FieldError])
+			}
+		}
+		require.Equal(t, map[string]string{ids[3]: pelwarden.ReasonMaxDeliveries, ids[17]: pelwarden.ReasonMaxDeliveries, bad: pelwarden.ReasonHandler}, reasons)
+		require.Equal(t, 2, m.deadFor(pelwarden.ReasonMaxDeliveries))
+		require.Equal(t, 1, m.deadFor(pelwarden.ReasonHandler))
+		require.Equal(t, 27, m.get(driver.EventAcked))
+	})
+}
+
+// A panicking handler is recovered and counted; the entry is retried.
+func TestDriverRecoversPanics(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+		ids := produce(t, ctx, s.rdb, k, 5)
+		calls := newSeen()
+		m := newCounts()
+		cfg := fastConfig(t, k, "worker", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+			if calls.add(msg.ID) == 1 && msg.ID == ids[2] {
+				panic("boom")
+			}
+			return nil
+		}))
+		cfg.Metrics = m
+		r := start(t, s.rdb, cfg)
+		waitFor(t, "all acked", func() bool { return m.get(driver.EventAcked) == 5 })
+		require.NoError(t, r.stop(t))
+		require.Equal(t, 2, calls.count(ids[2]))
+		require.Equal(t, 1, m.get(driver.EventHandlerPanic))
+		require.Equal(t, 1, m.get(driver.EventHandlerError))
+	})
+}
+
+// RetryAfter keeps an entry from being redelivered before its delay.
+func TestDriverRetryAfter(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+		produce(t, ctx, s.rdb, k, 1)
+		var mu sync.Mutex
+		var times []time.Time
+		cfg := fastConfig(t, k, "worker", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			times = append(times, time.Now())
+			switch len(times) {
+			case 1:
+				return driver.RetryAfter(200*time.Millisecond, errors.New("busy"))
+			case 2:
+				return driver.RetryAfter(time.Second, errors.New("busy, beyond MinIdle"))
+			}
+			return nil
+		}))
+		cfg.MaxDeliveries = 10
+		r := start(t, s.rdb, cfg)
+		waitFor(t, "third attempt", func() bool { mu.Lock(); defer mu.Unlock(); return len(times) == 3 })
+		require.NoError(t, r.stop(t))
+		require.GreaterOrEqual(t, times[1].Sub(times[0]), 200*time.Millisecond)
+		require.GreaterOrEqual(t, times[2].Sub(times[1]), time.Second, "a delay beyond MinIdle is held by the lease")
+		require.Zero(t, pelSize(t, ctx, s.rdb, k))
+	})
+}
+
+// A dead consumer's entries are reclaimed by a live one; its poison entries
+// are dead-lettered; a slow but healthy handler keeps its entries (lease).
+func TestDriverReclaimsFromDeadConsumer(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		ids := setup(t, ctx, s.rdb, k, 50)
+		deliver(t, ctx, s.rdb, k, "crashed", 50) // read, never acked: a crash
+		// Two of them had already been delivered three times.
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "crashed", Messages: ids[:2]}).Err())
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "crashed", Messages: ids[:2]}).Err())
+		calls := newSeen()
+		m := newCounts()
+		cfg := fastConfig(t, k, "rescuer", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+			calls.add(msg.ID)
+			return nil
+		}))
+		cfg.Metrics = m
+		cfg.ReapIdle = cfg.MinIdle
+		r := start(t, s.rdb, cfg)
+		waitFor(t, "PEL empty", func() bool { return pelSize(t, ctx, s.rdb, k) == 0 })
+		waitFor(t, "crashed consumer reaped", func() bool { return m.get(driver.EventReaped) >= 1 })
+		require.NoError(t, r.stop(t))
+		require.Equal(t, 48, calls.distinct())
+		require.Zero(t, calls.count(ids[0]), "poison entry never reached a handler again")
+		require.Equal(t, 48, m.get(driver.EventClaimed))
+		require.Equal(t, 2, m.deadFor(pelwarden.ReasonMaxDeliveries))
+		cs, err := s.rdb.XInfoConsumers(ctx, k.Stream, k.Group).Result()
+		require.NoError(t, err)
+		for _, c := range cs {
+			require.NotEqual(t, "crashed", c.Name)
+		}
+	})
+}
+
+// A handler slower than MinIdle is not stolen by a second consumer: the
+// lease heartbeat keeps extending it.
+func TestDriverLeaseProtectsSlowHandler(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+		ids := produce(t, ctx, s.rdb, k, 1)
+		calls := newSeen()
+		slow := driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+			calls.add(msg.ID)
+			select {
+			case <-time.After(1500 * time.Millisecond): // five times MinIdle
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		m := newCounts()
+		cfgA := fastConfig(t, k, "slow", slow)
+		cfgA.Metrics = m
+		a := start(t, s.rdb, cfgA)
+		waitFor(t, "slow handler started", func() bool { return calls.count(ids[0]) == 1 })
+		b := start(t, s.rdb, fastConfig(t, k, "thief", slow))
+		waitFor(t, "acked", func() bool { return m.get(driver.EventAcked) == 1 })
+		require.NoError(t, a.stop(t))
+		require.NoError(t, b.stop(t))
+		require.Equal(t, 1, calls.count(ids[0]), "handled once: never stolen")
+		require.GreaterOrEqual(t, m.get(driver.EventLeaseExtended), 2)
+		require.Zero(t, m.get(driver.EventLostOwnership))
+	})
+}
+
+// When another consumer takes an entry over, the handler's context is
+// cancelled, and its outcome is counted as lost ownership, not acked.
+func TestDriverLostOwnershipCancelsHandler(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+		ids := produce(t, ctx, s.rdb, k, 1)
+		started := make(chan struct{})
+		cause := make(chan error, 1)
+		m := newCounts()
+		cfg := fastConfig(t, k, "victim", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+			close(started)
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return nil // claims success; must not be acked
+		}))
+		cfg.Metrics = m
+		r := start(t, s.rdb, cfg)
+		<-started
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "other", Messages: ids}).Err())
+		select {
+		case err := <-cause:
+			require.ErrorContains(t, err, "ownership lost")
+		case <-time.After(10 * time.Second):
+			t.Fatal("handler context not cancelled after ownership moved")
+		}
+		waitFor(t, "lost counted", func() bool { return m.get(driver.EventLostOwnership) == 1 })
+		require.NoError(t, r.stop(t))
+		require.Zero(t, m.get(driver.EventAcked))
+		require.Equal(t, "other", pendingOf(t, ctx, s.rdb, k, ids[0]).Consumer, "still pending under its new owner")
+	})
+}
+
+// Without CreateGroup a missing group is a clear error; with it the group is
+// created, and created again if it disappears while running.
+func TestDriverGroupHandling(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }))
+		cfg.CreateGroup = false
+		c, err := driver.New(s.rdb, cfg)
+		require.NoError(t, err)
+		err = c.Run(ctx)
+		require.ErrorIs(t, err, pelwarden.ErrNoGroup)
+		require.Contains(t, err.Error(), "CreateGroup")
+
+		m := newCounts()
+		cfg.CreateGroup = true
+		cfg.Metrics = m
+		r := start(t, s.rdb, cfg)
+		waitFor(t, "group created", func() bool {
+			gs, err := s.rdb.XInfoGroups(ctx, k.Stream).Result()
+			return err == nil && len(gs) == 1
+		})
+		produce(t, ctx, s.rdb, k, 3)
+		waitFor(t, "3 acked", func() bool { return m.get(driver.EventAcked) == 3 })
+		require.NoError(t, s.rdb.XGroupDestroy(ctx, k.Stream, k.Group).Err())
+		waitFor(t, "group recreated", func() bool {
+			gs, err := s.rdb.XInfoGroups(ctx, k.Stream).Result()
+			return err == nil && len(gs) == 1
+		})
+		require.NoError(t, r.stop(t))
+
+		// Without CreateGroup, a group that disappears stops Run with an error.
+		cfg.CreateGroup = false
+		r = start(t, s.rdb, cfg)
+		time.Sleep(200 * time.Millisecond)
+		require.NoError(t, s.rdb.XGroupDestroy(ctx, k.Stream, k.Group).Err())
+		select {
+		case <-r.done:
+			require.ErrorIs(t, r.err, pelwarden.ErrNoGroup)
+		case <-time.After(20 * time.Second):
+			t.Fatal("Run did not stop after its group disappeared")
+		}
+	})
+}
+
+// Shutdown lets in-flight handlers finish and flushes their acks; after
+// ShutdownTimeout, remaining handlers are cancelled and stay pending.
+func TestDriverGracefulShutdown(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+		ids := produce(t, ctx, s.rdb, k, 2)
+		started := make(chan string, 2)
+		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+			started <- msg.ID
+			d := 300 * time.Millisecond
+			if msg.ID == ids[1] {
+				d = time.Hour // never finishes on its own
+			}
+			select {
+			case <-time.After(d):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}))
+		cfg.ShutdownTimeout = time.Second
+		cfg.AckInterval = time.Hour // only the shutdown flush sends the ack
+		cfg.AckBatch = 1000
+		cfg.MinIdle = time.Hour // no reclaim interferes
+		r := start(t, s.rdb, cfg)
+		<-started
+		<-started
+		require.NoError(t, r.stop(t))
+		require.Nil(t, pendingOf(t, ctx, s.rdb, k, ids[0]), "finished within the timeout and acked by the final flush")
+		require.NotNil(t, pendingOf(t, ctx, s.rdb, k, ids[1]), "cancelled at the timeout: stays pending")
+	})
+}
