@@ -34,8 +34,8 @@ func (c *counts) DeadLettered(r string, n int) {
 	c.mu.Unlock()
 }
 func (c *counts) HandlerDuration(time.Duration) {}
-func (c *counts) get(e driver.Event) int       { c.mu.Lock(); defer c.mu.Unlock(); return c.ev[e] }
-func (c *counts) deadFor(r string) int         { c.mu.Lock(); defer c.mu.Unlock(); return c.dead[r] }
+func (c *counts) get(e driver.Event) int        { c.mu.Lock(); defer c.mu.Unlock(); return c.ev[e] }
+func (c *counts) deadFor(r string) int          { c.mu.Lock(); defer c.mu.Unlock(); return c.dead[r] }
 
 // seen records handler calls per entry id.
 type seen struct {
