@@ -25,6 +25,9 @@ const (
 	DefaultGroupStartID    = "0"
 )
 
+// NoLease as Config.LeaseInterval disables the lease heartbeat.
+const NoLease = -1
+
 // NoDeliveryLimit as Config.MaxDeliveries disables dead-lettering by
 // delivery count.
 const NoDeliveryLimit = -1
@@ -55,6 +58,11 @@ type Config struct {
 	// extends in-flight entries every MinIdle/3. Defaults to DefaultMinIdle;
 	// at least 10ms.
 	MinIdle time.Duration
+	// LeaseInterval: in-flight entries whose handler has run this long get
+	// their lease extended, and again every LeaseInterval, so a slow but
+	// healthy handler is not reclaimed by another consumer. Defaults to
+	// MinIdle/3; must be below MinIdle. NoLease disables the heartbeat.
+	LeaseInterval time.Duration
 	// ReclaimInterval between reclaim passes (the first runs at start).
 	// Defaults to DefaultReclaimInterval.
 	ReclaimInterval time.Duration
@@ -117,6 +125,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MinIdle == 0 {
 		c.MinIdle = DefaultMinIdle
+	}
+	if c.LeaseInterval == 0 {
+		c.LeaseInterval = c.MinIdle / 3
 	}
 	if c.ReclaimInterval == 0 {
 		c.ReclaimInterval = DefaultReclaimInterval
@@ -194,6 +205,9 @@ func (c Config) validate() error {
 	}
 	if c.MinIdle < 10*time.Millisecond {
 		return bad("MinIdle", "must be at least 10ms, got %v", c.MinIdle)
+	}
+	if c.LeaseInterval != NoLease && (c.LeaseInterval <= 0 || c.LeaseInterval >= c.MinIdle) {
+		return bad("LeaseInterval", "must be positive and below MinIdle (%v), or NoLease; got %v", c.MinIdle, c.LeaseInterval)
 	}
 	if c.ReclaimInterval < 0 {
 		return bad("ReclaimInterval", "must be positive, got %v", c.ReclaimInterval)

@@ -664,10 +664,14 @@ func (c *Consumer) ackLoop(ctx context.Context) {
 }
 
 // leaseLoop extends the lease of entries whose handler has run longer than
-// MinIdle/3, cancels handlers whose entry was taken over, and holds entries
+// LeaseInterval, cancels handlers whose entry was taken over, and holds entries
 // whose RetryAfter delay is longer than MinIdle.
 func (c *Consumer) leaseLoop(ctx context.Context) {
-	every := c.cfg.MinIdle / 3
+	every := c.cfg.LeaseInterval
+	if every == NoLease {
+		// No heartbeat; RetryAfter delays beyond MinIdle still need a tick.
+		every = c.cfg.MinIdle / 3
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -682,7 +686,7 @@ func (c *Consumer) leaseLoop(ctx context.Context) {
 		var releaseDelay time.Duration
 		c.mu.Lock()
 		for id, f := range c.inflight {
-			if now.Sub(f.started) >= every && !f.lost.Load() {
+			if c.cfg.LeaseInterval != NoLease && now.Sub(f.started) >= every && !f.lost.Load() {
 				ids = append(ids, id)
 			}
 		}

@@ -63,6 +63,9 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "integration_test:", err)
 		}
 	}
+	if err := closeCluster(); err != nil { // cluster_test.go
+		fmt.Fprintln(os.Stderr, "integration_test:", err)
+	}
 	if code == 0 {
 		if err := goleak.Find(leakOptions()...); err != nil {
 			fmt.Fprintln(os.Stderr, "integration_test: goroutine leak:", err)

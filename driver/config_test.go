@@ -1,0 +1,146 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+func nopHandler() Handler {
+	return HandlerFunc(func(context.Context, *Message) error { return nil })
+}
+
+func TestNewValidatesAndNamesTheField(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	ok := Config{Stream: "{orders}", Group: "billing", Handler: nopHandler()}
+	cases := []struct {
+		field string
+		mod   func(*Config)
+	}{
+		{"Stream", func(c *Config) { c.Stream = "" }},
+		{"Group", func(c *Config) { c.Group = "" }},
+		{"Group", func(c *Config) { c.Group = strings.Repeat("g", pelwarden.MaxNameBytes+1) }},
+		{"Handler", func(c *Config) { c.Handler = nil }},
+		{"DeadLetterStream", func(c *Config) { c.DeadLetterStream = "{elsewhere}:dead" }},
+		{"DeadLetterStream", func(c *Config) { c.DeadLetterStream = c.Stream }},
+		{"MaxDeliveries", func(c *Config) { c.MaxDeliveries = -2 }},
+		{"MinIdle", func(c *Config) { c.MinIdle = time.Millisecond }},
+		{"MinIdle", func(c *Config) { c.MinIdle = -time.Second }},
+		{"LeaseInterval", func(c *Config) { c.LeaseInterval = 2 * time.Minute }},
+		{"ReclaimInterval", func(c *Config) { c.ReclaimInterval = -1 }},
+		{"Backoff[1]", func(c *Config) { c.Backoff = []time.Duration{time.Second, -time.Second} }},
+		{"Concurrency", func(c *Config) { c.Concurrency = -1 }},
+		{"Concurrency", func(c *Config) { c.Concurrency = pelwarden.MaxCount + 1 }},
+		{"ReadBlock", func(c *Config) { c.ReadBlock = time.Microsecond }},
+		{"ClaimCount", func(c *Config) { c.ClaimCount = -3 }},
+		{"AckBatch", func(c *Config) { c.AckBatch = pelwarden.MaxCount + 1 }},
+		{"AckInterval", func(c *Config) { c.AckInterval = -1 }},
+		{"GroupStartID", func(c *Config) { c.GroupStartID = "yesterday" }},
+		{"ReapIdle", func(c *Config) { c.ReapIdle = -1 }},
+		{"ReapIdle", func(c *Config) { c.ReapIdle = time.Second }},
+		{"ShutdownTimeout", func(c *Config) { c.ShutdownTimeout = -1 }},
+	}
+	for _, tc := range cases {
+		cfg := ok
+		tc.mod(&cfg)
+		_, err := New(rdb, cfg)
+		var ce *ConfigError
+		require.True(t, errors.As(err, &ce), "%s: %v", tc.field, err)
+		require.Equal(t, tc.field, ce.Field)
+		require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
+		require.Contains(t, err.Error(), "Config."+tc.field)
+	}
+	_, err := New(nil, ok)
+	require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
+}
+
+func TestNewFillsDefaultsWithoutMutating(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	backoff := []time.Duration{time.Second}
+	cfg := Config{Stream: "{orders}", Group: "billing", Handler: nopHandler(), Backoff: backoff}
+	before := cfg
+	c, err := New(rdb, cfg)
+	require.NoError(t, err)
+	require.Equal(t, before.Consumer, cfg.Consumer, "the caller's struct is untouched")
+	require.Empty(t, cfg.DeadLetterStream)
+	got := c.Config()
+	require.Equal(t, "{orders}:dead", got.DeadLetterStream)
+	require.Equal(t, DefaultMaxDeliveries, got.MaxDeliveries)
+	require.Equal(t, DefaultMinIdle, got.MinIdle)
+	require.Equal(t, DefaultMinIdle/3, got.LeaseInterval)
+	require.Equal(t, DefaultReclaimInterval, got.ReclaimInterval)
+	require.Equal(t, DefaultConcurrency, got.Concurrency)
+	require.Equal(t, DefaultAckBatch, got.AckBatch)
+	require.Equal(t, DefaultShutdownTimeout, got.ShutdownTimeout)
+	require.Equal(t, DefaultGroupStartID, got.GroupStartID)
+	require.NotEmpty(t, c.Name())
+	got.Backoff[0] = time.Hour
+	require.Equal(t, time.Second, backoff[0], "the Backoff slice is copied")
+
+	other, err := New(rdb, cfg)
+	require.NoError(t, err)
+	require.NotEqual(t, c.Name(), other.Name(), "default consumer names are unique")
+}
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	base := errors.New("x")
+	o, _ := classify(nil)
+	require.Equal(t, outcomeAck, o)
+	o, _ = classify(DeadLetter(base))
+	require.Equal(t, outcomeDeadLetter, o)
+	o, d := classify(fmtWrap(RetryAfter(time.Second, base)))
+	require.Equal(t, outcomeRetry, o)
+	require.Equal(t, time.Second, d)
+	o, _ = classify(base)
+	require.Equal(t, outcomeError, o)
+	require.ErrorIs(t, DeadLetter(base), base)
+	require.ErrorIs(t, RetryAfter(time.Second, base), base)
+	require.Equal(t, "dead-letter: x", DeadLetter(base).Error())
+}
+
+func fmtWrap(err error) error { return errors.Join(errors.New("context"), err) }
+
+func TestDecodeRead(t *testing.T) {
+	t.Parallel()
+	entries := []any{[]any{"1-0", []any{"b", "2", "a", "1", "b", "3"}}}
+	for _, v := range []any{
+		[]any{[]any{"s", entries}},   // RESP2
+		map[any]any{"s": entries},    // RESP3
+		map[string]any{"s": entries}, // RESP3, string keys
+	} {
+		msgs, err := decodeRead(v, "s", "g")
+		require.NoError(t, err)
+		require.Len(t, msgs, 1)
+		require.Equal(t, []pelwarden.Field{{Name: "b", Value: "2"}, {Name: "a", Value: "1"}, {Name: "b", Value: "3"}}, msgs[0].Fields)
+		require.EqualValues(t, 1, msgs[0].Deliveries)
+		v, ok := msgs[0].Value("b")
+		require.True(t, ok)
+		require.Equal(t, "2", v, "Value returns the first field of that name")
+	}
+	for _, bad := range []any{"x", []any{"s"}, []any{[]any{"s", "e"}}, []any{[]any{"s", []any{[]any{"1-0", []any{"odd"}}}}}} {
+		_, err := decodeRead(bad, "s", "g")
+		require.ErrorIs(t, err, pelwarden.ErrMalformedReply)
+	}
+}
+
+func TestBackoffIsCappedWithJitter(t *testing.T) {
+	t.Parallel()
+	for attempt := range 20 {
+		d := backoff(attempt)
+		require.Positive(t, d)
+		require.LessOrEqual(t, d, 5*time.Second)
+	}
+	require.Less(t, backoff(0), 60*time.Millisecond)
+}

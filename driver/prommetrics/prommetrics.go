@@ -1,0 +1,103 @@
+// Package prommetrics exports a driver.Consumer's counters to Prometheus. It
+// lives in its own package so programs that don't use Prometheus never
+// import client_golang.
+//
+//	m := prommetrics.New(prommetrics.Options{})
+//	prometheus.MustRegister(m)
+//	c, err := driver.New(rdb, driver.Config{..., Metrics: m})
+package prommetrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pelwarden/pelwarden/driver"
+)
+
+// Options configure the collector.
+type Options struct {
+	// Namespace prefixes every metric name. Defaults to "pelwarden".
+	Namespace string
+	// ConstLabels are added to every series (e.g. the stream and group when
+	// one process runs several consumers).
+	ConstLabels prometheus.Labels
+	// Buckets of the handler duration histogram, in seconds. Defaults to
+	// prometheus.DefBuckets.
+	Buckets []float64
+}
+
+// Metrics implements driver.Metrics and prometheus.Collector:
+//
+//	<ns>_events_total{event="read|handled|handler_error|..."}
+//	<ns>_dead_lettered_total{reason="max_deliveries|handler|..."}
+//	<ns>_handler_duration_seconds
+type Metrics struct {
+	events   *prometheus.CounterVec
+	byEvent  []prometheus.Counter
+	dead     *prometheus.CounterVec
+	duration prometheus.Histogram
+}
+
+var _ driver.Metrics = (*Metrics)(nil)
+var _ prometheus.Collector = (*Metrics)(nil)
+
+// New returns a collector; register it with a prometheus.Registerer.
+func New(o Options) *Metrics {
+	if o.Namespace == "" {
+		o.Namespace = "pelwarden"
+	}
+	if o.Buckets == nil {
+		o.Buckets = prometheus.DefBuckets
+	}
+	m := &Metrics{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: o.Namespace, Name: "events_total", ConstLabels: o.ConstLabels,
+			Help: "Consumer events: read, handled, handler_error, handler_panic, claimed, deleted_from_pel, acked, lost_ownership, lease_extended, reaped, command_error.",
+		}, []string{"event"}),
+		dead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: o.Namespace, Name: "dead_lettered_total", ConstLabels: o.ConstLabels,
+			Help: "Entries moved to the dead-letter stream, by reason.",
+		}, []string{"reason"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: o.Namespace, Name: "handler_duration_seconds", ConstLabels: o.ConstLabels,
+			Help: "Duration of handler calls.", Buckets: o.Buckets,
+		}),
+	}
+	// Pre-create every event series so they export 0 before the first event.
+	for _, e := range driver.Events() {
+		m.byEvent = append(m.byEvent, m.events.WithLabelValues(e.String()))
+	}
+	return m
+}
+
+// Count implements driver.Metrics.
+func (m *Metrics) Count(e driver.Event, n int) {
+	if int(e) >= 0 && int(e) < len(m.byEvent) {
+		m.byEvent[e].Add(float64(n))
+		return
+	}
+	m.events.WithLabelValues(e.String()).Add(float64(n))
+}
+
+// DeadLettered implements driver.Metrics.
+func (m *Metrics) DeadLettered(reason string, n int) {
+	m.dead.WithLabelValues(reason).Add(float64(n))
+}
+
+// HandlerDuration implements driver.Metrics.
+func (m *Metrics) HandlerDuration(d time.Duration) { m.duration.Observe(d.Seconds()) }
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.events.Describe(ch)
+	m.dead.Describe(ch)
+	m.duration.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.events.Collect(ch)
+	m.dead.Collect(ch)
+	m.duration.Collect(ch)
+}

@@ -1,0 +1,63 @@
+package prommetrics_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/driver/prommetrics"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	m := prommetrics.New(prommetrics.Options{ConstLabels: prometheus.Labels{"stream": "{orders}"}})
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(m))
+	m.Count(driver.EventAcked, 3)
+	m.Count(driver.EventAcked, 2)
+	m.Count(driver.EventDeletedFromPEL, 1)
+	m.DeadLettered("max_deliveries", 4)
+	m.HandlerDuration(250 * time.Millisecond)
+
+	want := `
+# HELP pelwarden_dead_lettered_total Entries moved to the dead-letter stream, by reason.
+# TYPE pelwarden_dead_lettered_total counter
+pelwarden_dead_lettered_total{reason="max_deliveries",stream="{orders}"} 4
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "pelwarden_dead_lettered_total"))
+	n, err := testutil.GatherAndCount(reg, "pelwarden_events_total")
+	require.NoError(t, err)
+	require.Equal(t, len(driver.Events()), n, "every event series exists from the start")
+	require.InDelta(t, 5, testutil.ToFloat64(counter(t, reg, "acked")), 0)
+	require.InDelta(t, 1, testutil.ToFloat64(counter(t, reg, "deleted_from_pel")), 0)
+	require.Equal(t, 1, testutil.CollectAndCount(m, "pelwarden_handler_duration_seconds"))
+}
+
+// counter re-reads one event series through the registry.
+func counter(t *testing.T, reg *prometheus.Registry, event string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "pelwarden_events_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "event" && l.GetValue() == event {
+					return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "x"}, func() float64 { return m.GetCounter().GetValue() })
+				}
+			}
+		}
+	}
+	t.Fatalf("no series for event %q", event)
+	return nil
+}

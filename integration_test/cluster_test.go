@@ -1,0 +1,389 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/testserver"
+)
+
+// The package's Redis Cluster: three primaries in containers, started by the
+// first test that needs it and removed by run (main_test.go) after the tests.
+var (
+	clusterOnce sync.Once
+	clusterSrv  *testserver.Cluster
+	clusterErr  error
+
+	// clusterGrown is set once a test has added a fourth primary.
+	clusterGrown bool
+)
+
+// newPrimarySlots are the slots the NewPrimary phase moves to the node it
+// adds. No other cluster test puts keys there, so they stay empty and can be
+// moved without migrating data.
+var newPrimarySlots = testserver.SlotRange{Start: 16368, End: 16383}
+
+// clusterImage is PELWARDEN_CLUSTER_IMAGE, or pelwarden/redis:8.0.
+func clusterImage() string {
+	if v := strings.TrimSpace(os.Getenv("PELWARDEN_CLUSTER_IMAGE")); v != "" {
+		return v
+	}
+	return "pelwarden/redis:8.0"
+}
+
+// sharedCluster starts the package's cluster on first use.
+func sharedCluster(t *testing.T) *testserver.Cluster {
+	t.Helper()
+	clusterOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		clusterSrv, clusterErr = testserver.StartCluster(ctx, clusterImage(), testserver.ClusterOptions{})
+	})
+	require.NoError(t, clusterErr, "start a Redis Cluster of %s", clusterImage())
+	return clusterSrv
+}
+
+// closeCluster removes the cluster's containers, if a test started it.
+func closeCluster() error {
+	if clusterSrv == nil {
+		return nil
+	}
+	return clusterSrv.Close()
+}
+
+// TestCluster runs pelwarden on a three-primary Redis Cluster. It runs in
+// parallel with the rest of the package; its phases run in order because
+// they share the cluster's library state: the first checks that no primary
+// has the library before Load, the self-heal phase must be the only one to
+// reload it after flushing it, and the last one changes the topology. The
+// tests of the middle phase run in parallel.
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	c := sharedCluster(t)
+	ctx := ctxFor(t)
+	rdb := c.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	shards, err := c.Shards(ctx)
+	require.NoError(t, err)
+	want := testserver.DefaultClusterPrimaries
+	if clusterGrown { // an earlier run in this process (-count) added one
+		want++
+	}
+	require.Len(t, shards, want)
+	usable := keyShards(shards)
+	require.Len(t, usable, testserver.DefaultClusterPrimaries)
+
+	t.Run("LoadReachesEveryPrimary", func(t *testing.T) {
+		testClusterLoad(t, ctx, rdb, shards)
+	})
+	t.Run("Parallel", func(t *testing.T) {
+		t.Run("ClaimAckDeadLetterPerShard", func(t *testing.T) {
+			t.Parallel()
+			for i, s := range usable {
+				t.Run(fmt.Sprintf("shard%d", i), func(t *testing.T) {
+					t.Parallel()
+					testClusterShard(t, ctx, rdb, s)
+				})
+			}
+		})
+		t.Run("CrossSlot", func(t *testing.T) {
+			t.Parallel()
+			testClusterCrossSlot(t, ctx, c, rdb, usable[0])
+		})
+	})
+	t.Run("SelfHealAfterFlush", func(t *testing.T) {
+		testClusterSelfHeal(t, ctx, rdb, usable)
+	})
+	t.Run("NewPrimaryGetsLibraryFromLoad", func(t *testing.T) {
+		testClusterNewPrimary(t, ctx, c, rdb)
+	})
+}
+
+// Load visits every primary: none has the library before, each answers with
+// the embedded version after.
+func testClusterLoad(t *testing.T, ctx context.Context, rdb *redis.ClusterClient, shards []testserver.Shard) {
+	var addrs []string
+	for _, s := range shards {
+		node := nodeClient(t, s.Primary)
+		// A fresh cluster has no library; the flush only matters when the
+		// test runs again in this process (-count).
+		require.NoError(t, node.FunctionFlush(ctx).Err())
+		err := node.FCallRO(ctx, pelwarden.FunctionVersion, nil).Err()
+		require.ErrorContains(t, err, "Function not found", "%s before Load", s.Primary.Addr())
+		addrs = append(addrs, s.Primary.Addr())
+	}
+
+	lib := pelwarden.NewLibrary(rdb)
+	res, err := lib.Load(ctx)
+	require.NoError(t, err)
+	require.Equal(t, pelwarden.ModeFunction, res.Mode)
+	require.Len(t, res.Nodes, len(shards), "one NodeLoad per primary")
+	var loaded []string
+	for _, n := range res.Nodes {
+		require.Equal(t, pelwarden.NodeLoad{Addr: n.Addr, After: pelwarden.LibraryVersion, Action: pelwarden.ActionLoaded}, n)
+		loaded = append(loaded, n.Addr)
+	}
+	require.ElementsMatch(t, addrs, loaded)
+	for _, s := range shards {
+		v, err := nodeClient(t, s.Primary).FCallRO(ctx, pelwarden.FunctionVersion, nil).Text()
+		require.NoError(t, err, s.Primary.Addr())
+		require.Equal(t, pelwarden.LibraryVersion, v, s.Primary.Addr())
+	}
+
+	res, err = lib.Load(ctx)
+	require.NoError(t, err)
+	require.Len(t, res.Nodes, len(shards))
+	for _, n := range res.Nodes {
+		require.Equal(t, pelwarden.ActionCurrent, n.Action, n.Addr)
+	}
+}
+
+// Claim (with dead-lettering at MaxDeliveries), DeadLetter and Ack work on
+// hash-tagged keys that live on one shard's primary.
+func testClusterShard(t *testing.T, ctx context.Context, rdb *redis.ClusterClient, s testserver.Shard) {
+	k := clusterKeys(t, func(slot int) bool { return s.Owns(slot) && !newPrimarySlots.Contains(slot) })
+	lib := pelwarden.NewLibrary(rdb)
+	ids := setup(t, ctx, rdb, k, 10)
+	deliver(t, ctx, rdb, k, "dead-consumer", 10)
+	// The first three were delivered twice (a retry that crashed too).
+	require.NoError(t, rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "dead-consumer", Messages: ids[:3]}).Err())
+
+	all, _ := walk(t, ctx, lib, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group,
+		Consumer: "rescuer", MaxDeliveries: 2, Count: 4})
+	require.Equal(t, ids[:3], all.DeadLettered)
+	require.Empty(t, all.Deleted)
+	var live []string
+	for _, e := range all.Entries {
+		live = append(live, e.ID)
+		require.EqualValues(t, 2, e.Deliveries, e.ID)
+	}
+	require.Equal(t, ids[3:], live)
+
+	dl, err := lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group,
+		Consumer: "rescuer", IDs: ids[3:4], Reason: "invalid_order", Error: "unknown sku"})
+	require.NoError(t, err)
+	require.Equal(t, ids[3:4], dl.DeadLettered)
+	require.NoError(t, dl.Err())
+	ack, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "rescuer", IDs: ids[4:]})
+	require.NoError(t, err)
+	require.EqualValues(t, 6, ack.Acked)
+	require.NoError(t, ack.Err())
+
+	// The shard's primary holds the keys: it answers for them itself, where
+	// any other node would answer MOVED.
+	node := nodeClient(t, s.Primary)
+	p, err := node.XPending(ctx, k.Stream, k.Group).Result()
+	require.NoError(t, err)
+	require.Zero(t, p.Count, "PEL empty")
+	n, err := node.XLen(ctx, k.Stream).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 10, n)
+	recs, err := node.XRange(ctx, k.DLQ, "-", "+").Result()
+	require.NoError(t, err)
+	require.Len(t, recs, 4)
+	for i, r := range recs {
+		m := r.Values
+		require.Equal(t, ids[i], m[pelwarden.FieldOriginalID])
+		require.Equal(t, fmt.Sprint(i), m["n"])
+		require.Equal(t, fmt.Sprintf("order-%d", i), m["payload"])
+		require.Equal(t, k.Stream, m[pelwarden.FieldStream])
+		require.Equal(t, k.Group, m[pelwarden.FieldGroup])
+		require.Equal(t, "2", m[pelwarden.FieldDeliveries])
+		if i < 3 {
+			require.Equal(t, pelwarden.ReasonMaxDeliveries, m[pelwarden.FieldReason])
+			require.Equal(t, "dead-consumer", m[pelwarden.FieldConsumer])
+			require.Equal(t, "", m[pelwarden.FieldError])
+		} else {
+			require.Equal(t, "invalid_order", m[pelwarden.FieldReason])
+			require.Equal(t, "rescuer", m[pelwarden.FieldConsumer])
+			require.Equal(t, "unknown sku", m[pelwarden.FieldError])
+		}
+	}
+}
+
+// Keys in different slots are refused by the Go side before any round trip
+// on a cluster client, and by the server otherwise.
+func testClusterCrossSlot(t *testing.T, ctx context.Context, c *testserver.Cluster, rdb *redis.ClusterClient, s testserver.Shard) {
+	require.NotEqual(t, pelwarden.Slot("{a}"), pelwarden.Slot("{b}"))
+
+	counted := c.Client()
+	t.Cleanup(func() { _ = counted.Close() })
+	var cmds atomic.Int64
+	counted.AddHook(countHook{&cmds})
+	lib := pelwarden.NewLibrary(counted)
+	_, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: "{a}", DeadLetterStream: "{b}", Group: "g", Consumer: "c"})
+	require.ErrorIs(t, err, pelwarden.ErrCrossSlot)
+	require.ErrorContains(t, err, "{orders}:dead", "the message suggests a hash tag")
+	_, err = lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: "{a}", DeadLetterStream: "{b}", Group: "g", Consumer: "c", IDs: []string{"1-0"}})
+	require.ErrorIs(t, err, pelwarden.ErrCrossSlot)
+	_, err = lib.Stats(ctx, pelwarden.StatsArgs{Stream: "{a}", DeadLetterStream: "{b}", Group: "g"})
+	require.ErrorIs(t, err, pelwarden.ErrCrossSlot)
+	_, err = lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: "{b}", Stream: "{a}"})
+	require.ErrorIs(t, err, pelwarden.ErrCrossSlot)
+	require.Zero(t, cmds.Load(), "no command was sent")
+	require.NoError(t, counted.Ping(ctx).Err())
+	require.NotZero(t, cmds.Load(), "the hook counts what is sent")
+
+	// The server answers a raw FCALL with keys in two slots CROSSSLOT.
+	err = rdb.FCall(ctx, pelwarden.FunctionClaim, []string{"{a}", "{b}"}, "g", "c", 0, "0-0", 10, 0, "0", "1", 0).Err()
+	require.Error(t, err)
+	require.True(t, redis.HasErrorPrefix(err, "CROSSSLOT"), "got %v", err)
+
+	// A plain client to one node cannot check slots; the server's CROSSSLOT
+	// comes back as ErrCrossSlot.
+	_, err = pelwarden.NewLibrary(nodeClient(t, s.Primary)).Claim(ctx, pelwarden.ClaimArgs{Stream: "{a}", DeadLetterStream: "{b}", Group: "g", Consumer: "c"})
+	require.ErrorIs(t, err, pelwarden.ErrCrossSlot)
+	var perr *pelwarden.Error
+	require.ErrorAs(t, err, &perr)
+	require.Equal(t, "CROSSSLOT", perr.Code)
+}
+
+// A Library that has loaded heals shards that lost the library (FUNCTION
+// FLUSH): the call answered "Function not found" reloads on every primary,
+// not only on the one that answered, and is retried.
+func testClusterSelfHeal(t *testing.T, ctx context.Context, rdb *redis.ClusterClient, shards []testserver.Shard) {
+	lib := pelwarden.NewLibrary(rdb)
+	_, err := lib.Load(ctx)
+	require.NoError(t, err)
+	target, other := shards[1], shards[2]
+	k := clusterKeys(t, func(slot int) bool { return target.Owns(slot) && !newPrimarySlots.Contains(slot) })
+	ids := setup(t, ctx, rdb, k, 3)
+	deliver(t, ctx, rdb, k, "dead-consumer", 3)
+
+	for _, s := range []testserver.Shard{target, other} {
+		node := nodeClient(t, s.Primary)
+		require.NoError(t, node.FunctionFlush(ctx).Err())
+		require.ErrorContains(t, node.FCallRO(ctx, pelwarden.FunctionVersion, nil).Err(), "Function not found", s.Primary.Addr())
+	}
+
+	page, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "rescuer"})
+	require.NoError(t, err)
+	require.True(t, page.Done())
+	var got []string
+	for _, e := range page.Entries {
+		got = append(got, e.ID)
+	}
+	require.Equal(t, ids, got)
+	require.Equal(t, "rescuer", pendingOf(t, ctx, rdb, k, ids[0]).Consumer)
+
+	for _, s := range shards {
+		v, err := nodeClient(t, s.Primary).FCallRO(ctx, pelwarden.FunctionVersion, nil).Text()
+		require.NoError(t, err, s.Primary.Addr())
+		require.Equal(t, pelwarden.LibraryVersion, v, s.Primary.Addr())
+	}
+}
+
+// A primary added to the cluster has no library; Load finds it and loads it
+// there, and the library works on keys of the slots it was given.
+func testClusterNewPrimary(t *testing.T, ctx context.Context, c *testserver.Cluster, rdb *redis.ClusterClient) {
+	n, err := c.AddPrimary(ctx, newPrimarySlots)
+	require.NoError(t, err)
+	clusterGrown = true
+	node := nodeClient(t, n)
+	require.ErrorContains(t, node.FCallRO(ctx, pelwarden.FunctionVersion, nil).Err(), "Function not found", "a new node starts empty")
+	shards, err := c.Shards(ctx)
+	require.NoError(t, err)
+	require.Len(t, shards, testserver.DefaultClusterPrimaries+1)
+
+	lib := pelwarden.NewLibrary(rdb)
+	res, err := lib.Load(ctx)
+	require.NoError(t, err)
+	require.Len(t, res.Nodes, len(shards), "one NodeLoad per primary")
+	var found bool
+	for _, nl := range res.Nodes {
+		if nl.Addr == n.Addr() {
+			found = true
+			require.Equal(t, pelwarden.NodeLoad{Addr: n.Addr(), After: pelwarden.LibraryVersion, Action: pelwarden.ActionLoaded}, nl)
+		} else {
+			require.Equal(t, pelwarden.ActionCurrent, nl.Action, nl.Addr)
+		}
+	}
+	require.True(t, found, "Load visited the new primary %s: %+v", n.Addr(), res.Nodes)
+	v, err := node.FCallRO(ctx, pelwarden.FunctionVersion, nil).Text()
+	require.NoError(t, err)
+	require.Equal(t, pelwarden.LibraryVersion, v)
+
+	// Keys of the moved slots live on the new primary, and the library
+	// works there.
+	k := clusterKeys(t, newPrimarySlots.Contains)
+	t.Cleanup(func() { // keep the slots empty for a later run (-count)
+		_ = rdb.Del(context.Background(), k.Stream, k.DLQ).Err()
+	})
+	ids := setup(t, ctx, rdb, k, 2)
+	deliver(t, ctx, rdb, k, "dead-consumer", 2)
+	page, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "rescuer"})
+	require.NoError(t, err)
+	require.Len(t, page.Entries, 2)
+	ack, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "rescuer", IDs: ids})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, ack.Acked)
+	l, err := node.XLen(ctx, k.Stream).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 2, l, "the stream lives on the new primary")
+}
+
+// keyShards are the shards with slots outside newPrimarySlots (every shard,
+// unless an earlier run in this process added a primary).
+func keyShards(shards []testserver.Shard) []testserver.Shard {
+	var out []testserver.Shard
+	for _, s := range shards {
+		for _, r := range s.Ranges {
+			if r.Start < newPrimarySlots.Start || r.End > newPrimarySlots.End {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// clusterKeys returns the test's own keys under a hash tag whose slot
+// satisfies want.
+func clusterKeys(t *testing.T, want func(slot int) bool) keys {
+	t.Helper()
+	base := strings.Trim(newKeys(t).Stream, "{}")
+	for i := range 1 << 20 {
+		tag := fmt.Sprintf("{%s.%d}", base, i)
+		if want(pelwarden.Slot(tag)) {
+			return keys{Stream: tag, DLQ: pelwarden.DeadLetterStreamFor(tag), Group: "g"}
+		}
+	}
+	t.Fatal("no hash tag found for the wanted slots")
+	return keys{}
+}
+
+// nodeClient returns a client for one node, closed when the test ends.
+func nodeClient(t *testing.T, n *testserver.ClusterNode) *redis.Client {
+	c := n.Client()
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// countHook counts the commands a client sends.
+type countHook struct{ n *atomic.Int64 }
+
+func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
