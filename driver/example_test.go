@@ -1,0 +1,142 @@
+package driver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/internal/testserver"
+)
+
+// serverOptions reaches the server the examples run against: one container,
+// started by TestMain from the first image of the test matrix.
+var serverOptions *redis.Options
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	srv, err := testserver.Start(ctx, testserver.Images()[0], testserver.Options{})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "driver examples need a server:", err)
+		os.Exit(1)
+	}
+	serverOptions = srv.Options()
+	code := m.Run()
+	if err := srv.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	if code == 0 {
+		if err := goleak.Find(
+			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// A consumer that bills orders: nil acks, DeadLetter parks a malformed order
+// at once with the reason, any other error is retried by the reclaim pass
+// until MaxDeliveries.
+func Example() {
+	rdb := redis.NewClient(serverOptions) // e.g. &redis.Options{Addr: "127.0.0.1:6379"}
+	defer rdb.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	for _, amount := range []string{"12.50", "oops", "7.00"} {
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: "{orders}", Values: []string{"amount", amount}})
+	}
+	done := make(chan struct{}, 3)
+	c, err := driver.New(rdb, driver.Config{
+		Stream: "{orders}", Group: "billing", Consumer: "billing-1",
+		CreateGroup: true, // start the group at the first entry of the stream
+		Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
+			defer func() { done <- struct{}{} }()
+			amount, _ := m.Value("amount")
+			if !strings.Contains(amount, ".") {
+				return driver.DeadLetter(fmt.Errorf("malformed amount %q", amount))
+			}
+			fmt.Println("billed", amount)
+			return nil
+		}),
+		Concurrency: 1, // in order, for this example's output
+	})
+	if err != nil {
+		panic(err)
+	}
+	stopped := make(chan error)
+	go func() { stopped <- c.Run(ctx) }()
+	for range 3 {
+		<-done
+	}
+	cancel() // graceful: in-flight handlers finish, acks are flushed
+	if err := <-stopped; err != nil {
+		panic(err)
+	}
+
+	dead, _ := rdb.XRange(context.Background(), "{orders}:dead", "-", "+").Result()
+	fmt.Println("dead-lettered:", dead[0].Values["amount"], "-", dead[0].Values[pelwarden.FieldError])
+	// Output:
+	// billed 12.50
+	// billed 7.00
+	// dead-lettered: oops - malformed amount "oops"
+}
+
+// Transient failures: RetryAfter keeps the entry pending and out of reach
+// until the delay has passed; after MaxDeliveries attempts the reclaim pass
+// dead-letters it with reason max_deliveries.
+func ExampleRetryAfter() {
+	rdb := redis.NewClient(serverOptions)
+	defer rdb.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: "{payments}", Values: []string{"card", "4242"}})
+
+	attempts := make(chan int64, 10)
+	c, err := driver.New(rdb, driver.Config{
+		Stream: "{payments}", Group: "charge", CreateGroup: true,
+		MaxDeliveries: 3,
+		MinIdle:       200 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond,
+		Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
+			attempts <- m.Deliveries
+			return driver.RetryAfter(100*time.Millisecond, errors.New("payment provider unavailable"))
+		}),
+	})
+	if err != nil {
+		panic(err)
+	}
+	stopped := make(chan error)
+	go func() { stopped <- c.Run(ctx) }()
+	for range 3 {
+		fmt.Println("attempt", <-attempts)
+	}
+	for {
+		n, _ := rdb.XLen(ctx, "{payments}:dead").Result()
+		if n == 1 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-stopped
+	dead, _ := rdb.XRange(context.Background(), "{payments}:dead", "-", "+").Result()
+	fmt.Println("dead-lettered after", dead[0].Values[pelwarden.FieldDeliveries], "deliveries:", dead[0].Values[pelwarden.FieldReason])
+	// Output:
+	// attempt 1
+	// attempt 2
+	// attempt 3
+	// dead-lettered after 3 deliveries: max_deliveries
+}

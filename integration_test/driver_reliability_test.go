@@ -1,0 +1,210 @@
+package integration_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/internal/testserver"
+)
+
+// ledger records, per entry id, successful handler runs.
+type ledger struct {
+	mu sync.Mutex
+	ok map[string]int
+}
+
+func (l *ledger) success(id string) { l.mu.Lock(); l.ok[id]++; l.mu.Unlock() }
+
+// At least once, nothing lost: three consumers share 20,000 entries; one is
+// cancelled in the middle of its handlers (with no time to finish), another
+// stops hard (its connection is closed under it, so its acks cannot be
+// sent). At the end every entry was acked after a successful handler or sits
+// in the dead-letter stream; duplicates are counted and reported.
+func TestDriverAtLeastOnceNothingLost(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		const n = 20000
+		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+		ids := produce(t, ctx, s.rdb, k, n)
+		poison := map[string]bool{}
+		for i := 0; i < n; i += 100 { // 1% poison: the handler always fails
+			poison[ids[i]] = true
+		}
+		led := &ledger{ok: map[string]int{}}
+		handler := func(delay time.Duration) driver.Handler {
+			return driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
+				if poison[m.ID] {
+					return errors.New("poison")
+				}
+				if delay > 0 {
+					select {
+					case <-time.After(time.Duration(rand.Int64N(int64(delay)))):
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+				led.success(m.ID)
+				return nil
+			})
+		}
+		cfg := func(name string, delay time.Duration) driver.Config {
+			c := fastConfig(t, k, name, handler(delay))
+			c.MinIdle = 500 * time.Millisecond
+			c.ReclaimInterval = 200 * time.Millisecond
+			return c
+		}
+		// "cancelled": slow handlers, no shutdown grace.
+		cc := cfg("cancelled", 50*time.Millisecond)
+		cc.ShutdownTimeout = time.Nanosecond
+		cancelled := start(t, s.rdb, cc)
+		// "hard": its own connection, closed under it.
+		hardRDB := s.srv.Client()
+		hc := cfg("hard", 5*time.Millisecond)
+		hc.AckInterval = time.Hour // acks wait for a full batch
+		hc.ShutdownTimeout = 200 * time.Millisecond
+		hard := start(t, hardRDB, hc)
+		survivor := start(t, s.rdb, cfg("survivor", 0))
+
+		time.Sleep(300 * time.Millisecond)
+		require.NoError(t, cancelled.stop(t))
+		require.NoError(t, hardRDB.Close())
+		_ = hard.stop(t)
+
+		waitFor(t, "PEL empty and every entry settled", func() bool {
+			if pelSize(t, ctx, s.rdb, k) != 0 {
+				return false
+			}
+			dl, _ := s.rdb.XLen(ctx, k.DLQ).Result()
+			led.mu.Lock()
+			defer led.mu.Unlock()
+			return len(led.ok)+int(dl) >= n
+		})
+		require.NoError(t, survivor.stop(t))
+
+		recs, err := s.rdb.XRange(ctx, k.DLQ, "-", "+").Result()
+		require.NoError(t, err)
+		dead := map[string]int{}
+		for _, r := range recs {
+			dead[r.Values[pelwarden.FieldOriginalID].(string)]++
+		}
+		lost, dup := 0, 0
+		for _, id := range ids {
+			okRuns := led.ok[id]
+			switch {
+			case poison[id]:
+				require.Equal(t, 1, dead[id], "poison %s dead-lettered exactly once", id)
+				require.Zero(t, okRuns)
+			case okRuns == 0:
+				lost++
+			default:
+				require.Zero(t, dead[id], "%s succeeded and was dead-lettered too", id)
+				dup += okRuns - 1
+			}
+		}
+		require.Zero(t, lost, "entries neither handled nor dead-lettered")
+		require.Len(t, dead, len(poison), "no foreign or duplicate dead-letter record")
+		t.Logf("%d entries, %d poison dead-lettered, %d duplicate handler runs (at-least-once redeliveries)", n, len(poison), dup)
+	})
+}
+
+// With the heartbeat disabled, a handler slower than MinIdle is stolen by
+// another consumer, and the first one's ack is refused (lost ownership).
+func TestDriverSlowHandlerStolenWithoutLease(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		ids := setup(t, ctx, s.rdb, k, 1)
+		calls := newSeen()
+		slow := driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+			calls.add(msg.ID)
+			time.Sleep(1500 * time.Millisecond)
+			return nil
+		})
+		m := newCounts()
+		cfgA := fastConfig(t, k, "slow", slow)
+		cfgA.LeaseInterval = driver.NoLease
+		cfgA.Metrics = m
+		a := start(t, s.rdb, cfgA)
+		waitFor(t, "slow handler started", func() bool { return calls.count(ids[0]) == 1 })
+		mb := newCounts()
+		cfgB := fastConfig(t, k, "thief", slow)
+		cfgB.Metrics = mb
+		b := start(t, s.rdb, cfgB)
+		waitFor(t, "stolen and handled twice", func() bool { return calls.count(ids[0]) == 2 })
+		waitFor(t, "the thief acks", func() bool { return mb.get(driver.EventAcked) == 1 })
+		waitFor(t, "the first ack refused", func() bool { return m.get(driver.EventLostOwnership) == 1 })
+		require.NoError(t, a.stop(t))
+		require.NoError(t, b.stop(t))
+		require.Zero(t, m.get(driver.EventAcked))
+	})
+}
+
+// FUNCTION FLUSH while consumers run: the library comes back by itself.
+func TestDriverSurvivesFunctionFlush(t *testing.T) {
+	eachDedicated(t, testserver.Options{}, func(t *testing.T, srv *testserver.Server) {
+		ctx := ctxFor(t)
+		rdb := srv.Client()
+		defer rdb.Close()
+		k := newKeys(t)
+		m := newCounts()
+		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }))
+		cfg.Metrics = m
+		r := start(t, rdb, cfg)
+		waitFor(t, "group created", func() bool { return rdb.Exists(ctx, k.Stream).Val() == 1 })
+		produce(t, ctx, rdb, k, 100)
+		waitFor(t, "100 acked", func() bool { return m.get(driver.EventAcked) == 100 })
+		require.NoError(t, rdb.FunctionFlush(ctx).Err())
+		produce(t, ctx, rdb, k, 100)
+		waitFor(t, "200 acked", func() bool { return m.get(driver.EventAcked) == 200 })
+		require.NoError(t, r.stop(t))
+		v, err := rdb.FCallRO(ctx, pelwarden.FunctionVersion, nil).Text()
+		require.NoError(t, err)
+		require.Equal(t, pelwarden.LibraryVersion, v)
+	})
+}
+
+// A server restart (AOF on) while a consumer runs: it reconnects, keeps its
+// unsent acks, and everything produced ends up acked.
+func TestDriverReconnectsAfterRestart(t *testing.T) {
+	eachDedicated(t, testserver.Options{Args: []string{"--appendonly", "yes", "--appendfsync", "always", "--dir", "/tmp"}}, func(t *testing.T, srv *testserver.Server) {
+		ctx := ctxFor(t)
+		rdb := srv.Client()
+		defer rdb.Close()
+		k := newKeys(t)
+		led := &ledger{ok: map[string]int{}}
+		m := newCounts()
+		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+			led.success(msg.ID)
+			return nil
+		}))
+		cfg.Metrics = m
+		cfg.Logger = nil // errors to the default logger: expected during the restart
+		r := start(t, rdb, cfg)
+		waitFor(t, "group created", func() bool { return rdb.Exists(ctx, k.Stream).Val() == 1 })
+		first := produce(t, ctx, rdb, k, 200)
+		waitFor(t, "200 handled", func() bool { led.mu.Lock(); defer led.mu.Unlock(); return len(led.ok) == 200 })
+		require.NoError(t, srv.Restart(ctx))
+		require.Eventually(t, func() bool { return rdb.Ping(ctx).Err() == nil }, 30*time.Second, 100*time.Millisecond)
+		second := produce(t, ctx, rdb, k, 200)
+		waitFor(t, "PEL empty, 400 handled", func() bool {
+			led.mu.Lock()
+			handled := len(led.ok)
+			led.mu.Unlock()
+			return handled == 400 && pelSize(t, ctx, rdb, k) == 0
+		})
+		require.NoError(t, r.stop(t))
+		for _, id := range append(first, second...) {
+			require.GreaterOrEqual(t, led.ok[id], 1, fmt.Sprintf("%s handled", id))
+		}
+	})
+}
