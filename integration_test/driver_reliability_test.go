@@ -133,6 +133,9 @@ func TestDriverSlowHandlerStolenWithoutLease(t *testing.T) {
 		m := newCounts()
 		cfgA := fastConfig(t, k, "slow", slow)
 		cfgA.LeaseInterval = driver.NoLease
+		// Its own reclaim pass would take the entry back from itself (and so
+		// act as a lease); only the thief reclaims here.
+		cfgA.ReclaimInterval = time.Hour
 		cfgA.Metrics = m
 		a := start(t, s.rdb, cfgA)
 		waitFor(t, "slow handler started", func() bool { return calls.count(ids[0]) == 1 })
