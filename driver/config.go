@@ -75,8 +75,9 @@ type Config struct {
 	// holds more unstarted entries than free handler slots. Defaults to
 	// DefaultConcurrency.
 	Concurrency int
-	// ReadBlock is how long one XREADGROUP waits for new entries. Defaults
-	// to DefaultReadBlock.
+	// ReadBlock is how long one XREADGROUP waits for new entries. Keep it
+	// below the client's ReadTimeout (go-redis default 3s). Defaults to
+	// DefaultReadBlock.
 	ReadBlock time.Duration
 	// ClaimCount is the page size of a reclaim call (bounded by free
 	// handler slots). Defaults to DefaultClaimCount.
@@ -102,7 +103,11 @@ type Config struct {
 	// ShutdownTimeout: after Run's context is cancelled, in-flight handlers
 	// get this long to finish; then their contexts are cancelled and their
 	// entries stay pending. Pending acks are flushed within the same bound.
-	// Defaults to DefaultShutdownTimeout.
+	// When Redis hangs, Run still returns in a few ShutdownTimeouts; for the
+	// bound to cut Redis calls short too, create the client with
+	// redis.Options.ContextTimeoutEnabled (otherwise a call in progress
+	// lasts up to the client's ReadTimeout). Defaults to
+	// DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 
 	// Logger receives the driver's logs; errors are always logged. Defaults

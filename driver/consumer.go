@@ -53,9 +53,12 @@ type Consumer struct {
 
 	mu       sync.Mutex
 	inflight map[string]*inflight // by entry id
+	closed   bool                 // shutdown began: dispatch no more
 	delayed  map[string]time.Time // RetryAfter beyond MinIdle: id -> retry at
 
-	acks chan string
+	acks      chan string   // ids to ack, from handlers to the ack loop
+	ackStop   chan struct{} // closed: no more acks are coming, flush and exit
+	ackerGone chan struct{} // closed when the ack loop has exited
 
 	fatalOnce sync.Once
 	fatalErr  error
@@ -111,7 +114,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
 	}
-	defer c.running.Store(false)
+	loopsDone := make(chan struct{})
+	released := false
+	defer func() {
+		if !released {
+			c.running.Store(false)
+		}
+	}()
 
 	c.slots = make(chan struct{}, c.cfg.Concurrency)
 	for range c.cfg.Concurrency {
@@ -120,9 +129,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.inflight = map[string]*inflight{}
 	c.delayed = map[string]time.Time{}
 	c.acks = make(chan string, c.cfg.AckBatch*2)
+	c.ackStop = make(chan struct{})
+	c.ackerGone = make(chan struct{})
 	c.fatal = make(chan struct{})
 	c.fatalOnce = sync.Once{}
 	c.fatalErr = nil
+	c.closed = false
 
 	if err := c.start(ctx); err != nil {
 		return err
@@ -149,36 +161,50 @@ func (c *Consumer) Run(ctx context.Context) error {
 	loops.Go(func() { c.readLoop(loopCtx, handlerCtx, &handlers) })
 	loops.Go(func() { c.reclaimLoop(loopCtx, handlerCtx, &handlers) })
 	loops.Go(func() { c.leaseLoop(loopCtx) })
-	ackerDone := make(chan struct{})
+	go func() { loops.Wait(); close(loopsDone) }()
 	flushCtx, cancelFlush := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelFlush()
 	go func() {
-		defer close(ackerDone)
+		defer close(c.ackerGone)
 		c.ackLoop(flushCtx)
 	}()
 
 	<-loopCtx.Done()
-	loops.Wait()
+	// A loop blocked in a Redis call that ignores cancellation (go-redis
+	// honours context deadlines only with Options.ContextTimeoutEnabled)
+	// is not waited for beyond ShutdownTimeout; nothing it reads from now
+	// on is dispatched (such entries stay pending).
+	if !waitOrTimeout(loopsDone, c.cfg.ShutdownTimeout) {
+		c.log.Warn("shutdown: a Redis call is still in progress; continuing without it")
+	}
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
 
-	// Shutdown: let in-flight handlers finish within ShutdownTimeout.
-	deadline := time.NewTimer(c.cfg.ShutdownTimeout)
-	defer deadline.Stop()
+	// Shutdown, phase 1: in-flight handlers get ShutdownTimeout to finish;
+	// the ack loop keeps sending their acks meanwhile.
 	done := make(chan struct{})
 	go func() { handlers.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-deadline.C:
-		n := c.inflightCount()
-		c.log.Warn("shutdown timeout: cancelling handlers; their entries stay pending", "in_flight", n)
+	if !waitOrTimeout(done, c.cfg.ShutdownTimeout) {
+		// Phase 2: cancel them; their entries stay pending. They get another
+		// ShutdownTimeout to return.
+		c.log.Warn("shutdown timeout: cancelling handlers; their entries stay pending", "in_flight", c.inflightCount())
 		cancelHandlers()
-		<-done
+		waitOrTimeout(done, c.cfg.ShutdownTimeout)
 	}
-
-	// Flush acks, bounded by ShutdownTimeout too.
-	close(c.acks)
-	flushDeadline := time.AfterFunc(c.cfg.ShutdownTimeout, cancelFlush)
-	<-ackerDone
-	flushDeadline.Stop()
+	// Phase 3: flush the remaining acks, bounded by ShutdownTimeout.
+	close(c.ackStop)
+	<-c.ackerGone
+	if !waitOrTimeout(done, time.Second) {
+		c.log.Error("handlers ignored their cancelled context; abandoned (their outcome is discarded, entries stay pending)", "in_flight", c.inflightCount())
+	}
+	select {
+	case <-loopsDone:
+	default:
+		// Let Run be called again only once the lingering call returned.
+		released = true
+		go func() { <-loopsDone; c.running.Store(false) }()
+	}
 
 	if c.fatalErr != nil {
 		return c.fatalErr
@@ -256,6 +282,16 @@ func (c *Consumer) groupMissing(ctx context.Context, err error) bool {
 	return true
 }
 
+// stopping reports whether stop was called.
+func (c *Consumer) stopping() bool {
+	select {
+	case <-c.fatal:
+		return true
+	default:
+		return false
+	}
+}
+
 // stop ends Run with err (the first one wins).
 func (c *Consumer) stop(err error) {
 	c.fatalOnce.Do(func() {
@@ -290,6 +326,9 @@ func (c *Consumer) releaseSlots(n int) {
 		c.slots <- struct{}{}
 	}
 }
+
+// readMargin is added to ReadBlock for a read's context deadline.
+const readMargin = 2 * time.Second
 
 // readLoop reads new entries with XREADGROUP ">", never more than free
 // handler slots.
@@ -327,6 +366,8 @@ func (c *Consumer) readLoop(ctx, handlerCtx context.Context, handlers *sync.Wait
 
 // read runs one XREADGROUP and decodes it keeping field order.
 func (c *Consumer) read(ctx context.Context, count int) ([]*Message, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReadBlock+readMargin)
+	defer cancel()
 	v, err := c.rdb.Do(ctx, "XREADGROUP", "GROUP", c.cfg.Group, c.cfg.Consumer,
 		"COUNT", count, "BLOCK", c.cfg.ReadBlock.Milliseconds(), "STREAMS", c.cfg.Stream, ">").Result()
 	if errors.Is(err, redis.Nil) {
@@ -442,6 +483,13 @@ func (c *Consumer) dispatch(handlerCtx context.Context, handlers *sync.WaitGroup
 	hctx, cancel := context.WithCancelCause(handlerCtx)
 	f := &inflight{started: time.Now(), cancel: cancel}
 	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		cancel(nil)
+		c.releaseSlots(1)
+		c.log.Warn("entry read during shutdown; it stays pending", "id", m.ID)
+		return
+	}
 	if _, busy := c.inflight[m.ID]; busy {
 		// Our own reclaim pass took back an entry whose handler still runs
 		// here (its lease lapsed): the running handler settles it.
@@ -452,8 +500,10 @@ func (c *Consumer) dispatch(handlerCtx context.Context, handlers *sync.WaitGroup
 	}
 	c.inflight[m.ID] = f
 	delete(c.delayed, m.ID)
+	handlers.Add(1) // under c.mu: never concurrent with closing
 	c.mu.Unlock()
-	handlers.Go(func() {
+	go func() {
+		defer handlers.Done()
 		defer c.releaseSlots(1)
 		defer cancel(nil)
 		err, panicked := c.runHandler(hctx, m)
@@ -461,7 +511,7 @@ func (c *Consumer) dispatch(handlerCtx context.Context, handlers *sync.WaitGroup
 		delete(c.inflight, m.ID)
 		c.mu.Unlock()
 		c.settle(hctx, m, f, err, panicked)
-	})
+	}()
 }
 
 func (c *Consumer) runHandler(ctx context.Context, m *Message) (err error, panicked bool) {
@@ -498,7 +548,11 @@ func (c *Consumer) settle(hctx context.Context, m *Message, f *inflight, err err
 	switch out {
 	case outcomeAck:
 		c.m.Count(EventHandled, 1)
-		c.acks <- m.ID
+		select {
+		case c.acks <- m.ID:
+		case <-c.ackerGone:
+			c.log.Error("handler succeeded after the ack loop stopped; entry stays pending and will be handled again", "id", m.ID)
+		}
 	case outcomeDeadLetter:
 		c.deadLetter(ctx, m, err)
 	case outcomeRetry:
@@ -590,7 +644,7 @@ func (c *Consumer) withRetry(ctx context.Context, what string, op func(context.C
 }
 
 // ackLoop batches acks: one fenced call per AckBatch ids or AckInterval.
-// Failed batches are kept and retried, never dropped. It returns when acks
+// Failed batches are kept and retried, never dropped. It returns when ackStop
 // is closed and everything is flushed, or when ctx is cancelled (the
 // shutdown bound), logging what stays pending.
 func (c *Consumer) ackLoop(ctx context.Context) {
@@ -598,7 +652,7 @@ func (c *Consumer) ackLoop(ctx context.Context) {
 	t := time.NewTimer(c.cfg.AckInterval)
 	defer t.Stop()
 	attempt := 0
-	flush := func() bool {
+	flush := func(ctx context.Context) bool {
 		for len(pending) > 0 {
 			batch := pending[:min(len(pending), c.cfg.AckBatch)]
 			r, err := c.lib.Ack(ctx, pelwarden.AckArgs{Stream: c.cfg.Stream, Group: c.cfg.Group, Consumer: c.cfg.Consumer, IDs: batch})
@@ -631,33 +685,46 @@ func (c *Consumer) ackLoop(ctx context.Context) {
 		}
 		return true
 	}
-	for {
-		select {
-		case id, ok := <-c.acks:
-			if !ok {
-				for len(pending) > 0 && ctx.Err() == nil {
-					flush()
-				}
-				if len(pending) > 0 {
-					c.log.Error("shutdown: acks not sent; these entries stay pending and will be handled again", "count", len(pending), "ids", firstIDs(pending))
-				}
+	drain := func() {
+		for {
+			select {
+			case id := <-c.acks:
+				pending = append(pending, id)
+			default:
 				return
 			}
+		}
+	}
+	report := func() {
+		if len(pending) > 0 {
+			c.log.Error("shutdown: acks not sent; these entries stay pending and will be handled again", "count", len(pending), "ids", firstIDs(pending))
+		}
+	}
+	for {
+		select {
+		case id := <-c.acks:
 			pending = append(pending, id)
 			if len(pending) >= c.cfg.AckBatch {
-				flush()
+				flush(ctx)
 			}
 		case <-t.C:
-			flush()
+			flush(ctx)
 			t.Reset(c.cfg.AckInterval)
+		case <-c.ackStop:
+			drain()
+			// The final flush is bounded by ShutdownTimeout (a deadline, so
+			// clients with ContextTimeoutEnabled stop waiting on a hung server).
+			fctx, cancel := context.WithTimeout(ctx, c.cfg.ShutdownTimeout)
+			for len(pending) > 0 && fctx.Err() == nil {
+				if !flush(fctx) && c.stopping() {
+					break // a permanent error: retrying cannot help
+				}
+			}
+			cancel()
+			report()
+			return
 		case <-ctx.Done():
-			// Drain what is left so senders never block, then report.
-			for id := range c.acks {
-				pending = append(pending, id)
-			}
-			if len(pending) > 0 {
-				c.log.Error("shutdown: acks not sent; these entries stay pending and will be handled again", "count", len(pending), "ids", firstIDs(pending))
-			}
+			report()
 			return
 		}
 	}
@@ -757,6 +824,18 @@ func backoff(attempt int) time.Duration {
 	d := 50 * time.Millisecond << min(attempt, 7)
 	d = min(d, 5*time.Second)
 	return d/2 + rand.N(d/2+1)
+}
+
+// waitOrTimeout waits for ch to close, at most d; it reports whether it did.
+func waitOrTimeout(ch <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // sleep waits d or until ctx is done; it reports whether d passed.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden"
@@ -209,5 +210,43 @@ func TestDriverReconnectsAfterRestart(t *testing.T) {
 		for _, id := range append(first, second...) {
 			require.GreaterOrEqual(t, led.ok[id], 1, fmt.Sprintf("%s handled", id))
 		}
+	})
+}
+
+// Shutdown stays bounded when the server stops answering: acks that cannot
+// be sent are reported and their entries stay pending, never lost.
+func TestDriverShutdownBoundedWhenServerHangs(t *testing.T) {
+	eachDedicated(t, testserver.Options{}, func(t *testing.T, srv *testserver.Server) {
+		ctx := ctxFor(t)
+		opts := srv.Options()
+		opts.ContextTimeoutEnabled = true
+		rdb := redis.NewClient(opts)
+		defer rdb.Close()
+		admin := srv.Client()
+		defer admin.Close()
+		k := newKeys(t)
+		require.NoError(t, admin.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+		ids := produce(t, ctx, admin, k, 20)
+		handled := make(chan string, 20)
+		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
+			handled <- m.ID
+			return nil
+		}))
+		cfg.AckInterval = time.Hour
+		cfg.AckBatch = 1000 // acks wait for the shutdown flush
+		cfg.ShutdownTimeout = 300 * time.Millisecond
+		cfg.MinIdle = time.Hour
+		cfg.Logger = nil
+		r := start(t, rdb, cfg)
+		for range ids {
+			<-handled
+		}
+		require.NoError(t, admin.Do(ctx, "CLIENT", "PAUSE", "20000", "ALL").Err())
+		t.Cleanup(func() { admin.Do(context.Background(), "CLIENT", "UNPAUSE") })
+		began := time.Now()
+		require.NoError(t, r.stop(t))
+		require.Less(t, time.Since(began), 10*time.Second, "Run returned while the server hung")
+		require.NoError(t, admin.Do(ctx, "CLIENT", "UNPAUSE").Err())
+		require.EqualValues(t, 20, pelSize(t, ctx, admin, k), "unsent acks: entries stay pending, none lost")
 	})
 }
