@@ -206,13 +206,7 @@ func TestEvalFallbackForRestrictedUser(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := ctxFor(t)
 		k := newKeys(t)
-		user := "noscript-" + strings.Trim(k.Stream, "{}")
-		require.NoError(t, s.rdb.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-function", "-fcall", "-fcall_ro").Err())
-		t.Cleanup(func() { s.rdb.Do(context.Background(), "ACL", "DELUSER", user) })
-		opts := s.srv.Options()
-		opts.Username, opts.Password = user, "pw"
-		rdb := redis.NewClient(opts)
-		defer rdb.Close()
+		rdb := restrictedClient(t, ctx, s, "noscript-"+strings.Trim(k.Stream, "{}"), "-function", "-fcall", "-fcall_ro")
 		require.True(t, redis.HasErrorPrefix(rdb.FCallRO(ctx, pelwarden.FunctionVersion, nil).Err(), "NOPERM"))
 
 		lib := pelwarden.NewLibrary(rdb)
@@ -261,13 +255,7 @@ func TestAdminLoadedLibraryForRestrictedUser(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := ctxFor(t)
 		k := newKeys(t)
-		user := "nofunction-" + strings.Trim(k.Stream, "{}")
-		require.NoError(t, s.rdb.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-function").Err())
-		t.Cleanup(func() { s.rdb.Do(context.Background(), "ACL", "DELUSER", user) })
-		opts := s.srv.Options()
-		opts.Username, opts.Password = user, "pw"
-		rdb := redis.NewClient(opts)
-		defer rdb.Close()
+		rdb := restrictedClient(t, ctx, s, "nofunction-"+strings.Trim(k.Stream, "{}"), "-function")
 		res, err := pelwarden.Load(ctx, rdb)
 		require.NoError(t, err)
 		require.Equal(t, pelwarden.ModeFunction, res.Mode)
@@ -279,17 +267,25 @@ func TestNoScriptingAtAll(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := ctxFor(t)
 		k := newKeys(t)
-		user := "noscripting-" + strings.Trim(k.Stream, "{}")
-		require.NoError(t, s.rdb.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-@scripting").Err())
-		t.Cleanup(func() { s.rdb.Do(context.Background(), "ACL", "DELUSER", user) })
-		opts := s.srv.Options()
-		opts.Username, opts.Password = user, "pw"
-		rdb := redis.NewClient(opts)
-		defer rdb.Close()
+		rdb := restrictedClient(t, ctx, s, "noscripting-"+strings.Trim(k.Stream, "{}"), "-@scripting")
 		_, err := pelwarden.Load(ctx, rdb)
 		require.ErrorIs(t, err, pelwarden.ErrServerUnsupported)
 		require.Contains(t, err.Error(), "EVAL refused")
 	})
+}
+
+// restrictedClient returns a client logged in as a new ACL user with every
+// permission but the given ACL rules (the user is deleted at the end).
+func restrictedClient(t *testing.T, ctx context.Context, s *target, user string, rules ...any) *redis.Client {
+	t.Helper()
+	args := append([]any{"ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all"}, rules...)
+	require.NoError(t, s.rdb.Do(ctx, args...).Err())
+	t.Cleanup(func() { s.rdb.Do(context.Background(), "ACL", "DELUSER", user) })
+	opts := s.srv.Options()
+	opts.Username, opts.Password = user, "pw"
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
 }
 
 // A server older than 7.0 gets a clear ErrServerUnsupported.

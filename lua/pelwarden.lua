@@ -195,6 +195,23 @@ local function pendinginfo(stream, group, id)
   return p[1][2], tonumber(p[1][4]), tonumber(p[1][3])
 end
 
+-- The group's consumers from XINFO CONSUMERS: { {name, pending, idle}, ... }
+-- with pending and idle (ms) as numbers.
+local function consumersof(stream, group)
+  local out = {}
+  for _, c in ipairs(call('XINFO', 'CONSUMERS', stream, group)) do
+    local name, pending, idle
+    for i = 1, #c, 2 do
+      if c[i] == 'name' then name = c[i + 1]
+      elseif c[i] == 'pending' then pending = tonumber(c[i + 1])
+      elseif c[i] == 'idle' then idle = tonumber(c[i + 1])
+      end
+    end
+    out[#out + 1] = {name, pending, idle}
+  end
+  return out
+end
+
 -- Reads the ids at ARGV[first..] and checks each.
 local function idlist(args, first)
   local ids = {}
@@ -524,15 +541,8 @@ local function reap(keys, args)
   needgroup(stream, group)
 
   local deleted, kept = {}, {}
-  local consumers = call('XINFO', 'CONSUMERS', stream, group)
-  for _, c in ipairs(consumers) do
-    local name, pending, idle
-    for i = 1, #c, 2 do
-      if c[i] == 'name' then name = c[i + 1]
-      elseif c[i] == 'pending' then pending = tonumber(c[i + 1])
-      elseif c[i] == 'idle' then idle = tonumber(c[i + 1])
-      end
-    end
+  for _, c in ipairs(consumersof(stream, group)) do
+    local name, pending, idle = c[1], c[2], c[3]
     if name and not keep[name] and idle and idle >= idlems then
       if pending == 0 then
         redis.call('XGROUP', 'DELCONSUMER', stream, group, name)
@@ -644,17 +654,7 @@ local function stats(keys, args)
   local summary = call('XPENDING', stream, group)
   local lowest, highest = summary[2] or '', summary[3] or ''
 
-  local consumers = {}
-  for _, c in ipairs(call('XINFO', 'CONSUMERS', stream, group)) do
-    local name, pending, idle
-    for i = 1, #c, 2 do
-      if c[i] == 'name' then name = c[i + 1]
-      elseif c[i] == 'pending' then pending = c[i + 1]
-      elseif c[i] == 'idle' then idle = c[i + 1]
-      end
-    end
-    consumers[#consumers + 1] = {name, pending, idle}
-  end
+  local consumers = consumersof(stream, group)
 
   local lag, entriesread, lastdelivered = -1, -1, ''
   for _, g in ipairs(call('XINFO', 'GROUPS', stream)) do
