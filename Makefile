@@ -6,11 +6,19 @@ export TESTCONTAINERS_HOST_OVERRIDE ?= 127.0.0.1
 
 GO ?= go
 
-.PHONY: test images lint unit integration fuzz bench
+.PHONY: test images lint unit integration fuzz bench demo
 
 ## test: everything CI checks: formatting, vet, unit tests with -race, and the
 ## integration matrix against real servers in containers.
 test: images lint unit integration
+
+## demo: the README's first command: three consumers, one killed, poison
+## orders and a slow handler on a throwaway server, then the invariant check.
+## Builds the one image it needs first (skipped when it exists); with
+## redis-server or valkey-server on PATH the demo uses that binary instead.
+demo:
+	./scripts/images.sh pelwarden/redis:8.0
+	PELWARDEN_DEMO_IMAGE=pelwarden/redis:8.0 $(GO) run ./cmd/pelwarden demo
 
 ## images: build the Redis and Valkey images from Debian's packages (skips
 ## the ones that exist).
@@ -25,7 +33,13 @@ unit:
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /integration_test)
 
 integration:
-	$(GO) test -race -count=1 -timeout 20m ./integration_test/...
+	$(GO) test -race -count=1 -parallel 8 -timeout 20m ./integration_test/...
+
+## bench: the reclaim comparison of BENCHMARKS.md (pelwarden vs the textbook
+## client-side loop vs a watermill-style loop vs the pipelined floor).
+bench:
+	./scripts/images.sh pelwarden/redis:8.0
+	PELWARDEN_BENCH_IMAGE=pelwarden/redis:8.0 $(GO) run ./cmd/pelwarden-bench
 
 ## fuzz: run each fuzz target for a while (FUZZTIME, default 30s).
 FUZZTIME ?= 30s

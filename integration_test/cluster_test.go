@@ -84,7 +84,7 @@ func TestCluster(t *testing.T) {
 	require.Len(t, usable, testserver.DefaultClusterPrimaries)
 
 	t.Run("LoadReachesEveryPrimary", func(t *testing.T) {
-		testClusterLoad(t, ctx, rdb, shards)
+		testClusterLoad(t, ctxFor(t), rdb, shards)
 	})
 	t.Run("Parallel", func(t *testing.T) {
 		t.Run("ClaimAckDeadLetterPerShard", func(t *testing.T) {
@@ -92,20 +92,23 @@ func TestCluster(t *testing.T) {
 			for i, s := range usable {
 				t.Run(fmt.Sprintf("shard%d", i), func(t *testing.T) {
 					t.Parallel()
-					testClusterShard(t, ctx, rdb, s)
+					testClusterShard(t, ctxFor(t), rdb, s)
 				})
 			}
 		})
 		t.Run("CrossSlot", func(t *testing.T) {
 			t.Parallel()
-			testClusterCrossSlot(t, ctx, c, rdb, usable[0])
+			testClusterCrossSlot(t, ctxFor(t), c, rdb, usable[0])
 		})
 	})
 	t.Run("SelfHealAfterFlush", func(t *testing.T) {
-		testClusterSelfHeal(t, ctx, rdb, usable)
+		testClusterSelfHeal(t, ctxFor(t), rdb, usable)
 	})
 	t.Run("NewPrimaryGetsLibraryFromLoad", func(t *testing.T) {
-		testClusterNewPrimary(t, ctx, c, rdb)
+		testClusterNewPrimary(t, ctxFor(t), c, rdb)
+	})
+	t.Run("CommandLine", func(t *testing.T) {
+		testCLICluster(t, ctxFor(t), c, rdb) // cli_test.go
 	})
 }
 

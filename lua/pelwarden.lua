@@ -212,6 +212,41 @@ local function consumersof(stream, group)
   return out
 end
 
+-- a < b for stream ids "ms-seq" (decimal strings, no leading zeros),
+-- compared as strings: sequence numbers can exceed what Lua numbers hold.
+local function numless(a, b)
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+local function idless(a, b)
+  local am, as = string.match(a, '^(%d+)%-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)%-(%d+)$')
+  if am ~= bm then return numless(am, bm) end
+  return numless(as, bs)
+end
+
+-- Runs the command prefix..ids..suffix in chunks of ID_CHUNK ids (Lua's
+-- unpack cannot pass thousands of arguments) and merges the replies:
+-- integers are summed, arrays concatenated.
+local ID_CHUNK = 1000
+local function callids(prefix, ids, suffix)
+  local total, list = 0, nil
+  for i = 1, #ids, ID_CHUNK do
+    local cmd = {}
+    for _, a in ipairs(prefix) do cmd[#cmd + 1] = a end
+    for j = i, math.min(i + ID_CHUNK - 1, #ids) do cmd[#cmd + 1] = ids[j] end
+    for _, a in ipairs(suffix or {}) do cmd[#cmd + 1] = a end
+    local r = redis.call(unpack(cmd))
+    if type(r) == 'number' then
+      total = total + r
+    else
+      list = list or {}
+      for _, x in ipairs(r) do list[#list + 1] = x end
+    end
+  end
+  return list or total
+end
+
 -- Reads the ids at ARGV[first..] and checks each.
 local function idlist(args, first)
   local ids = {}
@@ -278,65 +313,99 @@ local function claim(keys, args)
   needgroup(stream, group)
   streamkey(dlq)
 
-  local scan = count * SCAN_FACTOR
-  local page = call('XPENDING', stream, group, '(' .. cursor, '+', scan)
-
+  local budget = count * SCAN_FACTOR
   local live, dead, deleted = {}, {}, {}
   local taken, bytes, backedoff = 0, 0, 0
   local now = nil
   local last = nil -- last PEL id examined
   local full = false
+  local scanned, exhausted = 0, false
+  -- The PEL is read in growing chunks (count, then doubling) up to the
+  -- count*10 budget, so a page of idle entries reads little more than it
+  -- takes. Live entries are claimed with one XCLAIM at the end, unless
+  -- max-bytes needs their sizes one by one.
+  local chunk = count
+  local batch = (maxbytes == 0) and claimlive
+  local toclaim, toclaimdel = {}, {}
 
-  for _, p in ipairs(page) do
-    local id, owner, idle, deliveries = p[1], p[2], tonumber(p[3]), tonumber(p[4])
-    if taken >= count or (maxbytes > 0 and bytes >= maxbytes) then
-      full = true
-      break
-    end
-    last = id
-    local threshold = minidle
-    if #backoff > 0 and deliveries > 0 then
-      local delay = backoff[math.min(deliveries, #backoff)]
-      if delay > threshold then threshold = delay end
-    end
-    if idle >= minidle and idle < threshold then
-      backedoff = backedoff + 1
-    elseif idle >= threshold then
-      if maxdeliveries > 0 and deliveries >= maxdeliveries then
-        local e = redis.call('XRANGE', stream, id, id)
-        if #e == 0 then
-          redis.call('XACK', stream, group, id)
-          deleted[#deleted + 1] = id
-        else
-          now = now or nowms()
-          redis.call('XADD', dlq, '*', unpack(deadrecord(e[1][2], id, stream, group, owner, deliveries,
-            REASON_MAX_DELIVERIES, '', now)))
-          redis.call('XACK', stream, group, id)
-          if delete then redis.call('XDEL', stream, id) end
-          dead[#dead + 1] = id
+  while not full and not exhausted and scanned < budget do
+    local n = math.min(chunk, budget - scanned)
+    local start = '(' .. (last or cursor)
+    local page = call('XPENDING', stream, group, start, '+', n)
+    scanned = scanned + #page
+    if #page < n then exhausted = true end
+    chunk = chunk * 2
+    for _, p in ipairs(page) do
+      local id, owner, idle, deliveries = p[1], p[2], tonumber(p[3]), tonumber(p[4])
+      if taken >= count or (maxbytes > 0 and bytes >= maxbytes) then
+        full = true
+        break
+      end
+      last = id
+      local threshold = minidle
+      if #backoff > 0 and deliveries > 0 then
+        local delay = backoff[math.min(deliveries, #backoff)]
+        if delay > threshold then threshold = delay end
+      end
+      if idle >= minidle and idle < threshold then
+        backedoff = backedoff + 1
+      elseif idle >= threshold then
+        if maxdeliveries > 0 and deliveries >= maxdeliveries then
+          local e = redis.call('XRANGE', stream, id, id)
+          if #e == 0 then
+            redis.call('XACK', stream, group, id)
+            deleted[#deleted + 1] = id
+          else
+            now = now or nowms()
+            redis.call('XADD', dlq, '*', unpack(deadrecord(e[1][2], id, stream, group, owner, deliveries,
+              REASON_MAX_DELIVERIES, '', now)))
+            redis.call('XACK', stream, group, id)
+            if delete then redis.call('XDEL', stream, id) end
+            dead[#dead + 1] = id
+          end
+          taken = taken + 1
+        elseif batch then
+          toclaim[#toclaim + 1] = id
+          toclaimdel[id] = deliveries
+          taken = taken + 1
+        elseif claimlive then
+          local c = redis.call('XCLAIM', stream, group, consumer, 0, id)
+          if #c == 0 then
+            -- The entry is gone from the stream. Redis 7+ drops such ids from
+            -- the PEL in XCLAIM already; XACK makes sure on every server.
+            redis.call('XACK', stream, group, id)
+            deleted[#deleted + 1] = id
+          else
+            local fields = c[1][2]
+            live[#live + 1] = {id, fields, deliveries + 1}
+            bytes = bytes + fieldbytes(fields)
+          end
+          taken = taken + 1
         end
-        taken = taken + 1
-      elseif claimlive then
-        local c = redis.call('XCLAIM', stream, group, consumer, 0, id)
-        if #c == 0 then
-          -- The entry is gone from the stream. Redis 7+ drops such ids from
-          -- the PEL in XCLAIM already; XACK makes sure on every server.
-          redis.call('XACK', stream, group, id)
-          deleted[#deleted + 1] = id
-        else
-          local fields = c[1][2]
-          live[#live + 1] = {id, fields, deliveries + 1}
-          bytes = bytes + fieldbytes(fields)
-        end
-        taken = taken + 1
       end
     end
   end
 
+  if #toclaim > 0 then
+    local got = callids({'XCLAIM', stream, group, consumer, 0}, toclaim)
+    local seen = {}
+    for _, c in ipairs(got) do
+      -- Some servers answer a deleted entry with a nil body: not live.
+      if type(c[2]) == 'table' then
+        seen[c[1]] = true
+        live[#live + 1] = {c[1], c[2], toclaimdel[c[1]] + 1}
+      end
+    end
+    local gone = {}
+    for _, id in ipairs(toclaim) do
+      if not seen[id] then gone[#gone + 1] = id; deleted[#deleted + 1] = id end
+    end
+    if #gone > 0 then callids({'XACK', stream, group}, gone) end
+  end
+
   local next = '0-0'
-  if full or #page >= scan then
-    next = last or '0-0'
-    if last == nil then next = cursor end
+  if full or not exhausted then
+    next = last or cursor
   end
   return {next, live, dead, deleted, backedoff}
 end
@@ -362,9 +431,21 @@ local function ack(keys, args)
   needgroup(stream, group)
 
   local owned, lost = {}, {}
+  local lo, hi = ids[1], ids[1]
   for _, id in ipairs(ids) do
-    local owner = pendinginfo(stream, group, id)
-    if owner == consumer then
+    if idless(id, lo) then lo = id end
+    if idless(hi, id) then hi = id end
+  end
+  local limit = #ids + 64
+  local rows = call('XPENDING', stream, group, lo, hi, limit, consumer)
+  local mine = {}
+  for _, r in ipairs(rows) do mine[r[1]] = true end
+  for _, id in ipairs(ids) do
+    -- One range read answers for the batch; an id it does not show (owned
+    -- elsewhere, cut off by the limit, or written unnormalised such as
+    -- "01-0") is checked on its own. Lost ownership is rare.
+    local ok = mine[id] or pendinginfo(stream, group, id) == consumer
+    if ok then
       owned[#owned + 1] = id
     else
       lost[#lost + 1] = id
@@ -372,8 +453,8 @@ local function ack(keys, args)
   end
   local n = 0
   if #owned > 0 then
-    n = redis.call('XACK', stream, group, unpack(owned))
-    if delete then redis.call('XDEL', stream, unpack(owned)) end
+    n = callids({'XACK', stream, group}, owned)
+    if delete then callids({'XDEL', stream}, owned) end
   end
   return {n, lost}
 end
@@ -446,12 +527,7 @@ local function reclaimowned(stream, group, consumer, ids, idle)
   end
   local n = 0
   if #owned > 0 then
-    local cmd = {'XCLAIM', stream, group, consumer, 0}
-    for _, id in ipairs(owned) do cmd[#cmd + 1] = id end
-    cmd[#cmd + 1] = 'IDLE'
-    cmd[#cmd + 1] = idle
-    cmd[#cmd + 1] = 'JUSTID'
-    local got = redis.call(unpack(cmd))
+    local got = callids({'XCLAIM', stream, group, consumer, 0}, owned, {'IDLE', idle, 'JUSTID'})
     n = #got
     if n < #owned then
       local seen = {}

@@ -1,0 +1,127 @@
+// Command pelwarden-bench compares ways of reclaiming the pending entries
+// list of a dead consumer: pelwarden's claim path, the textbook client-side
+// loop, a watermill-style loop and the pipelined floor, on loopback and
+// through a proxy adding latency. See BENCHMARKS.md and package
+// internal/reclaimbench.
+//
+// Without --redis it starts a throwaway server container from the image
+// $PELWARDEN_BENCH_IMAGE (default pelwarden/redis:8.0, built by
+// scripts/images.sh) and removes it at the end:
+//
+//	TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 \
+//	  go run ./cmd/pelwarden-bench
+//
+// With --redis redis://host:port it uses that server; it creates keys under
+// "{pwbench-..." and deletes them afterwards.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pelwarden/pelwarden/internal/reclaimbench"
+	"github.com/pelwarden/pelwarden/internal/testserver"
+)
+
+// defaultImage is the server image used without --redis.
+const defaultImage = "pelwarden/redis:8.0"
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	var (
+		redisURL       = flag.String("redis", "", "server URL (redis://host:port/0); empty starts a container from $PELWARDEN_BENCH_IMAGE (default "+defaultImage+")")
+		entries        = flag.Int("entries", reclaimbench.DefaultEntries, "PEL size per method on loopback")
+		proxiedEntries = flag.Int("proxied-entries", reclaimbench.DefaultProxiedEntries, "PEL size per method through the latency proxy")
+		methods        = flag.String("methods", "all", "comma-separated methods: pelwarden, textbook, watermill, pipelined")
+		links          = flag.String("links", "all", "comma-separated links: loopback, proxied")
+		latency        = flag.Duration("latency", reclaimbench.DefaultRoundTripLatency, "round-trip latency the proxy adds")
+		pageSize       = flag.Int("page-size", reclaimbench.DefaultPageSize, "page size of pelwarden and the pipelined loop")
+	)
+	flag.Parse()
+	logger := log.New(os.Stderr, "pelwarden-bench: ", log.Ltime)
+
+	ms, err := reclaimbench.ParseMethods(*methods)
+	if err != nil {
+		logger.Print(err)
+		return 2
+	}
+	ls, err := reclaimbench.ParseLinks(*links)
+	if err != nil {
+		logger.Print(err)
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	cfg := reclaimbench.Config{
+		Entries:          *entries,
+		ProxiedEntries:   *proxiedEntries,
+		Methods:          ms,
+		Links:            ls,
+		RoundTripLatency: *latency,
+		PageSize:         *pageSize,
+		Logf:             logger.Printf,
+	}
+	if *redisURL != "" {
+		opts, err := redis.ParseURL(*redisURL)
+		if err != nil {
+			logger.Printf("--redis: %v", err)
+			return 2
+		}
+		cfg.Options = opts
+		cfg.ServerLabel = redactURL(*redisURL)
+	} else {
+		image := os.Getenv("PELWARDEN_BENCH_IMAGE")
+		if image == "" {
+			image = defaultImage
+		}
+		logger.Printf("starting %s", image)
+		startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		srv, err := testserver.Start(startCtx, image, testserver.Options{})
+		cancel()
+		if err != nil {
+			logger.Print(err)
+			return 1
+		}
+		defer func() {
+			if err := srv.Close(); err != nil {
+				logger.Print(err)
+			}
+		}()
+		cfg.Options = srv.Options()
+		cfg.ServerLabel = image
+	}
+
+	rep, err := reclaimbench.Run(ctx, cfg)
+	if werr := reclaimbench.WriteTable(os.Stdout, rep); werr != nil && err == nil {
+		err = werr
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr)
+		logger.Print(err)
+		return 1
+	}
+	return 0
+}
+
+// redactURL drops the password from a server URL for the report.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}

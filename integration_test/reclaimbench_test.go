@@ -1,0 +1,62 @@
+package integration_test
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pelwarden/pelwarden/internal/reclaimbench"
+)
+
+// The reclaim benchmark runs every method on both links and verifies each
+// end state (PEL empty, every entry handled or dead-lettered exactly once,
+// the dead-letter stream holding exactly the poison entries). Timings are not
+// asserted. It runs on the first server of the matrix only.
+func TestReclaimbenchSmoke(t *testing.T) {
+	t.Parallel()
+	s := servers[0]
+	ctx := ctxFor(t)
+	rep, err := reclaimbench.Run(ctx, reclaimbench.Config{
+		Options:        s.srv.Options(),
+		Entries:        500,
+		ProxiedEntries: 500,
+		PageSize:       100, // several pages per pass
+		MinIdle:        20 * time.Millisecond,
+		KeyPrefix:      "pwbench-smoke",
+		ServerLabel:    s.srv.Image,
+		Logf:           t.Logf,
+	})
+	require.NoError(t, err)
+	require.Len(t, rep.Links, 2)
+	for _, l := range rep.Links {
+		require.Equal(t, 500, l.Entries)
+		require.Len(t, l.Results, len(reclaimbench.AllMethods), "link %s", l.Link)
+		for _, r := range l.Results {
+			name := string(r.Method) + " on " + string(l.Link)
+			require.True(t, r.Verified, "%s: %s", name, r.Problem)
+			require.Empty(t, r.Problem, name)
+			require.Equal(t, 25, r.Poison, name) // 1 in 20
+			require.Equal(t, 5, r.Deleted, name) // 1 in 100
+			if r.Method == reclaimbench.MethodPelwarden || r.Method == reclaimbench.MethodTextbook {
+				require.Equal(t, 25, r.DeadLettered, name)
+				require.Equal(t, 470, r.Handled, name)
+			} else {
+				require.Zero(t, r.DeadLettered, name)
+				require.Equal(t, 495, r.Handled, name)
+			}
+			require.Equal(t, 1, r.Passes, name)
+			require.Positive(t, r.RoundTrips, name)
+		}
+		if l.Link == reclaimbench.LinkProxied {
+			require.GreaterOrEqual(t, l.RTT, l.AddedLatency, "the proxy adds its latency")
+		}
+	}
+
+	var out bytes.Buffer
+	require.NoError(t, reclaimbench.WriteTable(&out, rep))
+	require.Contains(t, out.String(), "pelwarden vs textbook")
+	require.NotContains(t, out.String(), "FAILED")
+	t.Log("\n" + out.String())
+}

@@ -1,0 +1,225 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// The commands against a server are tested end to end in integration_test
+// (cli_test.go). These tests need no server.
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestRedactURL(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"redis://127.0.0.1:6379":                     "redis://127.0.0.1:6379",
+		"redis://user:secret@host:6379/0":            "redis://user:xxxxx@host:6379/0",
+		"rediss://:secret@host:6380":                 "rediss://:xxxxx@host:6380",
+		"redis://user@host":                          "redis://user@host",
+		"redis://u:p%40ss@h:1 and redis://v:q@h:2/3": "redis://u:xxxxx@h:1 and redis://v:xxxxx@h:2/3",
+		"redis://u:bad:pass@h:x":                     "redis://u:xxxxx@h:x",
+	} {
+		require.Equal(t, want, redactURL(in), in)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	a := &app{}
+	e, err := a.resolve(false)
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:6379", e.opts.Addr)
+	require.Equal(t, "default", e.source)
+
+	t.Setenv("REDIS_URL", "redis://env:envpass@10.0.0.1:7000/2")
+	a = &app{}
+	e, err = a.resolve(false)
+	require.NoError(t, err)
+	require.Equal(t, "10.0.0.1:7000", e.opts.Addr)
+	require.Equal(t, 2, e.opts.DB)
+	require.Equal(t, "env", e.opts.Username)
+	require.Equal(t, "redis://env:xxxxx@10.0.0.1:7000/2", e.shown)
+	require.Contains(t, a.secrets, "envpass")
+	e, err = a.resolve(true)
+	require.NoError(t, err)
+	require.Nil(t, e, "the demo ignores $REDIS_URL")
+
+	a = &app{redisURL: "10.0.0.2:7001"}
+	e, err = a.resolve(false)
+	require.NoError(t, err)
+	require.Equal(t, "10.0.0.2:7001", e.opts.Addr, "the flag wins; a bare host:port is accepted")
+
+	a = &app{redisURL: "rediss://h:6380"}
+	e, err = a.resolve(false)
+	require.NoError(t, err)
+	require.NotNil(t, e.opts.TLSConfig)
+
+	a = &app{clusterURL: "redis://:pw@10.0.0.3:7000?addr=10.0.0.4:7000"}
+	e, err = a.resolve(false)
+	require.NoError(t, err)
+	require.Equal(t, []string{"10.0.0.3:7000", "10.0.0.4:7000"}, e.cluster.Addrs)
+	require.Equal(t, "pw", e.cluster.Password)
+
+	a = &app{redisURL: "redis://h", clusterURL: "redis://h"}
+	_, err = a.resolve(false)
+	require.ErrorContains(t, err, "exclude each other")
+}
+
+func run1(args ...string) (string, string, int) {
+	var out, errb bytes.Buffer
+	code := ExecuteContext(context.Background(), args, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestUsageBeforeConnecting(t *testing.T) {
+	t.Parallel()
+	// An unreachable server: a usage error must come first.
+	for _, args := range [][]string{
+		{"status", "s"},
+		{"poison", "s", "g", "--max-deliveries", "0"},
+		{"dlq", "show", "d", "nope"},
+		{"dlq", "purge", "d"},
+		{"reap", "s", "g", "--idle", "-1s"},
+	} {
+		out, errOut, code := run1(append([]string{"--redis", "redis://127.0.0.1:1"}, args...)...)
+		require.Equal(t, ExitUsage, code, "%v: %s", args, errOut)
+		require.Empty(t, out)
+		require.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+	}
+}
+
+func TestPasswordNeverPrinted(t *testing.T) {
+	t.Parallel()
+	_, errOut, code := run1("--redis", "redis://u:topsecret@127.0.0.1:1", "load")
+	require.Equal(t, ExitFailure, code)
+	require.NotContains(t, errOut, "topsecret")
+	require.Contains(t, errOut, "redis://u:xxxxx@127.0.0.1:1")
+	_, errOut, code = run1("--redis", "redis://u:topsecret@127.0.0.1:notaport", "load")
+	require.Equal(t, ExitUsage, code)
+	require.NotContains(t, errOut, "topsecret")
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	out, _, code := run1("--help")
+	require.Equal(t, ExitOK, code)
+	for _, c := range []string{"demo", "status", "poison", "dlq", "reap", "load", "bench", "Exit codes"} {
+		require.Contains(t, out, c)
+	}
+	out, _, code = run1("dlq", "--help")
+	require.Equal(t, ExitOK, code)
+	for _, c := range []string{"list", "show", "redrive", "purge"} {
+		require.Contains(t, out, c)
+	}
+}
+
+func TestParseDeadRecord(t *testing.T) {
+	t.Parallel()
+	f := func(kv ...string) []pelwarden.Field {
+		var out []pelwarden.Field
+		for i := 0; i < len(kv); i += 2 {
+			out = append(out, pelwarden.Field{Name: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
+	r := parseDeadRecord(rawEntry{ID: "5-0", Fields: f(
+		"n", "1", "n", "2", pelwarden.FieldRedrives, "2",
+		pelwarden.FieldOriginalID, "1-0", pelwarden.FieldStream, "{o}", pelwarden.FieldGroup, "g",
+		pelwarden.FieldConsumer, "c", pelwarden.FieldDeliveries, "5", pelwarden.FieldReason, "max_deliveries",
+		pelwarden.FieldError, "", pelwarden.FieldDeadLetteredAt, "1700000000123", pelwarden.FieldMetaCount, "9")})
+	require.False(t, r.Foreign)
+	require.Equal(t, "1-0", r.OriginalID)
+	require.Equal(t, "{o}", r.Stream)
+	require.EqualValues(t, 5, r.Deliveries)
+	require.EqualValues(t, 2, r.Redrives)
+	require.Equal(t, "2023-11-14T22:13:20.123Z", r.DeadLetteredAt)
+	require.Equal(t, []fieldJSON{{"n", "1"}, {"n", "2"}, {pelwarden.FieldRedrives, "2"}}, r.Fields)
+
+	r = parseDeadRecord(rawEntry{ID: "6-0", Fields: f("a", "b")})
+	require.True(t, r.Foreign)
+	require.Equal(t, []fieldJSON{{"a", "b"}}, r.Fields)
+	r = parseDeadRecord(rawEntry{ID: "7-0", Fields: f("a", "b", pelwarden.FieldMetaCount, "7")})
+	require.True(t, r.Foreign, "a meta count larger than the record")
+}
+
+func TestDecodeEntries(t *testing.T) {
+	t.Parallel()
+	got, err := decodeEntries([]any{[]any{"1-0", []any{"a", "1", "a", "2"}}, []any{"2-0", nil}})
+	require.NoError(t, err)
+	require.Equal(t, []rawEntry{{ID: "1-0", Fields: []pelwarden.Field{{Name: "a", Value: "1"}, {Name: "a", Value: "2"}}}, {ID: "2-0"}}, got)
+	_, err = decodeEntries("nope")
+	require.Error(t, err)
+}
+
+func TestCompareIDs(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, -1, compareIDs("9-0", "10-0"))
+	require.Equal(t, 1, compareIDs("10-2", "10-1"))
+	require.Equal(t, 0, compareIDs("10-1", "10-1"))
+}
+
+func TestOrderPlan(t *testing.T) {
+	t.Parallel()
+	count := func(ks []orderKind) map[orderKind]int {
+		m := map[orderKind]int{}
+		for _, k := range ks {
+			m[k]++
+		}
+		return m
+	}
+	m := count(orderPlan(5000, 0.02))
+	require.Equal(t, 50, m[kindDeclined])
+	require.Equal(t, 50, m[kindInvalid])
+	require.Equal(t, 10, m[kindSlow])
+	m = count(orderPlan(10, 0.01))
+	require.Equal(t, 1, m[kindDeclined], "a positive rate gives at least one poison order")
+	require.Equal(t, 1, m[kindSlow])
+	m = count(orderPlan(1, 0))
+	require.Equal(t, 1, m[kindSlow])
+	require.Len(t, orderPlan(3, 0.5), 3)
+}
+
+func TestFormat(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "1,234,567", fmtCount(1234567))
+	require.Equal(t, "-1,000", fmtCount(-1000))
+	require.Equal(t, "12", fmtCount(12))
+	require.Equal(t, "850ms", fmtDuration(850*time.Millisecond))
+	require.Equal(t, "4.2s", fmtDuration(4210*time.Millisecond))
+	require.Equal(t, "3m12s", fmtDuration(192*time.Second))
+	require.Equal(t, "5h3m", fmtDuration(5*time.Hour+3*time.Minute+10*time.Second))
+	require.Equal(t, "ab…", clipText("abcdef", 3))
+	require.Equal(t, "a b", clipText("a\n b", 10))
+	require.Equal(t, "1 entry", plural(1, "entry", "entries"))
+	require.Equal(t, "2 entries", plural(2, "entry", "entries"))
+	txt := progressText("redriving", 50, 100, time.Now(), "moved 50")
+	require.Contains(t, txt, "[############............]  50% 50/100")
+	require.Contains(t, txt, "moved 50")
+}
+
+func TestLiveLinePlain(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	l := newLiveLine(&b, time.Hour)
+	l.Set("one", false)
+	l.Set("two", false) // within plainEvery: dropped
+	l.Event("event")
+	l.Set("three", true)
+	l.Close()
+	require.Equal(t, "one\nevent\nthree\n", b.String())
+
+	b.Reset()
+	p := newProgressLine(&b)
+	p.Set("quick", true)
+	p.Close()
+	require.Empty(t, b.String(), "operations under a second print no progress")
+}

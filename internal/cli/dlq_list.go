@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+)
+
+// dlqListJSON is the --json output of dlq list.
+type dlqListJSON struct {
+	DeadLetterStream string       `json:"dead_letter_stream"`
+	Length           int64        `json:"length"`
+	Records          []deadRecord `json:"records"`
+}
+
+func (a *app) dlqListCommand() *cobra.Command {
+	var count int
+	var after string
+	cmd := &cobra.Command{
+		Use:   "list DLQ",
+		Short: "List dead-letter records, oldest first",
+		Example: `  pelwarden dlq list '{orders}:dead'
+  pelwarden dlq list '{orders}:dead' --count 100 --after 1700000000000-0 --json`,
+		Args: exactArgs("DLQ"),
+		RunE: run(func(cmd *cobra.Command, args []string) error {
+			key := args[0]
+			if err := intInRange("count", count, 1, 10000); err != nil {
+				return err
+			}
+			start := "-"
+			if cmd.Flags().Changed("after") {
+				if err := checkStreamID("--after", after); err != nil {
+					return err
+				}
+				start = "(" + after
+			}
+			ctx := cmd.Context()
+			rdb, _, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer rdb.Close()
+			if err := needStream(ctx, rdb, "dead-letter stream", key); err != nil {
+				return err
+			}
+			out, err := listDeadLetters(ctx, rdb, key, start, count)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(out)
+			}
+			now := serverTime(ctx, rdb)
+			tw := a.table()
+			fmt.Fprintln(tw, "ID\tORIGINAL ID\tSOURCE\tGROUP\tCONSUMER\tDELIVERIES\tREASON\tAGE\tERROR")
+			for _, r := range out.Records {
+				if r.Foreign {
+					fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t(no pelwarden metadata)\t-\t-\n", r.ID)
+					continue
+				}
+				age := "-"
+				if r.DeadLetteredAtMs > 0 {
+					age = fmtDuration(now.Sub(time.UnixMilli(r.DeadLetteredAtMs)).Truncate(time.Second))
+				}
+				errText := r.Error
+				if errText == "" {
+					errText = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.OriginalID, r.Stream, r.Group, r.Consumer,
+					r.Deliveries, r.Reason, age, clipText(errText, 60))
+			}
+			_ = tw.Flush()
+			a.printf("%d of %s in %s", len(out.Records), plural(out.Length, "record", "records"), key)
+			if len(out.Records) > 0 && int64(len(out.Records)) < out.Length {
+				a.printf("; next page: --after %s", out.Records[len(out.Records)-1].ID)
+			}
+			a.printf("\n")
+			return nil
+		}),
+	}
+	cmd.Flags().IntVar(&count, "count", 20, "show at most `N` records (1 to 10000)")
+	cmd.Flags().StringVar(&after, "after", "", "list records after this record `ID` (the next page)")
+	return cmd
+}
+
+func listDeadLetters(ctx context.Context, rdb redis.UniversalClient, key, start string, count int) (*dlqListJSON, error) {
+	n, err := rdb.XLen(ctx, key).Result()
+	if err != nil {
+		return nil, failuref("XLEN %s: %v", key, err)
+	}
+	page, err := xrange(ctx, rdb, key, start, "+", int64(count))
+	if err != nil {
+		return nil, failuref("XRANGE %s: %v", key, err)
+	}
+	out := &dlqListJSON{DeadLetterStream: key, Length: n, Records: []deadRecord{}}
+	for _, e := range page {
+		out.Records = append(out.Records, parseDeadRecord(e))
+	}
+	return out, nil
+}

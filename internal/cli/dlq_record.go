@@ -1,0 +1,193 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// fieldJSON is one stream field in JSON output.
+type fieldJSON struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// rawEntry is a stream entry with its fields in stream order (go-redis's
+// XMessage keeps them in a map, losing order and duplicates).
+type rawEntry struct {
+	ID     string
+	Fields []pelwarden.Field
+}
+
+// xrange runs XRANGE key start end [COUNT count] keeping field order.
+func xrange(ctx context.Context, rdb redis.UniversalClient, key, start, end string, count int64) ([]rawEntry, error) {
+	args := []any{"XRANGE", key, start, end}
+	if count > 0 {
+		args = append(args, "COUNT", count)
+	}
+	v, err := rdb.Do(ctx, args...).Result()
+	if err != nil {
+		return nil, err
+	}
+	return decodeEntries(v)
+}
+
+func decodeEntries(v any) ([]rawEntry, error) {
+	list, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("XRANGE: unexpected reply %T", v)
+	}
+	out := make([]rawEntry, 0, len(list))
+	for _, item := range list {
+		pair, ok := item.([]any)
+		if !ok || len(pair) != 2 {
+			return nil, fmt.Errorf("XRANGE: unexpected entry %v", item)
+		}
+		id, ok := pair[0].(string)
+		if !ok {
+			return nil, fmt.Errorf("XRANGE: unexpected id %v", pair[0])
+		}
+		var flat []any
+		switch f := pair[1].(type) {
+		case []any:
+			flat = f
+		case nil:
+		default:
+			return nil, fmt.Errorf("XRANGE: unexpected fields %T", pair[1])
+		}
+		e := rawEntry{ID: id}
+		for i := 0; i+1 < len(flat); i += 2 {
+			name, _ := flat[i].(string)
+			value, _ := flat[i+1].(string)
+			e.Fields = append(e.Fields, pelwarden.Field{Name: name, Value: value})
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// deadRecord is a dead-letter record split into the entry's original fields
+// and pelwarden's metadata.
+type deadRecord struct {
+	ID string `json:"id"`
+	// Foreign records carry no pelwarden metadata: Fields are all of them.
+	Foreign    bool   `json:"foreign"`
+	OriginalID string `json:"original_id,omitempty"`
+	Stream     string `json:"stream,omitempty"`
+	Group      string `json:"group,omitempty"`
+	Consumer   string `json:"consumer,omitempty"`
+	Deliveries int64  `json:"deliveries"`
+	Reason     string `json:"reason,omitempty"`
+	Error      string `json:"error"`
+	// DeadLetteredAt is RFC 3339 in UTC, with milliseconds.
+	DeadLetteredAt   string `json:"dead_lettered_at,omitempty"`
+	DeadLetteredAtMs int64  `json:"dead_lettered_at_ms,omitempty"`
+	// Redrives is how many times the entry was redriven before.
+	Redrives int64 `json:"redrives"`
+	// Fields are the entry's original fields, in order.
+	Fields []fieldJSON `json:"fields"`
+}
+
+// parseDeadRecord splits a record the way the library writes it: the
+// original fields, then the metadata pairs, the last one FieldMetaCount
+// holding the number of metadata pairs (itself included).
+func parseDeadRecord(e rawEntry) deadRecord {
+	r := deadRecord{ID: e.ID, Fields: []fieldJSON{}}
+	n := len(e.Fields)
+	meta := 0
+	if n > 0 && e.Fields[n-1].Name == pelwarden.FieldMetaCount {
+		meta, _ = strconv.Atoi(e.Fields[n-1].Value)
+	}
+	if meta < 1 || meta > n {
+		r.Foreign = true
+		meta = 0
+	}
+	for _, f := range e.Fields[:n-meta] {
+		r.Fields = append(r.Fields, fieldJSON{Name: f.Name, Value: f.Value})
+		if f.Name == pelwarden.FieldRedrives {
+			r.Redrives, _ = strconv.ParseInt(f.Value, 10, 64)
+		}
+	}
+	for _, f := range e.Fields[n-meta:] {
+		switch f.Name {
+		case pelwarden.FieldOriginalID:
+			r.OriginalID = f.Value
+		case pelwarden.FieldStream:
+			r.Stream = f.Value
+		case pelwarden.FieldGroup:
+			r.Group = f.Value
+		case pelwarden.FieldConsumer:
+			r.Consumer = f.Value
+		case pelwarden.FieldDeliveries:
+			r.Deliveries, _ = strconv.ParseInt(f.Value, 10, 64)
+		case pelwarden.FieldReason:
+			r.Reason = f.Value
+		case pelwarden.FieldError:
+			r.Error = f.Value
+		case pelwarden.FieldDeadLetteredAt:
+			if ms, err := strconv.ParseInt(f.Value, 10, 64); err == nil {
+				r.DeadLetteredAtMs = ms
+				r.DeadLetteredAt = time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+			}
+		}
+	}
+	return r
+}
+
+// readDeadLetters reads the whole dead-letter stream page by page.
+func readDeadLetters(ctx context.Context, rdb redis.UniversalClient, key string) ([]deadRecord, error) {
+	var out []deadRecord
+	start := "-"
+	for {
+		page, err := xrange(ctx, rdb, key, start, "+", 1000)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range page {
+			out = append(out, parseDeadRecord(e))
+		}
+		if len(page) < 1000 {
+			return out, nil
+		}
+		start = "(" + page[len(page)-1].ID
+	}
+}
+
+// compareIDs orders two valid stream ids.
+func compareIDs(a, b string) int {
+	am, as := splitID(a)
+	bm, bs := splitID(b)
+	switch {
+	case am != bm:
+		return cmpUint(am, bm)
+	default:
+		return cmpUint(as, bs)
+	}
+}
+
+func splitID(id string) (uint64, uint64) {
+	var ms, seq uint64
+	i := 0
+	for ; i < len(id) && id[i] != '-'; i++ {
+		ms = ms*10 + uint64(id[i]-'0')
+	}
+	for i++; i < len(id); i++ {
+		seq = seq*10 + uint64(id[i]-'0')
+	}
+	return ms, seq
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

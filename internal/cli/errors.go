@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// exitError is an error with the exit code it ends the command with.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageErrorf reports bad arguments or flags (ExitUsage).
+func usageErrorf(format string, a ...any) error {
+	return &exitError{code: ExitUsage, err: fmt.Errorf(format, a...)}
+}
+
+// targetErrorf reports a missing stream, group or record, or a key of the
+// wrong type (ExitBadTarget).
+func targetErrorf(format string, a ...any) error {
+	return &exitError{code: ExitBadTarget, err: fmt.Errorf(format, a...)}
+}
+
+// failuref reports a run-time failure (ExitFailure).
+func failuref(format string, a ...any) error {
+	return &exitError{code: ExitFailure, err: fmt.Errorf(format, a...)}
+}
+
+// classify gives an error returned by the library or go-redis its exit code.
+func classify(err error) error {
+	switch {
+	case errors.Is(err, pelwarden.ErrNoGroup), errors.Is(err, pelwarden.ErrWrongType),
+		redis.HasErrorPrefix(err, "WRONGTYPE"), redis.HasErrorPrefix(err, "NOGROUP"):
+		return &exitError{code: ExitBadTarget, err: err}
+	case errors.Is(err, pelwarden.ErrInvalidArgument), errors.Is(err, pelwarden.ErrCrossSlot):
+		return &exitError{code: ExitUsage, err: err}
+	case errors.Is(err, context.Canceled):
+		return &exitError{code: ExitFailure, err: fmt.Errorf("interrupted: %w", err)}
+	}
+	return &exitError{code: ExitFailure, err: err}
+}
+
+// exactArgs accepts exactly the named positional arguments.
+func exactArgs(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != len(names) {
+			return usageErrorf("%s needs %d argument(s), %s; got %d (see %s --help)",
+				cmd.CommandPath(), len(names), strings.Join(names, " "), len(args), cmd.CommandPath())
+		}
+		for i, v := range args {
+			if v == "" {
+				return usageErrorf("%s: %s must not be empty", cmd.CommandPath(), names[i])
+			}
+			if len(v) > pelwarden.MaxNameBytes {
+				return usageErrorf("%s: %s must be at most %d bytes", cmd.CommandPath(), names[i], pelwarden.MaxNameBytes)
+			}
+		}
+		return nil
+	}
+}

@@ -1,0 +1,130 @@
+package cli
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// cliConsumer is the consumer name the CLI passes to the library. Calls that
+// only dead-letter never create it in the group.
+const cliConsumer = "pelwarden-cli"
+
+// poisonJSON is the --json output of poison.
+type poisonJSON struct {
+	Stream           string   `json:"stream"`
+	Group            string   `json:"group"`
+	DeadLetterStream string   `json:"dead_letter_stream"`
+	MaxDeliveries    int      `json:"max_deliveries"`
+	MinIdleMs        int64    `json:"min_idle_ms"`
+	Count            int      `json:"count"`
+	DeadLettered     []string `json:"dead_lettered"`
+	// Deleted ids were pending but their entries were gone from the stream;
+	// they were cleared from the PEL.
+	Deleted      []string `json:"deleted"`
+	PendingAfter int64    `json:"pending_after"`
+}
+
+func (a *app) poisonCommand() *cobra.Command {
+	var maxDeliveries int
+	var minIdle time.Duration
+	var dlq string
+	cmd := &cobra.Command{
+		Use:   "poison STREAM GROUP --max-deliveries N",
+		Short: "Move pending entries delivered N times or more to the dead-letter stream",
+		Long: `poison walks the group's pending entries list with the claim function in
+dead-letter-only mode: every entry already delivered --max-deliveries times
+(and idle at least --min-idle) is copied to the dead-letter stream with its
+metadata (reason max_deliveries) and acknowledged, atomically per page. Every
+other entry is left untouched, owned by whoever had it. Entries whose stream
+entry was deleted are cleared from the PEL and listed apart.
+
+--min-idle spares entries a consumer is working on right now; set it above
+your handlers' p99 time when consumers are running.`,
+		Example: `  pelwarden poison '{orders}' billing --max-deliveries 5
+  pelwarden poison '{orders}' billing --max-deliveries 5 --min-idle 1m --json`,
+		Args: exactArgs("STREAM", "GROUP"),
+		RunE: run(func(cmd *cobra.Command, args []string) error {
+			stream, group := args[0], args[1]
+			if !cmd.Flags().Changed("max-deliveries") {
+				return usageErrorf("--max-deliveries is required: entries delivered at least this many times are dead-lettered")
+			}
+			if err := intInRange("max-deliveries", maxDeliveries, 1, 1<<31-1); err != nil {
+				return err
+			}
+			if err := nonNegativeDuration("min-idle", minIdle); err != nil {
+				return err
+			}
+			if err := nonEmptyFlag(cmd, "dlq", dlq); err != nil {
+				return err
+			}
+			if dlq == "" {
+				dlq = pelwarden.DeadLetterStreamFor(stream)
+			}
+			if dlq == stream {
+				return usageErrorf("--dlq must differ from the stream")
+			}
+			ctx := cmd.Context()
+			rdb, _, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer rdb.Close()
+			lib := pelwarden.NewLibrary(rdb)
+			// Checks the stream, group and dead-letter key before any change.
+			before, err := lib.Stats(ctx, pelwarden.StatsArgs{Stream: stream, DeadLetterStream: dlq, Group: group})
+			if err != nil {
+				return explainGroupError(ctx, rdb, err, stream, group, dlq)
+			}
+			out := poisonJSON{Stream: stream, Group: group, DeadLetterStream: dlq, MaxDeliveries: maxDeliveries,
+				MinIdleMs: minIdle.Milliseconds(), DeadLettered: []string{}, Deleted: []string{}}
+			live := newProgressLine(a.stderr)
+			defer live.Close()
+			cursor := "0-0"
+			for pages := 1; ; pages++ {
+				page, err := lib.Claim(ctx, pelwarden.ClaimArgs{
+					Stream: stream, DeadLetterStream: dlq, Group: group, Consumer: cliConsumer,
+					MinIdle: minIdle, Cursor: cursor, Count: 1000, MaxDeliveries: maxDeliveries, DeadLetterOnly: true,
+				})
+				if err != nil {
+					if len(out.DeadLettered) > 0 {
+						live.Event(fmt.Sprintf("stopped after moving %d entries", len(out.DeadLettered)))
+					}
+					return explainGroupError(ctx, rdb, err, stream, group, dlq)
+				}
+				out.DeadLettered = append(out.DeadLettered, page.DeadLettered...)
+				out.Deleted = append(out.Deleted, page.Deleted...)
+				if page.Done() {
+					break
+				}
+				cursor = page.Cursor
+				live.Set(fmt.Sprintf("walking the PEL of %s entries: page %d, at %s, moved %d", fmtCount(before.Pending), pages, cursor, len(out.DeadLettered)), false)
+			}
+			live.Close()
+			out.Count = len(out.DeadLettered)
+			if after, err := lib.Stats(ctx, pelwarden.StatsArgs{Stream: stream, DeadLetterStream: dlq, Group: group}); err == nil {
+				out.PendingAfter = after.Pending
+			}
+			if a.json {
+				return a.printJSON(out)
+			}
+			a.printf("moved %s delivered at least %d times to %s (reason %s)\n",
+				plural(int64(out.Count), "entry", "entries"), maxDeliveries, dlq, pelwarden.ReasonMaxDeliveries)
+			if len(out.Deleted) > 0 {
+				a.printf("cleared %s whose stream entries were deleted: %v\n", plural(int64(len(out.Deleted)), "pending id", "pending ids"), firstStrings(out.Deleted, 10))
+			}
+			a.printf("%s still pending, left with their owners\n", plural(out.PendingAfter, "entry", "entries"))
+			if out.Count > 0 {
+				a.printf("inspect them with: pelwarden dlq list '%s'\n", dlq)
+			}
+			return nil
+		}),
+	}
+	cmd.Flags().IntVar(&maxDeliveries, "max-deliveries", 0, "dead-letter entries delivered at least `N` times (required, positive)")
+	cmd.Flags().DurationVar(&minIdle, "min-idle", 0, "only entries idle at least this long (0: every pending entry)")
+	cmd.Flags().StringVar(&dlq, "dlq", "", "dead-letter stream `KEY` (default STREAM:dead)")
+	return cmd
+}

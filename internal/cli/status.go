@@ -1,0 +1,166 @@
+package cli
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// statusJSON is the --json output of status.
+type statusJSON struct {
+	Stream           string  `json:"stream"`
+	Group            string  `json:"group"`
+	DeadLetterStream string  `json:"dead_letter_stream"`
+	Pending          int64   `json:"pending"`
+	OldestPendingID  *string `json:"oldest_pending_id"`
+	// OldestPendingAgeMs is the age of the oldest pending entry (from the
+	// time part of its id, against the server's clock).
+	OldestPendingAgeMs *int64         `json:"oldest_pending_age_ms"`
+	NewestPendingID    *string        `json:"newest_pending_id"`
+	Consumers          []consumerJSON `json:"consumers"`
+	Lag                *int64         `json:"lag"` // null when the server cannot tell
+	EntriesRead        *int64         `json:"entries_read"`
+	LastDeliveredID    string         `json:"last_delivered_id"`
+	Length             int64          `json:"length"`
+	DeadLetterLength   int64          `json:"dead_letter_length"`
+	MinIdleMs          int64          `json:"min_idle_ms"`
+	Stalled            int            `json:"stalled_consumers"`
+	StalledPending     int64          `json:"stalled_pending"`
+	LibraryVersion     string         `json:"library_version,omitempty"`
+}
+
+type consumerJSON struct {
+	Name    string `json:"name"`
+	Pending int64  `json:"pending"`
+	IdleMs  int64  `json:"idle_ms"`
+	// Stalled: owns entries and has been idle at least --min-idle, so its
+	// entries are reclaimable (it is probably dead or stuck).
+	Stalled bool `json:"stalled"`
+}
+
+func (a *app) statusCommand() *cobra.Command {
+	var minIdle time.Duration
+	var dlq string
+	cmd := &cobra.Command{
+		Use:   "status STREAM GROUP",
+		Short: "PEL size, oldest pending age, consumers, lag and dead-letter length of a group",
+		Long: `status shows what the guides do with XPENDING by hand, in one atomic read:
+the size of the group's pending entries list (PEL) and the age of its oldest
+entry, each consumer's pending count and idle time (flagging consumers that
+own entries and have been idle past --min-idle: their entries are
+reclaimable), the group's lag and the dead-letter stream's length.`,
+		Example: `  pelwarden status '{orders}' billing
+  pelwarden status '{orders}' billing --min-idle 30s --json`,
+		Args: exactArgs("STREAM", "GROUP"),
+		RunE: run(func(cmd *cobra.Command, args []string) error {
+			stream, group := args[0], args[1]
+			if err := nonNegativeDuration("min-idle", minIdle); err != nil {
+				return err
+			}
+			if err := nonEmptyFlag(cmd, "dlq", dlq); err != nil {
+				return err
+			}
+			if dlq == "" {
+				dlq = pelwarden.DeadLetterStreamFor(stream)
+			}
+			ctx := cmd.Context()
+			rdb, _, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer rdb.Close()
+			lib := pelwarden.NewLibrary(rdb)
+			st, err := lib.Stats(ctx, pelwarden.StatsArgs{Stream: stream, DeadLetterStream: dlq, Group: group})
+			if err != nil {
+				return explainGroupError(ctx, rdb, err, stream, group, dlq)
+			}
+			now := serverTime(ctx, rdb)
+			out := statusJSON{
+				Stream: stream, Group: group, DeadLetterStream: dlq,
+				Pending: st.Pending, Consumers: []consumerJSON{},
+				LastDeliveredID: st.LastDeliveredID, Length: st.Length,
+				DeadLetterLength: st.DeadLetterLength, MinIdleMs: minIdle.Milliseconds(),
+			}
+			if st.LowestID != "" {
+				lo, hi := st.LowestID, st.HighestID
+				out.OldestPendingID, out.NewestPendingID = &lo, &hi
+				if t, ok := idTime(lo); ok {
+					age := max(now.Sub(t).Milliseconds(), 0)
+					out.OldestPendingAgeMs = &age
+				}
+			}
+			if st.Lag >= 0 {
+				lag := st.Lag
+				out.Lag = &lag
+			}
+			if st.EntriesRead >= 0 {
+				er := st.EntriesRead
+				out.EntriesRead = &er
+			}
+			for _, c := range st.Consumers {
+				stalled := c.Pending > 0 && c.Idle >= minIdle
+				out.Consumers = append(out.Consumers, consumerJSON{Name: c.Name, Pending: c.Pending, IdleMs: c.Idle.Milliseconds(), Stalled: stalled})
+				if stalled {
+					out.Stalled++
+					out.StalledPending += c.Pending
+				}
+			}
+			if v, err := lib.Version(ctx); err == nil {
+				out.LibraryVersion = v
+			}
+			if a.json {
+				return a.printJSON(out)
+			}
+			a.printStatus(out, minIdle)
+			return nil
+		}),
+	}
+	cmd.Flags().DurationVar(&minIdle, "min-idle", time.Minute, "flag consumers that own entries and have been idle at least this long (their entries are reclaimable); use your consumers' MinIdle")
+	cmd.Flags().StringVar(&dlq, "dlq", "", "dead-letter stream `KEY` (default STREAM:dead)")
+	return cmd
+}
+
+func (a *app) printStatus(s statusJSON, minIdle time.Duration) {
+	a.printf("stream %s, group %s\n", s.Stream, s.Group)
+	tw := a.table()
+	pending := plural(s.Pending, "entry", "entries")
+	if s.OldestPendingID != nil {
+		pending += ", oldest " + *s.OldestPendingID
+		if s.OldestPendingAgeMs != nil {
+			pending += " (added " + fmtDuration(time.Duration(*s.OldestPendingAgeMs)*time.Millisecond) + " ago)"
+		}
+	}
+	_, _ = tw.Write([]byte("  pending\t" + pending + "\n"))
+	lag := "unknown (the server cannot tell after deletions or trimming)"
+	if s.Lag != nil {
+		lag = plural(*s.Lag, "entry", "entries") + " not yet delivered to the group"
+	}
+	_, _ = tw.Write([]byte("  lag\t" + lag + "\n"))
+	_, _ = tw.Write([]byte("  stream length\t" + fmtCount(s.Length) + "\n"))
+	_, _ = tw.Write([]byte("  dead-letter\t" + s.DeadLetterStream + ": " + plural(s.DeadLetterLength, "record", "records") + "\n"))
+	_ = tw.Flush()
+	if len(s.Consumers) == 0 {
+		a.printf("consumers: none\n")
+		return
+	}
+	a.printf("consumers (%d):\n", len(s.Consumers))
+	tw = a.table()
+	_, _ = tw.Write([]byte("  NAME\tPENDING\tIDLE\t\n"))
+	for _, c := range s.Consumers {
+		note := ""
+		switch {
+		case c.Stalled:
+			note = "stalled: idle past --min-idle " + fmtDuration(minIdle) + "; its entries are reclaimable"
+		case c.Pending == 0 && time.Duration(c.IdleMs)*time.Millisecond >= minIdle:
+			note = "idle, owns nothing (pelwarden reap can delete it)"
+		}
+		_, _ = tw.Write([]byte("  " + c.Name + "\t" + fmtCount(c.Pending) + "\t" + fmtDuration(time.Duration(c.IdleMs)*time.Millisecond) + "\t" + note + "\n"))
+	}
+	_ = tw.Flush()
+	if s.Stalled > 0 {
+		a.printf("%s owned by stalled consumers: a running driver reclaims them after its MinIdle;\n", plural(s.StalledPending, "entry", "entries"))
+		a.printf("entries delivered too often can be moved with `pelwarden poison %s %s --max-deliveries N`.\n", s.Stream, s.Group)
+	}
+}

@@ -1,0 +1,164 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// Flag checks, run before connecting: bad input never reaches the server.
+
+func positiveInt(name string, v int) error {
+	if v <= 0 {
+		return usageErrorf("--%s must be positive, got %d", name, v)
+	}
+	return nil
+}
+
+func intInRange(name string, v, lo, hi int) error {
+	if v < lo || v > hi {
+		return usageErrorf("--%s must be between %d and %d, got %d", name, lo, hi, v)
+	}
+	return nil
+}
+
+func positiveDuration(name string, d time.Duration) error {
+	if d <= 0 {
+		return usageErrorf("--%s must be a positive duration such as 30s or 5m, got %v", name, d)
+	}
+	return nil
+}
+
+func nonNegativeDuration(name string, d time.Duration) error {
+	if d < 0 {
+		return usageErrorf("--%s must not be negative, got %v", name, d)
+	}
+	return nil
+}
+
+// nonEmptyFlag rejects a flag given explicitly as "".
+func nonEmptyFlag(cmd *cobra.Command, name, v string) error {
+	if cmd.Flags().Changed(name) && v == "" {
+		return usageErrorf("--%s must not be empty", name)
+	}
+	if len(v) > pelwarden.MaxNameBytes {
+		return usageErrorf("--%s must be at most %d bytes", name, pelwarden.MaxNameBytes)
+	}
+	return nil
+}
+
+var streamIDRE = regexp.MustCompile(`^[0-9]{1,20}-[0-9]{1,20}$`)
+
+// checkStreamID accepts a full stream id, "1700000000000-0".
+func checkStreamID(what, id string) error {
+	if !streamIDRE.MatchString(id) {
+		return usageErrorf("%s %q is not a stream id like 1700000000000-0", what, clipText(id, 64))
+	}
+	ms, seq, _ := strings.Cut(id, "-")
+	if _, err := strconv.ParseUint(ms, 10, 64); err != nil {
+		return usageErrorf("%s %q is out of range", what, id)
+	}
+	if _, err := strconv.ParseUint(seq, 10, 64); err != nil {
+		return usageErrorf("%s %q is out of range", what, id)
+	}
+	return nil
+}
+
+// Server-side checks that turn a library error into a message naming what
+// is missing.
+
+// keyType returns the type of key ("none" when it does not exist).
+func keyType(ctx context.Context, rdb redis.UniversalClient, key string) (string, error) {
+	t, err := rdb.Type(ctx, key).Result()
+	if err != nil {
+		return "", failuref("TYPE %s: %v", key, err)
+	}
+	return t, nil
+}
+
+// needStream fails with ExitBadTarget unless key holds a stream. what names
+// the key in the message, e.g. "dead-letter stream".
+func needStream(ctx context.Context, rdb redis.UniversalClient, what, key string) error {
+	t, err := keyType(ctx, rdb, key)
+	if err != nil {
+		return err
+	}
+	switch t {
+	case "stream":
+		return nil
+	case "none":
+		return targetErrorf("%s %q does not exist", what, key)
+	}
+	return targetErrorf("%s %q holds a %s, not a stream", what, key, t)
+}
+
+// explainGroupError replaces ErrNoGroup / ErrWrongType from a call on
+// (stream, group, dlq) by a message that says which key or group is wrong.
+// Other errors are returned unchanged.
+func explainGroupError(ctx context.Context, rdb redis.UniversalClient, err error, stream, group, dlq string) error {
+	if !errors.Is(err, pelwarden.ErrNoGroup) && !errors.Is(err, pelwarden.ErrWrongType) {
+		return err
+	}
+	t, terr := keyType(ctx, rdb, stream)
+	if terr != nil {
+		return terr
+	}
+	switch t {
+	case "none":
+		return targetErrorf("stream %q does not exist (check the name; a hash tag such as {orders} is part of it)", stream)
+	case "stream":
+	default:
+		return targetErrorf("stream %q holds a %s, not a stream", stream, t)
+	}
+	if errors.Is(err, pelwarden.ErrNoGroup) {
+		groups, gerr := rdb.XInfoGroups(ctx, stream).Result()
+		if gerr != nil {
+			return classify(err)
+		}
+		var names []string
+		for _, g := range groups {
+			if g.Name == group {
+				return classify(err) // it exists after all (raced): report as is
+			}
+			names = append(names, g.Name)
+		}
+		if len(names) == 0 {
+			return targetErrorf("group %q does not exist on stream %q, which has no consumer groups", group, stream)
+		}
+		return targetErrorf("group %q does not exist on stream %q (its groups: %s)", group, stream, strings.Join(names, ", "))
+	}
+	if dlq != "" {
+		t, terr := keyType(ctx, rdb, dlq)
+		if terr == nil && t != "stream" && t != "none" {
+			return targetErrorf("dead-letter stream %q holds a %s, not a stream (choose another with --dlq)", dlq, t)
+		}
+	}
+	return classify(err)
+}
+
+// serverTime returns the server's clock (ages are computed against it, not
+// against this machine's clock).
+func serverTime(ctx context.Context, rdb redis.UniversalClient) time.Time {
+	t, err := rdb.Time(ctx).Result()
+	if err != nil {
+		return time.Now()
+	}
+	return t
+}
+
+// plural returns "1 entry" / "2 entries" style counts.
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%s %s", fmtCount(n), one)
+	}
+	return fmt.Sprintf("%s %s", fmtCount(n), many)
+}

@@ -1,0 +1,324 @@
+package reclaimbench
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is the outcome of Run.
+type Report struct {
+	// Config is the configuration used, defaults applied.
+	Config Config
+	// Started is when Run began.
+	Started time.Time
+	// Server describes the server, e.g. "redis 8.0.2".
+	Server string
+	// IdleCPU is the server's CPU time per second of wall time while the
+	// benchmark sent nothing (cron, other clients): the noise floor of the
+	// CPU figures, which are not corrected for it.
+	IdleCPU time.Duration
+	// Links has one element per link run, in Config.Links order.
+	Links []LinkReport
+}
+
+// LinkReport holds the results of every method on one link.
+type LinkReport struct {
+	// Link is the network path.
+	Link Link
+	// Entries is the scenario size of every method on this link.
+	Entries int
+	// RTT is the median PING round trip measured on this link before the
+	// methods ran.
+	RTT time.Duration
+	// BaseRTT is the median PING round trip of a direct connection,
+	// measured at the same time.
+	BaseRTT time.Duration
+	// AddedLatency is the round-trip latency the proxy is asked to add (0 on
+	// loopback): RTT is about BaseRTT plus AddedLatency.
+	AddedLatency time.Duration
+	// ProxyDelay is the delay per direction the proxy was calibrated to so
+	// that RTT is about BaseRTT+AddedLatency (its own hop and timer
+	// overshoot make up the rest). 0 on loopback.
+	ProxyDelay time.Duration
+	// Results has one element per method run, in Config.Methods order.
+	Results []Result
+}
+
+// Result returns the result of method m, or nil.
+func (l *LinkReport) Result(m Method) *Result {
+	for i := range l.Results {
+		if l.Results[i].Method == m {
+			return &l.Results[i]
+		}
+	}
+	return nil
+}
+
+// Result is one method's run on one link. The measurements cover the reclaim
+// phase only: building the scenario and verifying it are not included.
+type Result struct {
+	// Method and Link identify the run.
+	Method Method
+	Link   Link
+	// Entries is the PEL size at the start: live, poison and deleted.
+	Entries int
+	// Poison entries were at MaxDeliveries; Deleted ones were gone from the
+	// stream while pending.
+	Poison, Deleted int
+	// Handled is how many entries the method handed to its handler and
+	// acked; DeadLettered how many it moved to the dead-letter stream.
+	Handled, DeadLettered int
+	// Passes over the PEL until it was empty (1 when one pass sufficed).
+	Passes int
+	// Wall is the wall time of the reclaim phase.
+	Wall time.Duration
+	// RoundTrips the client made: one per command sent alone, one per
+	// pipeline. Commands counts the commands, pipelined ones included.
+	RoundTrips, Commands int64
+	// ServerCPU is the server's used_cpu_user+used_cpu_sys delta.
+	ServerCPU time.Duration
+	// IdleCPU is the part of ServerCPU the server's idle rate accounts for
+	// (Report.IdleCPU per second times Wall): cron and the like, which
+	// long runs pay more of. ServerCPU includes it.
+	IdleCPU time.Duration
+	// CommandStatsUsec is the INFO commandstats time (µs) of the commands
+	// the client sent. It covers command execution only, not reading,
+	// parsing and writing, so it understates per-command overhead.
+	CommandStatsUsec float64
+	// Verified is true when the end state was checked and correct.
+	Verified bool
+	// Problem says what went wrong when the run failed or the end state
+	// was wrong.
+	Problem string
+}
+
+// EntriesPerSecond is Entries divided by Wall.
+func (r *Result) EntriesPerSecond() float64 {
+	if r.Wall <= 0 {
+		return 0
+	}
+	return float64(r.Entries) / r.Wall.Seconds()
+}
+
+// RoundTripsPerEntry is RoundTrips divided by Entries.
+func (r *Result) RoundTripsPerEntry() float64 { return perEntry(float64(r.RoundTrips), r.Entries) }
+
+// CPUPerEntry is the server CPU time per entry, in microseconds.
+func (r *Result) CPUPerEntry() float64 {
+	return perEntry(float64(r.ServerCPU)/float64(time.Microsecond), r.Entries)
+}
+
+// NetCPUPerEntry is the server CPU time per entry without the idle share
+// (ServerCPU minus IdleCPU), in microseconds.
+func (r *Result) NetCPUPerEntry() float64 {
+	return perEntry(float64(max(r.ServerCPU-r.IdleCPU, 0))/float64(time.Microsecond), r.Entries)
+}
+
+// CommandStatsPerEntry is CommandStatsUsec per entry, in microseconds.
+func (r *Result) CommandStatsPerEntry() float64 { return perEntry(r.CommandStatsUsec, r.Entries) }
+
+func perEntry(v float64, n int) float64 {
+	if n <= 0 {
+		return 0
+	}
+	return v / float64(n)
+}
+
+// Targets of issue 2, section 5.
+const (
+	// TargetLoopbackSpeedup: pelwarden reclaims at least 10 times as many
+	// entries per second as the textbook loop on loopback.
+	TargetLoopbackSpeedup = 10
+	// TargetProxiedSpeedup: at least 100 times at 1 ms round trip.
+	TargetProxiedSpeedup = 100
+)
+
+// WriteTable prints the report: per link a table of every method with its
+// speed relative to the textbook loop, then pelwarden's ratios against the
+// textbook, watermill-style and pipelined loops, then the targets.
+func WriteTable(w io.Writer, rep Report) error {
+	ew := &errWriter{w: w}
+	cfg := rep.Config
+	label := ""
+	if cfg.ServerLabel != "" {
+		label = " [" + cfg.ServerLabel + "]"
+	}
+	ew.printf("pelwarden reclaim benchmark, %s\n", rep.Started.UTC().Format(time.RFC3339))
+	ew.printf("server: %s%s; server idle CPU %s per second (subtracted only in \"net of idle\")\n", rep.Server, label, fmtDuration(rep.IdleCPU))
+	ew.printf("client: %s %s/%s, %d CPUs\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
+	ew.printf("scenario: a PEL left by a dead consumer; %s at %d deliveries (poison, max deliveries %d), %s deleted while pending; min-idle %v\n",
+		every(cfg.PoisonEvery), cfg.MaxDeliveries, cfg.MaxDeliveries, every(cfg.DeletedEvery), cfg.MinIdle)
+	ew.printf("pages: pelwarden %d, textbook %d, watermill %d, pipelined %d\n",
+		cfg.PageSize, cfg.TextbookPageSize, cfg.WatermillPageSize, cfg.PageSize)
+
+	for i := range rep.Links {
+		l := &rep.Links[i]
+		ew.printf("\n== %s: %d entries per method, measured round trip %s", linkTitle(l), l.Entries, fmtDuration(l.RTT))
+		if l.Link == LinkProxied {
+			ew.printf(" (direct %s, proxy delay %s each way)", fmtDuration(l.BaseRTT), fmtDuration(l.ProxyDelay))
+		}
+		if l.Link == LinkProxied && l.Entries < cfg.Entries {
+			ew.printf(" (fewer entries than on loopback: the per-entry loops take minutes at this latency)")
+		}
+		ew.printf(" ==\n")
+		base := l.Result(MethodTextbook)
+		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "method\twall\tentries/s\tvs textbook\tround trips/entry\tcommands/entry\tserver CPU µs/entry\tnet of idle\tcmdstats µs/entry\tdead-lettered\tpasses\tend state\t\n")
+		for j := range l.Results {
+			r := &l.Results[j]
+			vs := "-"
+			if base != nil && base.EntriesPerSecond() > 0 {
+				vs = fmtRatio(r.EntriesPerSecond() / base.EntriesPerSecond())
+			}
+			state := "verified"
+			if !r.Verified {
+				state = "FAILED"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.4f\t%.4f\t%.2f\t%.2f\t%.2f\t%d\t%d\t%s\t\n",
+				r.Method, fmtDuration(r.Wall), fmtCount(r.EntriesPerSecond()), vs,
+				r.RoundTripsPerEntry(), perEntry(float64(r.Commands), r.Entries),
+				r.CPUPerEntry(), r.NetCPUPerEntry(), r.CommandStatsPerEntry(), r.DeadLettered, r.Passes, state)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for j := range l.Results {
+			if p := l.Results[j].Problem; p != "" {
+				ew.printf("  %s: %s\n", l.Results[j].Method, p)
+			}
+		}
+		if pw := l.Result(MethodPelwarden); pw != nil {
+			for _, m := range []Method{MethodTextbook, MethodWatermill, MethodPipelined} {
+				o := l.Result(m)
+				if o == nil {
+					continue
+				}
+				ew.printf("pelwarden vs %-9s %s entries/s, %s round trips/entry, %s server CPU/entry\n", string(m)+":",
+					fmtRatio(ratio(pw.EntriesPerSecond(), o.EntriesPerSecond())),
+					fmtFewer(ratio(o.RoundTripsPerEntry(), pw.RoundTripsPerEntry())),
+					fmtRatio(ratio(pw.CPUPerEntry(), o.CPUPerEntry())))
+			}
+		}
+	}
+
+	var lines []string
+	for i := range rep.Links {
+		l := &rep.Links[i]
+		pw, tb := l.Result(MethodPelwarden), l.Result(MethodTextbook)
+		if pw == nil || tb == nil {
+			continue
+		}
+		speed := ratio(pw.EntriesPerSecond(), tb.EntriesPerSecond())
+		target := float64(TargetLoopbackSpeedup)
+		if l.Link == LinkProxied {
+			target = TargetProxiedSpeedup
+		}
+		lines = append(lines, fmt.Sprintf("  %s: entries/s >= %gx textbook: %s  %s", linkTitle(l), target, fmtRatio(speed), verdict(speed >= target)))
+		cpu := ratio(pw.CPUPerEntry(), tb.CPUPerEntry())
+		lines = append(lines, fmt.Sprintf("  %s: server CPU/entry <= textbook: %.2f vs %.2f µs (%s)  %s", linkTitle(l),
+			pw.CPUPerEntry(), tb.CPUPerEntry(), fmtRatio(cpu), verdict(cpu <= 1)))
+	}
+	if len(lines) > 0 {
+		ew.printf("\ntargets (issue 2, section 5):\n%s\n", strings.Join(lines, "\n"))
+	}
+	return ew.err
+}
+
+func linkTitle(l *LinkReport) string {
+	if l.Link == LinkProxied {
+		return fmt.Sprintf("proxied (+%v round trip)", l.AddedLatency)
+	}
+	return string(l.Link)
+}
+
+func every(n int) string {
+	if n <= 0 {
+		return "no entries"
+	}
+	return fmt.Sprintf("1 in %d entries (%.3g%%)", n, 100/float64(n))
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func fmtRatio(x float64) string {
+	switch {
+	case x == 0:
+		return "-"
+	case x >= 100:
+		return fmt.Sprintf("%.0fx", x)
+	case x >= 10:
+		return fmt.Sprintf("%.1fx", x)
+	default:
+		return fmt.Sprintf("%.2fx", x)
+	}
+}
+
+// fmtFewer prints how many times fewer (x > 1) or more (x < 1).
+func fmtFewer(x float64) string {
+	switch {
+	case x == 0:
+		return "-"
+	case x >= 1:
+		return fmtRatio(x) + " fewer"
+	default:
+		return fmtRatio(1/x) + " more"
+	}
+}
+
+func fmtCount(x float64) string {
+	s := fmt.Sprintf("%.0f", x)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond).String()
+	default:
+		return d.Round(time.Microsecond).String()
+	}
+}
+
+// errWriter keeps the first write error.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}
+
+func (e *errWriter) printf(format string, a ...any) { fmt.Fprintf(e, format, a...) }

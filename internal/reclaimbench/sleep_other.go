@@ -1,0 +1,12 @@
+//go:build !linux
+
+package reclaimbench
+
+import "time"
+
+// lockForPreciseSleep does nothing outside Linux.
+func lockForPreciseSleep() {}
+
+// preciseSleep is time.Sleep outside Linux (about 1 ms resolution on some
+// systems: the measured round trip in the report shows the real latency).
+func preciseSleep(d time.Duration) { time.Sleep(d) }
