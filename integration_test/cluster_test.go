@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/driver"
 	"github.com/pelwarden/pelwarden/internal/testserver"
 )
 
@@ -99,6 +101,15 @@ func TestCluster(t *testing.T) {
 		t.Run("CrossSlot", func(t *testing.T) {
 			t.Parallel()
 			testClusterCrossSlot(t, ctxFor(t), c, rdb, usable[0])
+		})
+		t.Run("DriverPerShard", func(t *testing.T) {
+			t.Parallel()
+			for i, s := range usable {
+				t.Run(fmt.Sprintf("shard%d", i), func(t *testing.T) {
+					t.Parallel()
+					testClusterDriver(t, ctxFor(t), rdb, s)
+				})
+			}
 		})
 	})
 	t.Run("SelfHealAfterFlush", func(t *testing.T) {
@@ -389,4 +400,29 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		h.n.Add(int64(len(cmds)))
 		return next(ctx, cmds)
 	}
+}
+
+// The driver runs on a ClusterClient when the stream and its dead-letter
+// stream share a hash tag: reads, acks, reclaims and dead-letters reach the
+// shard that owns them.
+func testClusterDriver(t *testing.T, ctx context.Context, rdb *redis.ClusterClient, s testserver.Shard) {
+	k := clusterKeys(t, func(slot int) bool { return s.Owns(slot) && !newPrimarySlots.Contains(slot) })
+	require.NoError(t, rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+	ids := produce(t, ctx, rdb, k, 200)
+	poison := ids[7]
+	m := newCounts()
+	cfg := fastConfig(t, k, "cluster-worker", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+		if msg.ID == poison {
+			return errors.New("poison")
+		}
+		return nil
+	}))
+	cfg.Metrics = m
+	r := start(t, rdb, cfg)
+	waitFor(t, "199 acked and the poison entry dead-lettered", func() bool {
+		n, _ := rdb.XLen(ctx, k.DLQ).Result()
+		return m.get(driver.EventAcked) == 199 && n == 1
+	})
+	require.NoError(t, r.stop(t))
+	require.Zero(t, pelSize(t, ctx, rdb, k))
 }
