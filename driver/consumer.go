@@ -331,10 +331,17 @@ func (c *Consumer) releaseSlots(n int) {
 const readMargin = 2 * time.Second
 
 // readLoop reads new entries with XREADGROUP ">", never more than free
-// handler slots.
+// handler slots. While the stream has nothing new, it blocks holding a
+// single slot: a blocked read holding every free slot would leave the
+// reclaim pass pages of one entry for ReadBlock at a time.
 func (c *Consumer) readLoop(ctx, handlerCtx context.Context, handlers *sync.WaitGroup) {
+	idle := false // the last read found nothing new
 	for attempt := 0; ctx.Err() == nil; {
-		n := c.acquire(ctx, c.cfg.Concurrency)
+		want := c.cfg.Concurrency
+		if idle {
+			want = 1
+		}
+		n := c.acquire(ctx, want)
 		if n == 0 {
 			return
 		}
@@ -356,6 +363,7 @@ func (c *Consumer) readLoop(ctx, handlerCtx context.Context, handlers *sync.Wait
 			continue
 		}
 		attempt = 0
+		idle = len(msgs) == 0
 		c.releaseSlots(n - len(msgs))
 		c.m.Count(EventRead, len(msgs))
 		for _, m := range msgs {

@@ -1,8 +1,10 @@
 // Command pelwarden-bench compares ways of reclaiming the pending entries
 // list of a dead consumer: pelwarden's claim path, the textbook client-side
 // loop, a watermill-style loop and the pipelined floor, on loopback and
-// through a proxy adding latency. See BENCHMARKS.md and package
-// internal/reclaimbench.
+// through a proxy adding latency. With --suite consume (or all) it also
+// measures the driver's main path against watermill-redisstream and a raw
+// go-redis loop, its reclaim path and its memory as the PEL grows. See
+// BENCHMARKS.md and packages internal/reclaimbench and internal/consumebench.
 //
 // Without --redis it starts a throwaway server container from the image
 // $PELWARDEN_BENCH_IMAGE (default pelwarden/redis:8.0, built by
@@ -28,6 +30,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pelwarden/pelwarden/internal/consumebench"
 	"github.com/pelwarden/pelwarden/internal/reclaimbench"
 	"github.com/pelwarden/pelwarden/internal/testserver"
 )
@@ -48,10 +51,23 @@ func run() int {
 		links          = flag.String("links", "all", "comma-separated links: loopback, proxied")
 		latency        = flag.Duration("latency", reclaimbench.DefaultRoundTripLatency, "round-trip latency the proxy adds")
 		pageSize       = flag.Int("page-size", reclaimbench.DefaultPageSize, "page size of pelwarden and the pipelined loop")
+		suite          = flag.String("suite", "reclaim", "benchmarks to run: reclaim, consume or all")
+		consumeEntries = flag.Int("consume-entries", consumebench.DefaultEntries, "consume suite: stream size per method of the main path")
+		consumeParts   = flag.String("consume-parts", "all", "consume suite: comma-separated parts: main, reclaim, pel")
+		profileDir     = flag.String("consume-profile-dir", "", "consume suite: write a CPU profile of each driver run of the main path to this directory")
 	)
 	flag.Parse()
 	logger := log.New(os.Stderr, "pelwarden-bench: ", log.Ltime)
 
+	if *suite != "reclaim" && *suite != "consume" && *suite != "all" {
+		logger.Printf("--suite: unknown suite %q (want reclaim, consume or all)", *suite)
+		return 2
+	}
+	parts, err := consumebench.ParseParts(*consumeParts)
+	if err != nil {
+		logger.Print(err)
+		return 2
+	}
 	ms, err := reclaimbench.ParseMethods(*methods)
 	if err != nil {
 		logger.Print(err)
@@ -105,8 +121,26 @@ func run() int {
 		cfg.ServerLabel = image
 	}
 
-	rep, err := reclaimbench.Run(ctx, cfg)
-	if werr := reclaimbench.WriteTable(os.Stdout, rep); werr != nil && err == nil {
+	if *suite != "consume" {
+		rep, err := reclaimbench.Run(ctx, cfg)
+		if werr := reclaimbench.WriteTable(os.Stdout, rep); werr != nil && err == nil {
+			err = werr
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr)
+			logger.Print(err)
+			return 1
+		}
+	}
+	if *suite == "reclaim" {
+		return 0
+	}
+	if *suite == "all" {
+		fmt.Println()
+	}
+	rep, err := consumebench.Run(ctx, consumebench.Config{Options: cfg.Options, Parts: parts,
+		Entries: *consumeEntries, ProfileDir: *profileDir, ServerLabel: cfg.ServerLabel, Logf: logger.Printf})
+	if werr := consumebench.WriteTable(os.Stdout, rep); werr != nil && err == nil {
 		err = werr
 	}
 	if err != nil {

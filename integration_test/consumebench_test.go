@@ -1,0 +1,63 @@
+package integration_test
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pelwarden/pelwarden/internal/consumebench"
+)
+
+// The consume benchmark runs every method of every part with small sizes and
+// verifies each end state (every entry acked, the PEL empty, or in the PEL
+// part left exactly as built). Timings are not asserted. It runs on the
+// first server of the matrix only.
+func TestConsumebenchSmoke(t *testing.T) {
+	t.Parallel()
+	s := servers[0]
+	ctx := ctxFor(t)
+	rep, err := consumebench.Run(ctx, consumebench.Config{
+		Options:        s.srv.Options(),
+		Entries:        2000,
+		Concurrencies:  []int{16, 512},
+		ReclaimEntries: 2000,
+		ClaimCount:     100, // several pages per pass
+		PELSizes:       []int{0, 3000},
+		PELNewEntries:  1000,
+		PELMinRun:      300 * time.Millisecond,
+		KeyPrefix:      "pwconsume-smoke",
+		ServerLabel:    s.srv.Image,
+		Logf:           t.Logf,
+	})
+	require.NoError(t, err)
+	require.Len(t, rep.Main, 4) // driver c=16, driver c=512, watermill, raw
+	require.Len(t, rep.Reclaim, 2)
+	require.Len(t, rep.PEL, 2)
+	for _, part := range [][]consumebench.Result{rep.Main, rep.Reclaim, rep.PEL} {
+		for _, r := range part {
+			require.True(t, r.Verified, "%s: %s", r.Method, r.Problem)
+			require.Empty(t, r.Problem, r.Method)
+			require.Equal(t, int64(r.Entries), r.Acked, "%s: every entry acked", r.Method)
+			require.Positive(t, r.RoundTrips, r.Method)
+		}
+	}
+	for _, r := range rep.Main {
+		require.Equal(t, 2000, r.Entries, r.Method)
+		require.Equal(t, int64(2000), r.Read, r.Method)
+	}
+	for _, r := range rep.Reclaim {
+		require.Equal(t, int64(2000), r.Claimed, "%s: every entry reclaimed", r.Method)
+	}
+	for _, r := range rep.PEL {
+		require.Zero(t, r.Claimed, "%s: nothing was idle", r.Method)
+		require.Positive(t, r.Claims, "%s: reclaim passes ran", r.Method)
+	}
+
+	var out bytes.Buffer
+	require.NoError(t, consumebench.WriteTable(&out, rep))
+	require.Contains(t, out.String(), "vs watermill")
+	require.NotContains(t, out.String(), "FAILED")
+	t.Log("\n" + out.String())
+}

@@ -1,0 +1,328 @@
+// Package consumebench measures the driver's main path, consuming new
+// entries of a stream through a consumer group, side by side with
+// watermill-redisstream and a raw go-redis loop on the same server in one
+// run; the driver's reclaim path against the claim function's own rate; and
+// the driver's client memory as the group's PEL grows.
+//
+// Every method gets its own fresh stream of Entries entries (fields n and a
+// payload of PayloadBytes bytes; watermill's stream is written by its own
+// Publisher in its own message format). Preparing a stream is not measured.
+// From the start of consuming until the method has acked every entry, Run
+// measures wall time, the round trips the method's client made (a go-redis
+// hook), the server's CPU time (INFO cpu deltas) and the benchmark process's
+// memory (peak HeapInuse sampled every 50 ms, TotalAlloc per entry). At the
+// end of each method the PEL must be empty and every entry read.
+//
+// Run does the work; WriteTable prints a Report with ratios. The
+// pelwarden-bench command runs it with --suite consume (or all).
+package consumebench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pelwarden/pelwarden/internal/reclaimbench"
+)
+
+// Part is one section of the benchmark.
+type Part string
+
+const (
+	// PartMain: the driver (at every Config.Concurrencies), watermill-
+	// redisstream and the raw loop consuming Entries new entries each.
+	PartMain Part = "main"
+	// PartReclaim: a PEL of ReclaimEntries entries left by a dead consumer,
+	// reclaimed by the driver and by a direct Claim+Ack loop.
+	PartReclaim Part = "reclaim"
+	// PartPEL: the driver consuming new entries while its reclaim passes
+	// walk a PEL of each of PELSizes entries that are not yet idle.
+	PartPEL Part = "pel"
+)
+
+// AllParts lists every part in the order Run uses by default.
+var AllParts = []Part{PartMain, PartReclaim, PartPEL}
+
+// ParseParts parses a comma-separated list of parts ("" or "all" means
+// AllParts).
+func ParseParts(s string) ([]Part, error) {
+	if s = strings.TrimSpace(s); s == "" || s == "all" {
+		return append([]Part(nil), AllParts...), nil
+	}
+	var out []Part
+	for _, f := range strings.Split(s, ",") {
+		p := Part(strings.TrimSpace(f))
+		if p != PartMain && p != PartReclaim && p != PartPEL {
+			return nil, fmt.Errorf("consumebench: unknown part %q (want main, reclaim, pel)", p)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// Defaults of Config.
+const (
+	// DefaultEntries is the default Config.Entries.
+	DefaultEntries = 200_000
+	// DefaultReclaimEntries is the default Config.ReclaimEntries.
+	DefaultReclaimEntries = 100_000
+	// DefaultPELNewEntries is the default Config.PELNewEntries.
+	DefaultPELNewEntries = 100_000
+	// DefaultPELMinRun is the default Config.PELMinRun.
+	DefaultPELMinRun = 5 * time.Second
+	// DefaultRawCount is the default Config.RawCount.
+	DefaultRawCount = 500
+	// DefaultClaimCount is the default Config.ClaimCount.
+	DefaultClaimCount = 500
+	// DefaultReclaimConcurrency is the default Config.ReclaimConcurrency.
+	DefaultReclaimConcurrency = 512
+	// DefaultPayloadBytes is the default Config.PayloadBytes.
+	DefaultPayloadBytes = 64
+	// DefaultKeyPrefix is the default Config.KeyPrefix.
+	DefaultKeyPrefix = "pwconsume"
+	// DefaultTimeout is the default Config.Timeout.
+	DefaultTimeout = 10 * time.Minute
+)
+
+// DefaultConcurrencies is the default Config.Concurrencies: the driver's
+// default, and one large enough that reads are not tiny.
+var DefaultConcurrencies = []int{16, 512}
+
+// DefaultPELSizes is the default Config.PELSizes.
+var DefaultPELSizes = []int{0, 100_000, 1_000_000}
+
+// Config configures Run. The zero value of every field but Options means its
+// documented default. Run never modifies the caller's Config.
+type Config struct {
+	// Options connect to the server under test. Required. Run dials its own
+	// clients from copies of it and closes them.
+	Options *redis.Options
+	// Parts to run, in this order. Defaults to AllParts.
+	Parts []Part
+	// Entries is the stream size of each method of PartMain. Defaults to
+	// DefaultEntries (200,000).
+	Entries int
+	// Concurrencies are the driver's Config.Concurrency values measured in
+	// PartMain, one method each. Defaults to DefaultConcurrencies (16, 512).
+	Concurrencies []int
+	// RawCount is the raw loop's XREADGROUP COUNT. Defaults to
+	// DefaultRawCount (500).
+	RawCount int
+	// ReclaimEntries is the PEL size of PartReclaim. Defaults to
+	// DefaultReclaimEntries (100,000).
+	ReclaimEntries int
+	// ClaimCount is the page of PartReclaim and PartPEL: the driver's
+	// ClaimCount and the Claim+Ack loop's Count. Defaults to
+	// DefaultClaimCount (500).
+	ClaimCount int
+	// ReclaimConcurrency is the driver's Concurrency in PartReclaim and
+	// PartPEL; at least ClaimCount, so a page is not cut by free slots.
+	// Defaults to DefaultReclaimConcurrency (512).
+	ReclaimConcurrency int
+	// PELSizes are the PEL sizes of PartPEL. Defaults to DefaultPELSizes
+	// (0, 100,000, 1,000,000).
+	PELSizes []int
+	// PELNewEntries is how many new entries the driver consumes in each run
+	// of PartPEL. Defaults to DefaultPELNewEntries (100,000).
+	PELNewEntries int
+	// PELMinRun: each run of PartPEL lasts at least this long, so several
+	// reclaim passes walk the PEL. Defaults to DefaultPELMinRun (5s).
+	PELMinRun time.Duration
+	// PayloadBytes is the size of each entry's payload. Defaults to
+	// DefaultPayloadBytes (64).
+	PayloadBytes int
+	// KeyPrefix starts every key Run creates ("{<prefix>-<run>-<method>}"),
+	// deleted after each method. Defaults to DefaultKeyPrefix.
+	KeyPrefix string
+	// Timeout bounds each method's measured phase. Defaults to
+	// DefaultTimeout (10 minutes).
+	Timeout time.Duration
+	// ProfileDir, when set, receives a CPU profile of the benchmark process
+	// for each driver run of PartMain ("driver-c<concurrency>.pprof").
+	// Optional.
+	ProfileDir string
+	// ServerLabel describes the server in the report header. Optional.
+	ServerLabel string
+	// Logf receives progress messages. Optional.
+	Logf func(format string, args ...any)
+}
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&c.Entries, DefaultEntries)
+	def(&c.RawCount, DefaultRawCount)
+	def(&c.ReclaimEntries, DefaultReclaimEntries)
+	def(&c.ClaimCount, DefaultClaimCount)
+	def(&c.ReclaimConcurrency, DefaultReclaimConcurrency)
+	def(&c.PELNewEntries, DefaultPELNewEntries)
+	def(&c.PayloadBytes, DefaultPayloadBytes)
+	if c.PELMinRun == 0 {
+		c.PELMinRun = DefaultPELMinRun
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	c.Parts = append([]Part(nil), c.Parts...)
+	if len(c.Parts) == 0 {
+		c.Parts = append(c.Parts, AllParts...)
+	}
+	c.Concurrencies = append([]int(nil), c.Concurrencies...)
+	if len(c.Concurrencies) == 0 {
+		c.Concurrencies = append(c.Concurrencies, DefaultConcurrencies...)
+	}
+	c.PELSizes = append([]int(nil), c.PELSizes...)
+	if len(c.PELSizes) == 0 {
+		c.PELSizes = append(c.PELSizes, DefaultPELSizes...)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	bad := func(field, format string, a ...any) error {
+		return fmt.Errorf("consumebench: Config.%s %s", field, fmt.Sprintf(format, a...))
+	}
+	switch {
+	case c.Options == nil:
+		return bad("Options", "is required")
+	case c.Entries < 1:
+		return bad("Entries", "must be positive, got %d", c.Entries)
+	case c.RawCount < 1:
+		return bad("RawCount", "must be positive, got %d", c.RawCount)
+	case c.ReclaimEntries < 1:
+		return bad("ReclaimEntries", "must be positive, got %d", c.ReclaimEntries)
+	case c.ClaimCount < 1 || c.ClaimCount > 10000:
+		return bad("ClaimCount", "must be between 1 and 10000, got %d", c.ClaimCount)
+	case c.ReclaimConcurrency < c.ClaimCount:
+		return bad("ReclaimConcurrency", "must be at least ClaimCount (%d), got %d", c.ClaimCount, c.ReclaimConcurrency)
+	case c.PELNewEntries < 1:
+		return bad("PELNewEntries", "must be positive, got %d", c.PELNewEntries)
+	case c.PELMinRun < 0:
+		return bad("PELMinRun", "must not be negative, got %v", c.PELMinRun)
+	case c.PayloadBytes < 0:
+		return bad("PayloadBytes", "must not be negative, got %d", c.PayloadBytes)
+	case c.Timeout <= 0:
+		return bad("Timeout", "must be positive, got %v", c.Timeout)
+	}
+	for i, n := range c.Concurrencies {
+		if n < 1 || n > 10000 {
+			return bad(fmt.Sprintf("Concurrencies[%d]", i), "must be between 1 and 10000, got %d", n)
+		}
+	}
+	for i, n := range c.PELSizes {
+		if n < 0 {
+			return bad(fmt.Sprintf("PELSizes[%d]", i), "must not be negative, got %d", n)
+		}
+	}
+	for _, p := range c.Parts {
+		if _, err := ParseParts(string(p)); err != nil {
+			return bad("Parts", "%v", err)
+		}
+	}
+	return nil
+}
+
+func (c Config) has(p Part) bool {
+	for _, q := range c.Parts {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+func (c Config) logf(format string, args ...any) {
+	if c.Logf != nil {
+		c.Logf(format, args...)
+	}
+}
+
+// Run runs the selected parts, each method on its own fresh keys, and
+// verifies each end state. It returns the report of every method it
+// completed; the error is non-nil when a method failed or its end state was
+// wrong (its Result says which). Run loads the pelwarden library and deletes
+// the keys it created.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	cfg = cfg.WithDefaults()
+	rep := Report{Config: cfg, Started: time.Now()}
+	if err := cfg.validate(); err != nil {
+		return rep, err
+	}
+	ctl := redis.NewClient(cloneOptions(cfg.Options))
+	defer ctl.Close()
+
+	var err error
+	if rep.Server, err = reclaimbench.ServerVersion(ctx, ctl); err != nil {
+		return rep, err
+	}
+	if rep.IdleCPU, err = reclaimbench.IdleCPU(ctx, ctl, time.Second); err != nil {
+		return rep, err
+	}
+	if rep.RTT, err = reclaimbench.MeasureRTT(ctx, ctl, 200); err != nil {
+		return rep, fmt.Errorf("consumebench: ping: %w", err)
+	}
+	b := &bench{cfg: cfg, ctl: ctl, runID: fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffff)}
+
+	var errs []error
+	add := func(dst *[]Result, r *Result, err error) bool {
+		if r != nil {
+			*dst = append(*dst, *r)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return ctx.Err() == nil
+	}
+	if cfg.has(PartMain) {
+		for _, n := range cfg.Concurrencies {
+			r, err := b.runDriver(ctx, n)
+			if !add(&rep.Main, r, err) {
+				return rep, errors.Join(errs...)
+			}
+		}
+		r, err := b.runWatermill(ctx)
+		if !add(&rep.Main, r, err) {
+			return rep, errors.Join(errs...)
+		}
+		r, err = b.runRaw(ctx)
+		if !add(&rep.Main, r, err) {
+			return rep, errors.Join(errs...)
+		}
+	}
+	if cfg.has(PartReclaim) {
+		r, err := b.runClaimLoop(ctx)
+		if !add(&rep.Reclaim, r, err) {
+			return rep, errors.Join(errs...)
+		}
+		r, err = b.runDriverReclaim(ctx)
+		if !add(&rep.Reclaim, r, err) {
+			return rep, errors.Join(errs...)
+		}
+	}
+	if cfg.has(PartPEL) {
+		for _, size := range cfg.PELSizes {
+			r, err := b.runDriverPEL(ctx, size)
+			if !add(&rep.PEL, r, err) {
+				return rep, errors.Join(errs...)
+			}
+		}
+	}
+	return rep, errors.Join(errs...)
+}
+
+// cloneOptions returns a copy of o that Run may change.
+func cloneOptions(o *redis.Options) *redis.Options {
+	c := *o
+	return &c
+}

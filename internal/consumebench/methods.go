@@ -1,0 +1,707 @@
+package consumebench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/internal/reclaimbench"
+)
+
+const (
+	benchGroup   = "bench"
+	benchName    = "bench"
+	deadConsumer = "dead"
+	// reclaimMinIdle is the MinIdle of PartReclaim: the scenario waits this
+	// long (plus a margin) before the measured phase.
+	reclaimMinIdle = 100 * time.Millisecond
+	// pelMinIdle is the MinIdle of PartPEL: the dead consumer's entries are
+	// never idle that long during the run, so every pass walks all of them.
+	pelMinIdle = time.Hour
+	// reclaimInterval of the driver in PartReclaim and PartPEL.
+	reclaimInterval = 100 * time.Millisecond
+	// fillChunk entries are added (and delivered to the dead consumer) per
+	// script call while preparing a stream.
+	fillChunk = 10_000
+	// publishers is how many goroutines run watermill's Publisher while
+	// preparing its stream (not measured).
+	publishers = 16
+)
+
+// bench holds what every method shares.
+type bench struct {
+	cfg   Config
+	ctl   *redis.Client // setup, INFO and checks; not counted
+	runID string
+}
+
+type keys struct{ stream, dlq string }
+
+func (b *bench) keys(method string) keys {
+	s := fmt.Sprintf("{%s-%s-%s}", b.cfg.KeyPrefix, b.runID, method)
+	return keys{stream: s, dlq: s + ":dead"}
+}
+
+func (b *bench) cleanup(ctx context.Context, k keys) {
+	_ = b.ctl.Del(context.WithoutCancel(ctx), k.stream, k.dlq).Err()
+}
+
+// fillScript adds ARGV[1] entries with fields n (from ARGV[2]) and payload
+// ARGV[3] to KEYS[1]; it returns the last id.
+var fillScript = redis.NewScript(`
+local last
+local first = tonumber(ARGV[2])
+for i = 0, tonumber(ARGV[1]) - 1 do
+  last = redis.call('XADD', KEYS[1], '*', 'n', first + i, 'payload', ARGV[3])
+end
+return last`)
+
+// readScript reads up to ARGV[3] new entries as consumer ARGV[2] of group
+// ARGV[1], so they become pending; it returns how many it read.
+var readScript = redis.NewScript(`
+local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
+if not r then return 0 end
+return #r[1][2]`)
+
+// fill adds n entries to stream and returns the last id. A script adds them
+// server side, in chunks, so a million entries take seconds.
+func (b *bench) fill(ctx context.Context, stream string, n int) (string, error) {
+	payload := strings.Repeat("x", b.cfg.PayloadBytes)
+	var last string
+	for done := 0; done < n; done += fillChunk {
+		k := min(fillChunk, n-done)
+		id, err := fillScript.Run(ctx, b.ctl, []string{stream}, k, done, payload).Text()
+		if err != nil {
+			return "", fmt.Errorf("fill %s: %w", stream, err)
+		}
+		last = id
+	}
+	return last, nil
+}
+
+// deliverToDead makes the next n entries of stream pending, owned by the
+// dead consumer with one delivery each.
+func (b *bench) deliverToDead(ctx context.Context, stream string, n int) error {
+	for done := 0; done < n; {
+		got, err := readScript.Run(ctx, b.ctl, []string{stream}, benchGroup, deadConsumer, min(fillChunk, n-done)).Int()
+		if err != nil {
+			return fmt.Errorf("deliver to %q: %w", deadConsumer, err)
+		}
+		if got == 0 {
+			return fmt.Errorf("deliver to %q: stream exhausted after %d of %d entries", deadConsumer, done, n)
+		}
+		done += got
+	}
+	return nil
+}
+
+// deadPEL builds the scenario of PartReclaim and PartPEL: a group, n entries
+// all pending at the dead consumer.
+func (b *bench) deadPEL(ctx context.Context, stream string, n int) error {
+	if err := b.ctl.XGroupCreateMkStream(ctx, stream, benchGroup, "$").Err(); err != nil {
+		return fmt.Errorf("XGROUP CREATE: %w", err)
+	}
+	if n == 0 {
+		return nil
+	}
+	if _, err := b.fill(ctx, stream, n); err != nil {
+		return err
+	}
+	if err := b.deliverToDead(ctx, stream, n); err != nil {
+		return err
+	}
+	return b.checkPEL(ctx, stream, int64(n))
+}
+
+func (b *bench) checkPEL(ctx context.Context, stream string, want int64) error {
+	sum, err := b.ctl.XPending(ctx, stream, benchGroup).Result()
+	if err != nil {
+		return fmt.Errorf("XPENDING: %w", err)
+	}
+	if sum.Count != want {
+		return fmt.Errorf("%d entries pending, want %d", sum.Count, want)
+	}
+	return nil
+}
+
+// checkConsumed verifies the end state of PartMain: the PEL is empty and the
+// group has delivered every entry up to last.
+func (b *bench) checkConsumed(ctx context.Context, stream, last string) error {
+	if err := b.checkPEL(ctx, stream, 0); err != nil {
+		return err
+	}
+	gs, err := b.ctl.XInfoGroups(ctx, stream).Result()
+	if err != nil {
+		return fmt.Errorf("XINFO GROUPS: %w", err)
+	}
+	if len(gs) != 1 || gs[0].LastDeliveredID != last {
+		return fmt.Errorf("group state %+v, want last delivered id %s", gs, last)
+	}
+	return nil
+}
+
+// clientOptions are the options of a method's own client.
+func (b *bench) clientOptions() *redis.Options {
+	o := cloneOptions(b.cfg.Options)
+	// Lets cancellation interrupt the driver's blocked XREADGROUP at the
+	// end of a method (outside the measured phase).
+	o.ContextTimeoutEnabled = true
+	return o
+}
+
+// phase measures one method from begin to end.
+type phase struct {
+	b     *bench
+	h     *hook
+	mem   *memSampler
+	cpu0  time.Duration
+	start time.Time
+}
+
+func (b *bench) begin(ctx context.Context, h *hook) (*phase, error) {
+	cpu, err := reclaimbench.ServerCPU(ctx, b.ctl)
+	if err != nil {
+		return nil, err
+	}
+	p := &phase{b: b, h: h, cpu0: cpu}
+	p.mem = startMem()
+	p.start = time.Now()
+	return p, nil
+}
+
+// end fills r's measurements; wall is the time to the last ack.
+func (p *phase) end(ctx context.Context, r *Result, wall time.Duration) error {
+	r.Ran = time.Since(p.start)
+	r.Wall = wall
+	r.RoundTrips = p.h.roundTrips.Load()
+	r.Commands = p.h.commands.Load()
+	r.Claims = p.h.claims.Load()
+	r.PeakHeapInuse, r.BaseHeapInuse, r.Alloc = p.mem.finish()
+	cpu, err := reclaimbench.ServerCPU(ctx, p.b.ctl)
+	if err != nil {
+		return err
+	}
+	r.ServerCPU = cpu - p.cpu0
+	return nil
+}
+
+// counting is the driver's Metrics for the benchmark: it closes done when
+// target entries were acked.
+type counting struct {
+	acked, read, claimed, errs atomic.Int64
+	target                     int64
+	once                       sync.Once
+	done                       chan struct{}
+}
+
+func (m *counting) Count(e driver.Event, n int) {
+	switch e {
+	case driver.EventAcked:
+		if m.acked.Add(int64(n)) >= m.target {
+			m.once.Do(func() { close(m.done) })
+		}
+	case driver.EventRead:
+		m.read.Add(int64(n))
+	case driver.EventClaimed:
+		m.claimed.Add(int64(n))
+	case driver.EventCommandError, driver.EventHandlerError, driver.EventLostOwnership:
+		m.errs.Add(int64(n))
+	}
+}
+func (m *counting) DeadLettered(string, int)      {}
+func (m *counting) HandlerDuration(time.Duration) {}
+
+// driverSpec is one measured run of the driver.
+type driverSpec struct {
+	method                   string
+	part                     Part
+	k                        keys
+	concurrency, claimCount  int
+	minIdle, reclaimInterval time.Duration
+	target                   int64         // acks to wait for
+	minRun                   time.Duration // keep running at least this long
+}
+
+// measureDriver runs a driver consumer with a no-op handler until it acked
+// spec.target entries (and spec.minRun passed), then cancels it.
+func (b *bench) measureDriver(ctx context.Context, spec driverSpec) (*Result, error) {
+	r := &Result{Method: spec.method, Part: spec.part, Entries: int(spec.target), Concurrency: spec.concurrency}
+	rdb := redis.NewClient(b.clientOptions())
+	defer rdb.Close()
+	h := &hook{}
+	rdb.AddHook(h)
+	m := &counting{target: spec.target, done: make(chan struct{})}
+	c, err := driver.New(rdb, driver.Config{
+		Stream: spec.k.stream, DeadLetterStream: spec.k.dlq, Group: benchGroup, Consumer: benchName,
+		Handler:     driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }),
+		CreateGroup: true, Concurrency: spec.concurrency, ClaimCount: spec.claimCount,
+		MinIdle: spec.minIdle, ReclaimInterval: spec.reclaimInterval,
+		ShutdownTimeout: 5 * time.Second,
+		Logger:          slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Metrics:         m,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Load the library before measuring (the driver's own Load then finds
+	// it in place).
+	if _, err := pelwarden.NewLibrary(b.ctl).Load(ctx); err != nil {
+		return nil, err
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p, err := b.begin(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	stopProfile, err := b.startProfile(spec)
+	if err != nil {
+		return nil, err
+	}
+	runErr := make(chan error, 1)
+	go func() { runErr <- c.Run(runCtx) }()
+	timeout := time.NewTimer(b.cfg.Timeout)
+	defer timeout.Stop()
+	var problem error
+	select {
+	case <-m.done:
+	case err := <-runErr:
+		problem = fmt.Errorf("Run returned before %d acks: %v", spec.target, err)
+		runErr <- err
+	case <-timeout.C:
+		problem = fmt.Errorf("timeout: %d of %d entries acked after %v", m.acked.Load(), spec.target, b.cfg.Timeout)
+	case <-ctx.Done():
+		problem = ctx.Err()
+	}
+	wall := time.Since(p.start)
+	stopProfile()
+	if problem == nil && spec.minRun > wall {
+		_ = sleepCtx(ctx, spec.minRun-wall)
+	}
+	if err := p.end(ctx, r, wall); err != nil {
+		return r, err
+	}
+	r.Acked = m.acked.Load()
+	r.Read = m.read.Load()
+	r.Claimed = m.claimed.Load()
+	cancel()
+	if err := <-runErr; err != nil && problem == nil {
+		problem = fmt.Errorf("Run: %w", err)
+	}
+	if problem == nil && m.errs.Load() > 0 {
+		problem = fmt.Errorf("%d command errors, handler errors or lost ownerships", m.errs.Load())
+	}
+	if problem == nil && r.Acked != spec.target {
+		problem = fmt.Errorf("%d entries acked, want %d", r.Acked, spec.target)
+	}
+	return r, problem
+}
+
+// startProfile starts a CPU profile of a PartMain driver run when
+// Config.ProfileDir is set; the returned func stops it.
+func (b *bench) startProfile(spec driverSpec) (func(), error) {
+	if b.cfg.ProfileDir == "" || spec.part != PartMain {
+		return func() {}, nil
+	}
+	f, err := os.Create(filepath.Join(b.cfg.ProfileDir, fmt.Sprintf("driver-c%d.pprof", spec.concurrency)))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.cfg.logf("profile: %v", err)
+		}
+	}, nil
+}
+
+// runDriver: PartMain, the driver at one concurrency.
+func (b *bench) runDriver(ctx context.Context, concurrency int) (*Result, error) {
+	method := fmt.Sprintf("driver c=%d", concurrency)
+	k := b.keys(fmt.Sprintf("driver-%d", concurrency))
+	defer b.cleanup(ctx, k)
+	n := b.cfg.Entries
+	b.cfg.logf("%s: preparing %d entries", method, n)
+	last, err := b.fill(ctx, k.stream, n)
+	if err != nil {
+		return nil, fmt.Errorf("consumebench: %s: %w", method, err)
+	}
+	b.cfg.logf("%s: consuming", method)
+	r, err := b.measureDriver(ctx, driverSpec{method: method, part: PartMain, k: k, concurrency: concurrency,
+		claimCount: driver.DefaultClaimCount, minIdle: driver.DefaultMinIdle, reclaimInterval: driver.DefaultReclaimInterval,
+		target: int64(n)})
+	return b.finish(ctx, r, err, func() error { return b.checkConsumed(ctx, k.stream, last) })
+}
+
+// finish verifies the end state and logs the outcome.
+func (b *bench) finish(ctx context.Context, r *Result, err error, verify func() error) (*Result, error) {
+	if r == nil {
+		return nil, fmt.Errorf("consumebench: %w", err)
+	}
+	if err == nil {
+		err = verify()
+	}
+	if err != nil {
+		r.Problem = err.Error()
+		return r, fmt.Errorf("consumebench: %s: %w", r.Method, err)
+	}
+	r.Verified = true
+	b.cfg.logf("%s: %d entries in %v (%s/s), %d round trips, server CPU %v, peak heap %s", r.Method, r.Entries,
+		r.Wall.Round(time.Millisecond), reclaimbench.FormatCount(r.EntriesPerSecond()), r.RoundTrips,
+		r.ServerCPU.Round(time.Millisecond), fmtBytes(r.PeakHeapInuse))
+	return r, nil
+}
+
+// runWatermill: PartMain, watermill-redisstream's Subscriber with its
+// default config on a fresh group, acking each message with msg.Ack(). The
+// stream is written by its Publisher beforehand.
+func (b *bench) runWatermill(ctx context.Context) (*Result, error) {
+	const method = "watermill"
+	k := b.keys(method)
+	defer b.cleanup(ctx, k)
+	n := b.cfg.Entries
+	b.cfg.logf("%s: publishing %d messages with its Publisher", method, n)
+	last, err := b.publishWatermill(ctx, k.stream, n)
+	if err != nil {
+		return nil, fmt.Errorf("consumebench: %s: %w", method, err)
+	}
+	b.cfg.logf("%s: consuming", method)
+	r, err := b.measureWatermill(ctx, k, n)
+	return b.finish(ctx, r, err, func() error { return b.checkConsumed(ctx, k.stream, last) })
+}
+
+func (b *bench) publishWatermill(ctx context.Context, stream string, n int) (string, error) {
+	// The Publisher closes its client.
+	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: redis.NewClient(cloneOptions(b.cfg.Options))}, nil)
+	if err != nil {
+		return "", err
+	}
+	defer pub.Close()
+	pad := strings.Repeat("x", b.cfg.PayloadBytes)
+	var wg sync.WaitGroup
+	errs := make([]error, publishers)
+	per := (n + publishers - 1) / publishers
+	for w := range publishers {
+		wg.Go(func() {
+			for i := w * per; i < min(n, (w+1)*per) && ctx.Err() == nil; i += 100 {
+				batch := make([]*message.Message, 0, 100)
+				for j := i; j < min(i+100, (w+1)*per, n); j++ {
+					p := []byte(fmt.Sprintf("%d:%s", j, pad))[:b.cfg.PayloadBytes]
+					batch = append(batch, message.NewMessage(watermill.NewUUID(), p))
+				}
+				if err := pub.Publish(stream, batch...); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(append(errs, ctx.Err())...); err != nil {
+		return "", err
+	}
+	info, err := b.ctl.XInfoStream(ctx, stream).Result()
+	if err != nil {
+		return "", fmt.Errorf("XINFO STREAM: %w", err)
+	}
+	if info.Length != int64(n) {
+		return "", fmt.Errorf("published %d messages, want %d", info.Length, n)
+	}
+	return info.LastGeneratedID, nil
+}
+
+func (b *bench) measureWatermill(ctx context.Context, k keys, n int) (*Result, error) {
+	r := &Result{Method: "watermill", Part: PartMain, Entries: n, Concurrency: 1}
+	done := make(chan struct{})
+	var once sync.Once
+	h := &hook{onAck: func(total int64) {
+		if total >= int64(n) {
+			once.Do(func() { close(done) })
+		}
+	}}
+	rdb := redis.NewClient(b.clientOptions()) // the Subscriber closes it
+	rdb.AddHook(h)
+	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: benchGroup}, nil)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
+	defer sub.Close()
+	subCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	p, err := b.begin(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := sub.Subscribe(subCtx, k.stream)
+	if err != nil {
+		return nil, err
+	}
+	var got atomic.Int64
+	go func() {
+		for msg := range msgs {
+			got.Add(1)
+			msg.Ack() // the no-op handler succeeded
+		}
+	}()
+	timeout := time.NewTimer(b.cfg.Timeout)
+	defer timeout.Stop()
+	var problem error
+	select {
+	case <-done:
+	case <-timeout.C:
+		problem = fmt.Errorf("timeout: %d of %d messages acked after %v", h.xacked.Load(), n, b.cfg.Timeout)
+	case <-ctx.Done():
+		problem = ctx.Err()
+	}
+	wall := time.Since(p.start)
+	if err := p.end(ctx, r, wall); err != nil {
+		return r, err
+	}
+	r.Acked = h.xacked.Load()
+	r.Read = got.Load()
+	cancel()
+	if err := sub.Close(); err != nil && problem == nil {
+		problem = err
+	}
+	if problem == nil && r.Acked != int64(n) {
+		problem = fmt.Errorf("%d messages acked, want %d", r.Acked, n)
+	}
+	return r, problem
+}
+
+// runRaw: PartMain, the practical limit. XREADGROUP COUNT RawCount, a no-op
+// handler per entry, one XACK of the batch's ids; one connection, no
+// goroutines.
+func (b *bench) runRaw(ctx context.Context) (*Result, error) {
+	method := fmt.Sprintf("raw COUNT %d", b.cfg.RawCount)
+	k := b.keys("raw")
+	defer b.cleanup(ctx, k)
+	n := b.cfg.Entries
+	b.cfg.logf("%s: preparing %d entries", method, n)
+	last, err := b.fill(ctx, k.stream, n)
+	if err != nil {
+		return nil, fmt.Errorf("consumebench: %s: %w", method, err)
+	}
+	b.cfg.logf("%s: consuming", method)
+	r := &Result{Method: method, Part: PartMain, Entries: n, Concurrency: 1}
+	o := b.clientOptions()
+	o.PoolSize = 1
+	rdb := redis.NewClient(o)
+	defer rdb.Close()
+	h := &hook{}
+	rdb.AddHook(h)
+
+	p, err := b.begin(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	rerr := func() error {
+		if err := rdb.XGroupCreate(ctx, k.stream, benchGroup, "0").Err(); err != nil {
+			return fmt.Errorf("XGROUP CREATE: %w", err)
+		}
+		ids := make([]string, 0, b.cfg.RawCount)
+		for r.Acked < int64(n) {
+			res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: benchGroup, Consumer: benchName,
+				Streams: []string{k.stream, ">"}, Count: int64(b.cfg.RawCount), Block: -1}).Result()
+			if errors.Is(err, redis.Nil) {
+				return fmt.Errorf("stream exhausted after %d entries", r.Read)
+			}
+			if err != nil {
+				return fmt.Errorf("XREADGROUP: %w", err)
+			}
+			ids = ids[:0]
+			for _, m := range res[0].Messages {
+				handle(m.ID, m.Values)
+				ids = append(ids, m.ID)
+			}
+			r.Read += int64(len(ids))
+			acked, err := rdb.XAck(ctx, k.stream, benchGroup, ids...).Result()
+			if err != nil {
+				return fmt.Errorf("XACK: %w", err)
+			}
+			r.Acked += acked
+		}
+		return nil
+	}()
+	wall := time.Since(p.start)
+	if err := p.end(ctx, r, wall); err != nil {
+		return r, err
+	}
+	return b.finish(ctx, r, rerr, func() error { return b.checkConsumed(ctx, k.stream, last) })
+}
+
+// handle is the raw loop's and the claim loop's handler: it does nothing.
+func handle(id string, fields any) {}
+
+// runClaimLoop: PartReclaim, the claim function's own rate. Library.Claim
+// page by page (Count ClaimCount), a no-op handler, one Library.Ack per page,
+// as reclaimbench's pelwarden method does, on one connection.
+func (b *bench) runClaimLoop(ctx context.Context) (*Result, error) {
+	method := fmt.Sprintf("Claim+Ack loop, page %d", b.cfg.ClaimCount)
+	k := b.keys("claimloop")
+	defer b.cleanup(ctx, k)
+	n := b.cfg.ReclaimEntries
+	b.cfg.logf("%s: preparing a PEL of %d entries", method, n)
+	if err := b.deadPEL(ctx, k.stream, n); err != nil {
+		return nil, fmt.Errorf("consumebench: %s: %w", method, err)
+	}
+	r := &Result{Method: method, Part: PartReclaim, Entries: n, PEL: n, Concurrency: 1}
+	o := b.clientOptions()
+	o.PoolSize = 1
+	rdb := redis.NewClient(o)
+	defer rdb.Close()
+	h := &hook{}
+	rdb.AddHook(h)
+	lib := pelwarden.NewLibrary(rdb)
+	if _, err := lib.Load(ctx); err != nil {
+		return nil, err
+	}
+	if err := sleepCtx(ctx, reclaimMinIdle+10*time.Millisecond); err != nil {
+		return nil, err
+	}
+	b.cfg.logf("%s: reclaiming", method)
+	p, err := b.begin(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	rerr := func() error {
+		args := pelwarden.ClaimArgs{Stream: k.stream, DeadLetterStream: k.dlq, Group: benchGroup, Consumer: benchName,
+			MinIdle: reclaimMinIdle, Count: b.cfg.ClaimCount, MaxDeliveries: driver.DefaultMaxDeliveries}
+		for {
+			page, err := lib.Claim(ctx, args)
+			if err != nil {
+				return err
+			}
+			r.Claimed += int64(len(page.Entries))
+			if len(page.Entries) > 0 {
+				ids := make([]string, 0, len(page.Entries))
+				for _, e := range page.Entries {
+					handle(e.ID, e.Fields)
+					ids = append(ids, e.ID)
+				}
+				res, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: k.stream, Group: benchGroup, Consumer: benchName, IDs: ids})
+				if err != nil {
+					return err
+				}
+				if err := res.Err(); err != nil {
+					return err
+				}
+				r.Acked += res.Acked
+			}
+			if page.Done() {
+				return nil
+			}
+			args.Cursor = page.Cursor
+		}
+	}()
+	wall := time.Since(p.start)
+	if err := p.end(ctx, r, wall); err != nil {
+		return r, err
+	}
+	if rerr == nil && r.Acked != int64(n) {
+		rerr = fmt.Errorf("%d entries acked, want %d", r.Acked, n)
+	}
+	return b.finish(ctx, r, rerr, func() error { return b.checkPEL(ctx, k.stream, 0) })
+}
+
+// runDriverReclaim: PartReclaim, the same scenario reclaimed by the driver
+// (no-op handler, ClaimCount, Concurrency ReclaimConcurrency, ReclaimInterval
+// 100ms, MinIdle 100ms), until every entry is acked.
+func (b *bench) runDriverReclaim(ctx context.Context) (*Result, error) {
+	method := fmt.Sprintf("driver reclaim c=%d, page %d", b.cfg.ReclaimConcurrency, b.cfg.ClaimCount)
+	k := b.keys("driverreclaim")
+	defer b.cleanup(ctx, k)
+	n := b.cfg.ReclaimEntries
+	b.cfg.logf("%s: preparing a PEL of %d entries", method, n)
+	if err := b.deadPEL(ctx, k.stream, n); err != nil {
+		return nil, fmt.Errorf("consumebench: %s: %w", method, err)
+	}
+	if err := sleepCtx(ctx, reclaimMinIdle+10*time.Millisecond); err != nil {
+		return nil, err
+	}
+	b.cfg.logf("%s: reclaiming", method)
+	r, err := b.measureDriver(ctx, driverSpec{method: method, part: PartReclaim, k: k,
+		concurrency: b.cfg.ReclaimConcurrency, claimCount: b.cfg.ClaimCount,
+		minIdle: reclaimMinIdle, reclaimInterval: reclaimInterval, target: int64(n)})
+	if r != nil {
+		r.PEL = n
+	}
+	return b.finish(ctx, r, err, func() error { return b.checkPEL(ctx, k.stream, 0) })
+}
+
+// runDriverPEL: PartPEL, the driver consuming PELNewEntries new entries
+// while its reclaim passes (every 100ms, ClaimCount, MinIdle 1h) walk a PEL
+// of size entries owned by the dead consumer that are not idle yet. It runs
+// at least PELMinRun.
+func (b *bench) runDriverPEL(ctx context.Context, size int) (*Result, error) {
+	method := fmt.Sprintf("driver, PEL %s", fmtCountShort(size))
+	k := b.keys(fmt.Sprintf("pel-%d", size))
+	defer b.cleanup(ctx, k)
+	b.cfg.logf("%s: preparing a PEL of %d entries and %d new entries", method, size, b.cfg.PELNewEntries)
+	setup := time.Now()
+	if err := b.deadPEL(ctx, k.stream, size); err != nil {
+		return nil, fmt.Errorf("consumebench: %s: %w", method, err)
+	}
+	last, err := b.fill(ctx, k.stream, b.cfg.PELNewEntries)
+	if err != nil {
+		return nil, fmt.Errorf("consumebench: %s: %w", method, err)
+	}
+	setupTime := time.Since(setup)
+	b.cfg.logf("%s: prepared in %v; consuming", method, setupTime.Round(time.Millisecond))
+	r, err := b.measureDriver(ctx, driverSpec{method: method, part: PartPEL, k: k,
+		concurrency: b.cfg.ReclaimConcurrency, claimCount: b.cfg.ClaimCount,
+		minIdle: pelMinIdle, reclaimInterval: reclaimInterval, target: int64(b.cfg.PELNewEntries), minRun: b.cfg.PELMinRun})
+	if r != nil {
+		r.PEL = size
+		r.Setup = setupTime
+	}
+	return b.finish(ctx, r, err, func() error {
+		if r.Claimed != 0 {
+			return fmt.Errorf("%d entries claimed, want none (none was idle)", r.Claimed)
+		}
+		if err := b.checkPEL(ctx, k.stream, int64(size)); err != nil {
+			return err
+		}
+		gs, err := b.ctl.XInfoGroups(ctx, k.stream).Result()
+		if err != nil {
+			return fmt.Errorf("XINFO GROUPS: %w", err)
+		}
+		if len(gs) != 1 || gs[0].LastDeliveredID != last {
+			return fmt.Errorf("group state %+v, want last delivered id %s", gs, last)
+		}
+		return nil
+	})
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

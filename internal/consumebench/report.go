@@ -1,0 +1,308 @@
+package consumebench
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pelwarden/pelwarden/internal/reclaimbench"
+)
+
+// Report is the outcome of Run.
+type Report struct {
+	// Config is the configuration used, defaults applied.
+	Config Config
+	// Started is when Run began.
+	Started time.Time
+	// Server describes the server, e.g. "redis 8.0.2".
+	Server string
+	// IdleCPU is the server's CPU time per second of wall time while the
+	// benchmark sent nothing; the CPU figures are not corrected for it.
+	IdleCPU time.Duration
+	// RTT is the median PING round trip before the methods ran.
+	RTT time.Duration
+	// Main, Reclaim and PEL hold the results of each part, in run order.
+	Main, Reclaim, PEL []Result
+}
+
+// Result is one method's run. The measurements cover the measured phase
+// only: preparing the stream and verifying it are not included.
+type Result struct {
+	// Method names the run, e.g. "driver c=512", "watermill".
+	Method string
+	// Part is the section the run belongs to.
+	Part Part
+	// Entries the method had to ack (the new entries in PartPEL).
+	Entries int
+	// PEL is the size of the dead consumer's PEL (PartReclaim, PartPEL).
+	PEL int
+	// Concurrency is the driver's Config.Concurrency (1 for the others).
+	Concurrency int
+	// Wall is the time from the start of consuming until every entry was
+	// acked: for the driver, until its Metrics reported Entries acks; for
+	// watermill, until its XACKs (counted by the hook) reached Entries.
+	Wall time.Duration
+	// Ran is the whole measured phase (longer than Wall in PartPEL, which
+	// runs at least Config.PELMinRun).
+	Ran time.Duration
+	// Setup is how long preparing the stream took (PartPEL).
+	Setup time.Duration
+	// RoundTrips the method's client made during Ran (one per command sent
+	// alone, one per pipeline); Commands counts pipelined commands too.
+	RoundTrips, Commands int64
+	// Claims is how many claim function calls the client made.
+	Claims int64
+	// Read, Claimed and Acked count entries read with XREADGROUP, taken
+	// over by reclaim, and acknowledged.
+	Read, Claimed, Acked int64
+	// ServerCPU is the server's used_cpu_user+used_cpu_sys delta over Ran.
+	ServerCPU time.Duration
+	// PeakHeapInuse is the highest runtime.MemStats.HeapInuse sampled every
+	// 50ms during Ran; BaseHeapInuse is HeapInuse after a GC just before.
+	// Both cover the whole benchmark process.
+	PeakHeapInuse, BaseHeapInuse uint64
+	// Alloc is the bytes the process allocated during Ran (TotalAlloc
+	// delta).
+	Alloc uint64
+	// Verified is true when the end state was checked and correct.
+	Verified bool
+	// Problem says what went wrong when the run failed.
+	Problem string
+}
+
+// EntriesPerSecond is Entries divided by Wall.
+func (r *Result) EntriesPerSecond() float64 {
+	if r.Wall <= 0 {
+		return 0
+	}
+	return float64(r.Entries) / r.Wall.Seconds()
+}
+
+// RoundTripsPerEntry is RoundTrips divided by Entries.
+func (r *Result) RoundTripsPerEntry() float64 { return perEntry(float64(r.RoundTrips), r.Entries) }
+
+// CPUPerEntry is the server CPU time per entry, in microseconds.
+func (r *Result) CPUPerEntry() float64 {
+	return perEntry(float64(r.ServerCPU)/float64(time.Microsecond), r.Entries)
+}
+
+// AllocPerEntry is the bytes the process allocated per entry.
+func (r *Result) AllocPerEntry() float64 { return perEntry(float64(r.Alloc), r.Entries) }
+
+func perEntry(v float64, n int) float64 {
+	if n <= 0 {
+		return 0
+	}
+	return v / float64(n)
+}
+
+// Targets of issue 3, "Benchmarks".
+const (
+	// TargetVsWatermill: the driver consumes at least twice as many entries
+	// per second as watermill-redisstream.
+	TargetVsWatermill = 2.0
+	// TargetVsRaw: the driver reaches at least 80% of the raw loop.
+	TargetVsRaw = 0.8
+	// TargetReclaimVsClaim: reclaim through the driver reaches at least 80%
+	// of the Claim+Ack loop's rate.
+	TargetReclaimVsClaim = 0.8
+	// TargetHeapGrowth: "flat" memory: the driver's peak heap with the
+	// largest PEL is at most this many times its peak with an empty PEL.
+	TargetHeapGrowth = 1.25
+)
+
+func find(rs []Result, pred func(*Result) bool) *Result {
+	for i := range rs {
+		if pred(&rs[i]) {
+			return &rs[i]
+		}
+	}
+	return nil
+}
+
+// WriteTable prints the report: a table per part with ratios, then the
+// targets.
+func WriteTable(w io.Writer, rep Report) error {
+	ew := &errWriter{w: w}
+	cfg := rep.Config
+	label := ""
+	if cfg.ServerLabel != "" {
+		label = " [" + cfg.ServerLabel + "]"
+	}
+	ew.printf("pelwarden consume benchmark, %s\n", rep.Started.UTC().Format(time.RFC3339))
+	ew.printf("server: %s%s; idle CPU %s per second; PING round trip %s\n", rep.Server, label,
+		reclaimbench.FormatDuration(rep.IdleCPU), reclaimbench.FormatDuration(rep.RTT))
+	ew.printf("client: %s %s/%s, %d CPUs, GOMAXPROCS %d\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	ew.printf("entries: fields n and payload (%d bytes); heap = the whole bench process (peak HeapInuse sampled every 50ms, over a post-GC baseline)\n", cfg.PayloadBytes)
+
+	raw := find(rep.Main, func(r *Result) bool { return strings.HasPrefix(r.Method, "raw") })
+	wm := find(rep.Main, func(r *Result) bool { return r.Method == "watermill" })
+	if len(rep.Main) > 0 {
+		ew.printf("\n== main path: %d new entries per method, no-op handler ==\n", cfg.Entries)
+		tw := newTable(ew, "method\twall\tentries/s\tvs watermill\tvs raw\tround trips/entry\tserver CPU µs/entry\tpeak heap\tbaseline heap\talloc B/entry\tend state\t")
+		for i := range rep.Main {
+			r := &rep.Main[i]
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.4f\t%.2f\t%s\t%s\t%.0f\t%s\t\n", r.Method,
+				reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatCount(r.EntriesPerSecond()),
+				vs(r, wm), vs(r, raw), r.RoundTripsPerEntry(), r.CPUPerEntry(),
+				fmtBytes(r.PeakHeapInuse), fmtBytes(r.BaseHeapInuse), r.AllocPerEntry(), state(r))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		problems(ew, rep.Main)
+	}
+
+	claim := find(rep.Reclaim, func(r *Result) bool { return strings.HasPrefix(r.Method, "Claim") })
+	if len(rep.Reclaim) > 0 {
+		ew.printf("\n== reclaim path: a PEL of %d entries left by a dead consumer, idle past MinIdle %v ==\n", cfg.ReclaimEntries, reclaimMinIdle)
+		tw := newTable(ew, "method\twall\tentries/s\tvs Claim+Ack loop\tround trips/entry\tclaim calls\tserver CPU µs/entry\tpeak heap\talloc B/entry\tend state\t")
+		for i := range rep.Reclaim {
+			r := &rep.Reclaim[i]
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.4f\t%d\t%.2f\t%s\t%.0f\t%s\t\n", r.Method,
+				reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatCount(r.EntriesPerSecond()),
+				vs(r, claim), r.RoundTripsPerEntry(), r.Claims, r.CPUPerEntry(),
+				fmtBytes(r.PeakHeapInuse), r.AllocPerEntry(), state(r))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		problems(ew, rep.Reclaim)
+	}
+
+	pel0 := find(rep.PEL, func(r *Result) bool { return r.PEL == 0 })
+	if len(rep.PEL) > 0 {
+		ew.printf("\n== memory as the PEL grows: %d new entries consumed while reclaim passes (every %v, page %d, MinIdle %v) walk a PEL that is not idle; each run lasts at least %v ==\n",
+			cfg.PELNewEntries, reclaimInterval, cfg.ClaimCount, pelMinIdle, cfg.PELMinRun)
+		tw := newTable(ew, "PEL\tsetup\twall to last ack\tentries/s\tran\tclaim calls\tround trips\tserver CPU\tpeak heap\tvs PEL 0\tbaseline heap\talloc B/new entry\tend state\t")
+		for i := range rep.PEL {
+			r := &rep.PEL[i]
+			growth := "-"
+			if pel0 != nil && pel0.PeakHeapInuse > 0 {
+				growth = reclaimbench.FormatRatio(float64(r.PeakHeapInuse) / float64(pel0.PeakHeapInuse))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%.0f\t%s\t\n", reclaimbench.FormatCount(float64(r.PEL)),
+				reclaimbench.FormatDuration(r.Setup), reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatCount(r.EntriesPerSecond()),
+				reclaimbench.FormatDuration(r.Ran), r.Claims, r.RoundTrips, reclaimbench.FormatDuration(r.ServerCPU),
+				fmtBytes(r.PeakHeapInuse), growth, fmtBytes(r.BaseHeapInuse), r.AllocPerEntry(), state(r))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		problems(ew, rep.PEL)
+	}
+
+	var lines []string
+	for i := range rep.Main {
+		r := &rep.Main[i]
+		if !strings.HasPrefix(r.Method, "driver") {
+			continue
+		}
+		if wm != nil {
+			x := ratio(r.EntriesPerSecond(), wm.EntriesPerSecond())
+			lines = append(lines, fmt.Sprintf("  %s: entries/s >= %gx watermill-redisstream: %s  %s", r.Method, TargetVsWatermill, reclaimbench.FormatRatio(x), verdict(x >= TargetVsWatermill)))
+		}
+		if raw != nil {
+			x := ratio(r.EntriesPerSecond(), raw.EntriesPerSecond())
+			lines = append(lines, fmt.Sprintf("  %s: entries/s >= %.0f%% of the raw loop: %.0f%%  %s", r.Method, TargetVsRaw*100, x*100, verdict(x >= TargetVsRaw)))
+		}
+	}
+	if d := find(rep.Reclaim, func(r *Result) bool { return strings.HasPrefix(r.Method, "driver") }); d != nil && claim != nil {
+		x := ratio(d.EntriesPerSecond(), claim.EntriesPerSecond())
+		lines = append(lines, fmt.Sprintf("  reclaim through the driver >= %.0f%% of the Claim+Ack loop: %.0f%%  %s", TargetReclaimVsClaim*100, x*100, verdict(x >= TargetReclaimVsClaim)))
+	}
+	if pel0 != nil && len(rep.PEL) > 1 {
+		big := &rep.PEL[len(rep.PEL)-1]
+		x := ratio(float64(big.PeakHeapInuse), float64(pel0.PeakHeapInuse))
+		lines = append(lines, fmt.Sprintf("  peak heap flat (PEL %s <= %gx PEL 0): %s vs %s (%s)  %s", reclaimbench.FormatCount(float64(big.PEL)), TargetHeapGrowth,
+			fmtBytes(big.PeakHeapInuse), fmtBytes(pel0.PeakHeapInuse), reclaimbench.FormatRatio(x), verdict(x <= TargetHeapGrowth)))
+	}
+	if len(lines) > 0 {
+		ew.printf("\ntargets (issue 3, benchmarks):\n%s\n", strings.Join(lines, "\n"))
+	}
+	return ew.err
+}
+
+func newTable(w io.Writer, header string) *tabwriter.Writer {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, header)
+	return tw
+}
+
+func problems(ew *errWriter, rs []Result) {
+	for i := range rs {
+		if p := rs[i].Problem; p != "" {
+			ew.printf("  %s: %s\n", rs[i].Method, p)
+		}
+	}
+}
+
+func vs(r, base *Result) string {
+	if base == nil {
+		return "-"
+	}
+	return reclaimbench.FormatRatio(ratio(r.EntriesPerSecond(), base.EntriesPerSecond()))
+}
+
+func state(r *Result) string {
+	if r.Verified {
+		return "verified"
+	}
+	return "FAILED"
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func fmtBytes(b uint64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	default:
+		return fmt.Sprintf("%.0f KiB", float64(b)/(1<<10))
+	}
+}
+
+func fmtCountShort(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	default:
+		return fmt.Sprint(n)
+	}
+}
+
+// errWriter keeps the first write error.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}
+
+func (e *errWriter) printf(format string, a ...any) { fmt.Fprintf(e, format, a...) }
