@@ -29,6 +29,8 @@ lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+## unit: every package but integration_test, with -race. pelwardentest's
+## tests start containers too (the images `images` builds).
 unit:
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /integration_test)
 

@@ -128,7 +128,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	c.inflight = map[string]*inflight{}
 	c.delayed = map[string]time.Time{}
-	c.acks = make(chan string, c.cfg.AckBatch*2)
+	// Room for every handler's ack plus two batches: a finished handler
+	// hands its ack over and frees its slot at once, even while the ack loop
+	// waits for a call in flight.
+	c.acks = make(chan string, 2*c.cfg.AckBatch+c.cfg.Concurrency)
 	c.ackStop = make(chan struct{})
 	c.ackerGone = make(chan struct{})
 	c.fatal = make(chan struct{})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
 // counts is a driver.Metrics that counts in memory.
@@ -170,10 +171,8 @@ func (h fcallCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // parks an entry at once with its error text.
 func TestDriverPoisonAndDeadLetter(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
-		ids := produce(t, ctx, s.rdb, k, 30)
+		f, k := fixture(t, s)
+		ids := f.Produce(30, nil)
 		poison := map[string]bool{ids[3]: true, ids[17]: true}
 		bad := ids[5]
 		calls := newSeen()
@@ -189,26 +188,16 @@ func TestDriverPoisonAndDeadLetter(t *testing.T) {
 			return nil
 		}))
 		cfg.Metrics = m
-		r := start(t, s.rdb, cfg)
-		waitFor(t, "poison dead-lettered", func() bool {
-			n, _ := s.rdb.XLen(ctx, k.DLQ).Result()
-			return n == 3 && pelSize(t, ctx, s.rdb, k) == 0
-		})
-		require.NoError(t, r.stop(t))
+		c := f.RunConsumer(cfg)
+		f.Within(30*time.Second).RequireDeadLetterIDs(ids[3], ids[17], bad)
+		f.Within(30 * time.Second).RequirePELEmpty()
+		require.NoError(t, c.Stop())
 		for id := range poison {
 			require.Equal(t, 3, calls.count(id), "a poison entry reaches the handler MaxDeliveries times")
+			f.RequireDeadLettered(id, pelwardentest.DeadLettered{Reason: pelwarden.ReasonMaxDeliveries})
 		}
 		require.Equal(t, 1, calls.count(bad))
-		recs, err := s.rdb.XRange(ctx, k.DLQ, "-", "+").Result()
-		require.NoError(t, err)
-		reasons := map[string]string{}
-		for _, rec := range recs {
-			reasons[rec.Values[pelwarden.FieldOriginalID].(string)] = rec.Values[pelwarden.FieldReason].(string)
-			if rec.Values[pelwarden.FieldOriginalID] == bad {
-				require.Equal(t, "malformed order", rec.Values[pelwarden.FieldError])
-			}
-		}
-		require.Equal(t, map[string]string{ids[3]: pelwarden.ReasonMaxDeliveries, ids[17]: pelwarden.ReasonMaxDeliveries, bad: pelwarden.ReasonHandler}, reasons)
+		f.RequireDeadLettered(bad, pelwardentest.DeadLettered{Reason: pelwarden.ReasonHandler, Error: "malformed order"})
 		require.Equal(t, 2, m.deadFor(pelwarden.ReasonMaxDeliveries))
 		require.Equal(t, 1, m.deadFor(pelwarden.ReasonHandler))
 		require.Equal(t, 27, m.get(driver.EventAcked))
@@ -276,12 +265,11 @@ func TestDriverRetryAfter(t *testing.T) {
 func TestDriverReclaimsFromDeadConsumer(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 50)
-		deliver(t, ctx, s.rdb, k, "crashed", 50) // read, never acked: a crash
+		f, k := fixture(t, s)
+		ids := f.Produce(50, nil)
+		f.LeavePending("crashed", 50) // read, never acked: a crash
 		// Two of them had already been delivered three times.
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "crashed", Messages: ids[:2]}).Err())
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "crashed", Messages: ids[:2]}).Err())
+		f.SetDeliveries(3, ids[:2]...)
 		calls := newSeen()
 		m := newCounts()
 		cfg := fastConfig(t, k, "rescuer", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
@@ -290,10 +278,12 @@ func TestDriverReclaimsFromDeadConsumer(t *testing.T) {
 		}))
 		cfg.Metrics = m
 		cfg.ReapIdle = cfg.MinIdle
-		r := start(t, s.rdb, cfg)
-		waitFor(t, "PEL empty", func() bool { return pelSize(t, ctx, s.rdb, k) == 0 })
+		c := f.RunConsumer(cfg)
+		f.Within(30 * time.Second).RequirePELEmpty()
 		waitFor(t, "crashed consumer reaped", func() bool { return m.get(driver.EventReaped) >= 1 })
-		require.NoError(t, r.stop(t))
+		require.NoError(t, c.Stop())
+		f.RequireDeadLetterIDs(ids[:2]...)
+		f.RequireAcked(ids[2:]...)
 		require.Equal(t, 48, calls.distinct())
 		require.Zero(t, calls.count(ids[0]), "poison entry never reached a handler again")
 		require.Equal(t, 48, m.get(driver.EventClaimed))
@@ -344,9 +334,8 @@ func TestDriverLeaseProtectsSlowHandler(t *testing.T) {
 func TestDriverLostOwnershipCancelsHandler(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
-		ids := produce(t, ctx, s.rdb, k, 1)
+		f, k := fixture(t, s)
+		ids := []string{f.Add("n", "0")}
 		started := make(chan struct{})
 		cause := make(chan error, 1)
 		m := newCounts()
@@ -357,7 +346,7 @@ func TestDriverLostOwnershipCancelsHandler(t *testing.T) {
 			return nil // claims success; must not be acked
 		}))
 		cfg.Metrics = m
-		r := start(t, s.rdb, cfg)
+		c := f.RunConsumer(cfg)
 		<-started
 		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "other", Messages: ids}).Err())
 		select {
@@ -367,9 +356,9 @@ func TestDriverLostOwnershipCancelsHandler(t *testing.T) {
 			t.Fatal("handler context not cancelled after ownership moved")
 		}
 		waitFor(t, "lost counted", func() bool { return m.get(driver.EventLostOwnership) == 1 })
-		require.NoError(t, r.stop(t))
+		require.NoError(t, c.Stop())
 		require.Zero(t, m.get(driver.EventAcked))
-		require.Equal(t, "other", pendingOf(t, ctx, s.rdb, k, ids[0]).Consumer, "still pending under its new owner")
+		f.RequirePending(ids[0], pelwardentest.Pending{Consumer: "other", Deliveries: 2}) // still pending under its new owner (XCLAIM counts a delivery)
 	})
 }
 
@@ -422,10 +411,8 @@ func TestDriverGroupHandling(t *testing.T) {
 // ShutdownTimeout, remaining handlers are cancelled and stay pending.
 func TestDriverGracefulShutdown(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
-		ids := produce(t, ctx, s.rdb, k, 2)
+		f, k := fixture(t, s)
+		ids := f.Produce(2, nil)
 		started := make(chan string, 2)
 		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			started <- msg.ID
@@ -444,11 +431,11 @@ func TestDriverGracefulShutdown(t *testing.T) {
 		cfg.AckInterval = time.Hour // only the shutdown flush sends the ack
 		cfg.AckBatch = 1000
 		cfg.MinIdle = time.Hour // no reclaim interferes
-		r := start(t, s.rdb, cfg)
+		c := f.RunConsumer(cfg)
 		<-started
 		<-started
-		require.NoError(t, r.stop(t))
-		require.Nil(t, pendingOf(t, ctx, s.rdb, k, ids[0]), "finished within the timeout and acked by the final flush")
-		require.NotNil(t, pendingOf(t, ctx, s.rdb, k, ids[1]), "cancelled at the timeout: stays pending")
+		require.NoError(t, c.Stop())
+		f.RequireAcked(ids[0])                                                        // finished within the timeout and acked by the final flush
+		f.RequirePending(ids[1], pelwardentest.Pending{Consumer: "w", Deliveries: 1}) // cancelled at the timeout: stays pending
 	})
 }

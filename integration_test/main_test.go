@@ -24,6 +24,7 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/internal/testserver"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
 // servers is the matrix, one shared server per image, started in TestMain.
@@ -106,6 +107,15 @@ func newKeys(t *testing.T) keys {
 	_, _ = rand.Read(b)
 	tag := strings.NewReplacer("/", ".", " ", "_").Replace(t.Name()) + "." + hex.EncodeToString(b)
 	return keys{Stream: "{" + tag + "}", DLQ: "{" + tag + "}:dead", Group: "g"}
+}
+
+// fixture returns a pelwardentest fixture on the matrix server s (its own
+// hash-tagged stream, dead-letter stream and group, created at "0"), and
+// the same names as keys.
+func fixture(t *testing.T, s *target) (*pelwardentest.Fixture, keys) {
+	t.Helper()
+	f := pelwardentest.Use(t, s.rdb).NewFixture(t)
+	return f, keys{Stream: f.Stream, DLQ: f.DeadLetterStream, Group: f.Group}
 }
 
 func ctxFor(t *testing.T) context.Context {

@@ -1,0 +1,250 @@
+package pelwardentest
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/driver"
+)
+
+// Test timings RunConsumer gives the zero fields of a driver.Config, so a
+// reclaim or a dead-lettering happens within a test's patience (the
+// driver's own defaults count in minutes).
+const (
+	TestMinIdle         = 200 * time.Millisecond
+	TestReclaimInterval = 50 * time.Millisecond
+	TestReadBlock       = 100 * time.Millisecond
+	TestShutdownTimeout = 5 * time.Second
+)
+
+// Consumer is a driver consumer RunConsumer started.
+type Consumer struct {
+	// Consumer is the running driver consumer.
+	*driver.Consumer
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // Run's result, set before done is closed
+	once   sync.Once
+}
+
+// Stop cancels the consumer, waits for Run to return (in-flight handlers
+// settle within ShutdownTimeout) and returns Run's error. It may be called
+// more than once.
+func (c *Consumer) Stop() error {
+	c.once.Do(c.cancel)
+	<-c.done
+	return c.err
+}
+
+// Done is closed when Run has returned, on Stop or by itself (an error).
+func (c *Consumer) Done() <-chan struct{} { return c.done }
+
+// RunConsumer starts a driver consumer on the fixture's stream for the rest
+// of the test; t.Cleanup stops it and fails the test if Run returned an
+// error. cfg is the caller's, with these fields filled when zero: Stream,
+// Group and DeadLetterStream from the fixture's Keys; Consumer "consumer";
+// MinIdle TestMinIdle; ReclaimInterval TestReclaimInterval; ReadBlock
+// TestReadBlock; ShutdownTimeout TestShutdownTimeout; Logger, when the
+// T has a Logf method (*testing.T has), warnings and errors to the test's
+// log. Every other field, MaxDeliveries included, keeps its driver default.
+func (f *Fixture) RunConsumer(cfg driver.Config) *Consumer {
+	f.t.Helper()
+	cfg = f.testConfig(cfg)
+	dc, err := driver.New(f.srv.client, cfg)
+	if err != nil {
+		f.fatalf("RunConsumer: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Consumer{Consumer: dc, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		c.err = dc.Run(ctx)
+	}()
+	t := f.t
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("pelwardentest: consumer %q on %s: Run returned %v", cfg.Consumer, f, err)
+		}
+	})
+	return c
+}
+
+func (f *Fixture) testConfig(cfg driver.Config) driver.Config {
+	if cfg.Stream == "" {
+		cfg.Stream = f.Stream
+	}
+	if cfg.Group == "" {
+		cfg.Group = f.Group
+	}
+	if cfg.DeadLetterStream == "" {
+		cfg.DeadLetterStream = f.DeadLetterStream
+	}
+	if cfg.Consumer == "" {
+		cfg.Consumer = "consumer"
+	}
+	if cfg.MinIdle == 0 {
+		cfg.MinIdle = TestMinIdle
+	}
+	if cfg.ReclaimInterval == 0 {
+		cfg.ReclaimInterval = TestReclaimInterval
+	}
+	if cfg.ReadBlock == 0 {
+		cfg.ReadBlock = TestReadBlock
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = TestShutdownTimeout
+	}
+	if cfg.Logger == nil {
+		if l, ok := f.t.(logger); ok {
+			cfg.Logger = slog.New(slog.NewTextHandler(testLog{l}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		}
+	}
+	return cfg
+}
+
+// logger is the logging half of testing.TB.
+type logger interface {
+	Logf(format string, args ...any)
+}
+
+// testLog writes a consumer's log lines to the test's log.
+type testLog struct{ l logger }
+
+func (w testLog) Write(p []byte) (int, error) {
+	w.l.Logf("%s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// ReclaimArgs configure one reclaim pass (Reclaim).
+type ReclaimArgs struct {
+	// Consumer that takes the entries over. Defaults to "reclaimer".
+	Consumer string
+	// MinIdle: only entries idle this long are taken. Zero takes every
+	// pending entry.
+	MinIdle time.Duration
+	// MaxDeliveries: entries already delivered this many times are
+	// dead-lettered instead (reason max_deliveries). Zero means no limit.
+	MaxDeliveries int
+	// Count is the page size. Defaults to pelwarden.DefaultCount.
+	Count int
+	// Backoff, DeleteDeadLettered: as in pelwarden.ClaimArgs.
+	Backoff            []time.Duration
+	DeleteDeadLettered bool
+	// Handler, when set, receives each claimed entry, as the driver would
+	// hand it: nil acks it (fenced), driver.DeadLetter(err) dead-letters it
+	// with err's text (reason handler), any other error leaves it pending.
+	// Without a Handler, claimed entries stay pending, owned by Consumer.
+	Handler driver.Handler
+}
+
+// ReclaimResult is what one reclaim pass did.
+type ReclaimResult struct {
+	// Claimed entries, in PEL order, with their new delivery counts.
+	Claimed []pelwarden.Entry
+	// DeadLettered ids: by the pass (max deliveries) and by the Handler.
+	DeadLettered []string
+	// Acked ids: the Handler returned nil.
+	Acked []string
+	// Failed ids: the Handler returned another error; they stay pending.
+	Failed []string
+	// Deleted ids were pending but gone from the stream.
+	Deleted []string
+	// Pages is the number of Claim calls.
+	Pages int
+}
+
+// deadLetterType is the dynamic type of driver.DeadLetter's errors, which
+// the driver does not export; Reclaim recognises them by it.
+var deadLetterType = reflect.TypeOf(driver.DeadLetter(errors.New("")))
+
+// asDeadLetter finds a driver.DeadLetter error in err's chain and returns
+// the text the driver would store.
+func asDeadLetter(err error) (string, bool) {
+	for err != nil {
+		if reflect.TypeOf(err) == deadLetterType {
+			if inner := errors.Unwrap(err); inner != nil {
+				return inner.Error(), true
+			}
+			return "<nil>", true
+		}
+		err = errors.Unwrap(err)
+	}
+	return "", false
+}
+
+// Reclaim runs one whole reclaim pass over the fixture's PEL with
+// pelwarden's Claim, page by page from cursor 0-0, as a driver consumer's
+// reclaim loop does, handing claimed entries to a.Handler. Errors of the
+// library fail the test.
+func (f *Fixture) Reclaim(a ReclaimArgs) ReclaimResult {
+	f.t.Helper()
+	if a.Consumer == "" {
+		a.Consumer = "reclaimer"
+	}
+	lib := f.srv.lib
+	var res ReclaimResult
+	cursor := "0-0"
+	for {
+		ctx, cancel := f.cmdCtx()
+		page, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream,
+			Group: f.Group, Consumer: a.Consumer, MinIdle: a.MinIdle, Cursor: cursor, Count: a.Count,
+			MaxDeliveries: a.MaxDeliveries, DeleteDeadLettered: a.DeleteDeadLettered, Backoff: a.Backoff})
+		cancel()
+		if err != nil {
+			f.fatalf("Reclaim: claim on %s: %v", f, err)
+		}
+		res.Pages++
+		res.Claimed = append(res.Claimed, page.Entries...)
+		res.DeadLettered = append(res.DeadLettered, page.DeadLettered...)
+		res.Deleted = append(res.Deleted, page.Deleted...)
+		if a.Handler != nil {
+			for _, e := range page.Entries {
+				f.handle(a, e, &res)
+			}
+		}
+		if page.Done() {
+			return res
+		}
+		cursor = page.Cursor
+	}
+}
+
+func (f *Fixture) handle(a ReclaimArgs, e pelwarden.Entry, res *ReclaimResult) {
+	f.t.Helper()
+	m := &driver.Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: f.Stream, Group: f.Group}
+	herr := a.Handler.Handle(f.ctx, m)
+	ctx, cancel := f.cmdCtx()
+	defer cancel()
+	if herr == nil {
+		r, err := f.srv.lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: a.Consumer, IDs: []string{e.ID}})
+		if err == nil {
+			err = r.Err()
+		}
+		if err != nil {
+			f.fatalf("Reclaim: ack %s: %v", e.ID, err)
+		}
+		res.Acked = append(res.Acked, e.ID)
+		return
+	}
+	text, ok := asDeadLetter(herr)
+	if !ok {
+		res.Failed = append(res.Failed, e.ID)
+		return
+	}
+	r, err := f.srv.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream,
+		Group: f.Group, Consumer: a.Consumer, IDs: []string{e.ID}, Reason: pelwarden.ReasonHandler, Error: text})
+	if err == nil {
+		err = r.Err()
+	}
+	if err != nil {
+		f.fatalf("Reclaim: dead-letter %s: %v", e.ID, err)
+	}
+	res.DeadLettered = append(res.DeadLettered, e.ID)
+}

@@ -1,0 +1,124 @@
+package pelwardentest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultGroup is the consumer group name of a Fixture.
+const DefaultGroup = "group"
+
+// Keys are one test's own names, under one hash tag derived from the test's
+// name plus random bytes, so parallel tests never share a key and the
+// stream and its dead-letter stream land in one cluster slot.
+type Keys struct {
+	// Stream is "{<test name>.<random>}".
+	Stream string
+	// DeadLetterStream is Stream + ":dead" (pelwarden.DeadLetterStreamFor).
+	DeadLetterStream string
+	// Group is DefaultGroup.
+	Group string
+}
+
+// NewKeys returns fresh Keys for t. It does no I/O.
+func NewKeys(t T) Keys {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := strings.NewReplacer("/", ".", " ", "_", "{", "(", "}", ")").Replace(t.Name())
+	if len(name) > 200 {
+		name = name[len(name)-200:]
+	}
+	tag := "{" + name + "." + hex.EncodeToString(b) + "}"
+	return Keys{Stream: tag, DeadLetterStream: tag + ":dead", Group: DefaultGroup}
+}
+
+// DefaultWithin is how long a Fixture's waiting assertions poll when
+// Within is given 0.
+const DefaultWithin = 10 * time.Second
+
+// pollInterval is the pause between two checks of a waiting assertion.
+const pollInterval = 20 * time.Millisecond
+
+// Fixture is one test's stream, dead-letter stream and consumer group on a
+// Server, with helpers to arrange, act and assert. Its methods report
+// failures to the T it was made for; they are safe for concurrent use.
+type Fixture struct {
+	// Keys are the fixture's own names.
+	Keys
+
+	srv    *Server
+	t      T
+	ctx    context.Context
+	within time.Duration // 0: assertions check once
+}
+
+// NewFixture returns a Fixture with fresh Keys for t and creates its group
+// at "0" (the stream is created empty if needed), so entries added before
+// a consumer starts are delivered to it. The keys are left in place after
+// the test, for inspection.
+func (s *Server) NewFixture(t T) *Fixture {
+	t.Helper()
+	f := s.FixtureFor(t, NewKeys(t))
+	if err := s.client.XGroupCreateMkStream(f.ctx, f.Stream, f.Group, "0").Err(); err != nil {
+		t.Fatalf("pelwardentest: create group %q on %s: %v", f.Group, f.Stream, err)
+	}
+	return f
+}
+
+// FixtureFor returns a Fixture on keys the caller chose; it creates
+// nothing (see NewFixture).
+func (s *Server) FixtureFor(t T, k Keys) *Fixture {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return &Fixture{Keys: k, srv: s, t: t, ctx: ctx}
+}
+
+// Server returns the fixture's server.
+func (f *Fixture) Server() *Server { return f.srv }
+
+// Client returns the server's client (shared; do not close it).
+func (f *Fixture) Client() redis.UniversalClient { return f.srv.client }
+
+// Context returns a context cancelled when the test ends.
+func (f *Fixture) Context() context.Context { return f.ctx }
+
+// Within returns a view of the fixture whose Require methods wait up to d
+// (DefaultWithin when d is 0) for the state they describe, polling, and
+// report the last state seen when it does not come.
+func (f *Fixture) Within(d time.Duration) *Fixture {
+	if d <= 0 {
+		d = DefaultWithin
+	}
+	g := *f
+	g.within = d
+	return &g
+}
+
+// WithT returns a view of the fixture that reports to t instead, e.g. to
+// check in a test what an assertion reports.
+func (f *Fixture) WithT(t T) *Fixture {
+	g := *f
+	g.t = t
+	return &g
+}
+
+func (f *Fixture) fatalf(format string, args ...any) {
+	f.t.Helper()
+	f.t.Fatalf("pelwardentest: "+format, args...)
+}
+
+// cmdCtx bounds one round trip.
+func (f *Fixture) cmdCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(f.ctx, 30*time.Second)
+}
+
+// String names the fixture's stream and group, for messages.
+func (f *Fixture) String() string {
+	return fmt.Sprintf("stream %s (group %s)", f.Stream, f.Group)
+}
