@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,22 +49,33 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "integration_test:", err)
 		return 1
 	}
+	// The servers are removed however run ends (there is no reaper here),
+	// before the leak check below.
+	var closeOnce sync.Once
+	closeServers := func() {
+		closeOnce.Do(func() {
+			for _, s := range srvs {
+				if err := s.Close(); err != nil {
+					fmt.Fprintln(os.Stderr, "integration_test:", err)
+				}
+			}
+		})
+	}
+	defer closeServers()
 	for _, s := range srvs {
 		rdb := s.Client()
 		lib := pelwarden.NewLibrary(rdb)
+		servers = append(servers, &target{srv: s, rdb: rdb, lib: lib})
 		if _, err := lib.Load(ctx); err != nil {
 			fmt.Fprintf(os.Stderr, "integration_test: load on %s: %v\n", s.Name, err)
 			return 1
 		}
-		servers = append(servers, &target{srv: s, rdb: rdb, lib: lib})
 	}
 	code := m.Run()
 	for _, t := range servers {
 		_ = t.rdb.Close()
-		if err := t.srv.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "integration_test:", err)
-		}
 	}
+	closeServers()
 	if err := closeCluster(); err != nil { // cluster_test.go
 		fmt.Fprintln(os.Stderr, "integration_test:", err)
 	}
