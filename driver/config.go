@@ -19,7 +19,7 @@ const (
 	DefaultConcurrency     = 16
 	DefaultReadBlock       = 2 * time.Second
 	DefaultClaimCount      = 100
-	DefaultAckBatch        = 100
+	DefaultAckBatch        = 500
 	DefaultAckInterval     = 20 * time.Millisecond
 	DefaultShutdownTimeout = 30 * time.Second
 	DefaultGroupStartID    = "0"

@@ -306,7 +306,7 @@ func (c *Consumer) stop(err error) {
 
 // acquire takes at least one and at most max handler slots, blocking for the
 // first. It returns 0 when ctx is done.
-func (c *Consumer) acquire(ctx context.Context, max int) int {
+func (c *Consumer) acquire(ctx context.Context, max int, linger time.Duration) int {
 	select {
 	case <-c.slots:
 	case <-ctx.Done():
@@ -317,7 +317,26 @@ func (c *Consumer) acquire(ctx context.Context, max int) int {
 		select {
 		case <-c.slots:
 			n++
+			continue
 		default:
+		}
+		break
+	}
+	if n == max {
+		return n
+	}
+	// Some handlers are finishing: wait a moment for their slots, so one
+	// read or claim call takes a large batch instead of a few entries (each
+	// call has a fixed cost on the server).
+	timer := time.NewTimer(linger)
+	defer timer.Stop()
+	for n < max {
+		select {
+		case <-c.slots:
+			n++
+		case <-timer.C:
+			return n
+		case <-ctx.Done():
 			return n
 		}
 	}
@@ -329,6 +348,14 @@ func (c *Consumer) releaseSlots(n int) {
 		c.slots <- struct{}{}
 	}
 }
+
+// How long acquire waits for more slots once it has one: briefly for reads
+// (new entries should not wait), longer for reclaim pages (a claim call has
+// a larger fixed cost, and reclaimed entries are not in a hurry).
+const (
+	readLinger    = time.Millisecond
+	reclaimLinger = 10 * time.Millisecond
+)
 
 // readMargin is added to ReadBlock for a read's context deadline.
 const readMargin = 2 * time.Second
@@ -344,7 +371,7 @@ func (c *Consumer) readLoop(ctx, handlerCtx context.Context, handlers *sync.Wait
 		if idle {
 			want = 1
 		}
-		n := c.acquire(ctx, want)
+		n := c.acquire(ctx, want, readLinger)
 		if n == 0 {
 			return
 		}
@@ -417,7 +444,7 @@ func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context, handlers *sync.W
 	}
 	cursor := "0-0"
 	for attempt := 0; ctx.Err() == nil; {
-		n := c.acquire(ctx, c.cfg.ClaimCount)
+		n := c.acquire(ctx, c.cfg.ClaimCount, reclaimLinger)
 		if n == 0 {
 			return
 		}
