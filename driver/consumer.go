@@ -545,10 +545,9 @@ func (c *Consumer) dispatch(handlerCtx context.Context, handlers *sync.WaitGroup
 		defer c.releaseSlots(1)
 		defer cancel(nil)
 		err, panicked := c.runHandler(hctx, m)
-		c.mu.Lock()
-		delete(c.inflight, m.ID)
-		c.mu.Unlock()
-		c.settle(hctx, m, f, err, panicked)
+		if !c.settle(hctx, m, f, err, panicked) {
+			c.forget(m.ID)
+		}
 	}()
 }
 
@@ -567,11 +566,17 @@ func (c *Consumer) runHandler(ctx context.Context, m *Message) (err error, panic
 }
 
 // settle applies a handler's outcome.
-func (c *Consumer) settle(hctx context.Context, m *Message, f *inflight, err error, panicked bool) {
+//
+// It reports whether the entry stays tracked as in flight: a succeeded entry
+// stays until the ack loop has sent its ack, so the lease heartbeat keeps
+// protecting it and a reclaim pass of this consumer does not run it again.
+// Every other outcome is forgotten before its Redis call (a release must not
+// race with a lease extension).
+func (c *Consumer) settle(hctx context.Context, m *Message, f *inflight, err error, panicked bool) bool {
 	if f.lost.Load() {
 		c.m.Count(EventLostOwnership, 1)
 		c.log.Warn("entry reclaimed by another consumer while its handler ran; outcome dropped", "id", m.ID, "err", err)
-		return
+		return false
 	}
 	out, delay := classify(err)
 	if out != outcomeAck {
@@ -580,17 +585,21 @@ func (c *Consumer) settle(hctx context.Context, m *Message, f *inflight, err err
 	if hctx.Err() != nil && context.Cause(hctx) != errLostOwnership && out != outcomeAck {
 		// Cancelled by the shutdown timeout: leave it pending.
 		c.log.Warn("handler cancelled by shutdown; entry stays pending", "id", m.ID, "err", err)
-		return
+		return false
 	}
-	ctx := context.WithoutCancel(hctx)
-	switch out {
-	case outcomeAck:
+	if out == outcomeAck {
 		c.m.Count(EventHandled, 1)
 		select {
 		case c.acks <- m.ID:
+			return true
 		case <-c.ackerGone:
 			c.log.Error("handler succeeded after the ack loop stopped; entry stays pending and will be handled again", "id", m.ID)
+			return false
 		}
+	}
+	c.forget(m.ID)
+	ctx := context.WithoutCancel(hctx)
+	switch out {
 	case outcomeDeadLetter:
 		c.deadLetter(ctx, m, err)
 	case outcomeRetry:
@@ -602,6 +611,16 @@ func (c *Consumer) settle(hctx context.Context, m *Message, f *inflight, err err
 		}
 		c.retryLater(ctx, m, 0)
 	}
+	return false
+}
+
+// forget stops tracking ids as in flight.
+func (c *Consumer) forget(ids ...string) {
+	c.mu.Lock()
+	for _, id := range ids {
+		delete(c.inflight, id)
+	}
+	c.mu.Unlock()
 }
 
 // deadLetter moves one entry to the dead-letter stream, retrying transient
@@ -702,6 +721,7 @@ func (c *Consumer) ackLoop(ctx context.Context) {
 				if errors.Is(err, pelwarden.ErrNoGroup) {
 					// The group and its PEL are gone: nothing left to ack.
 					c.groupMissing(ctx, err)
+					c.forget(batch...)
 					pending = pending[len(batch):]
 					continue
 				}
@@ -719,6 +739,7 @@ func (c *Consumer) ackLoop(ctx context.Context) {
 				c.log.Warn("acks refused: entries are owned by another consumer now (they will be handled again there)",
 					"count", len(r.NotOwned), "ids", firstIDs(r.NotOwned))
 			}
+			c.forget(batch...)
 			pending = pending[len(batch):]
 		}
 		return true
@@ -734,6 +755,7 @@ func (c *Consumer) ackLoop(ctx context.Context) {
 		}
 	}
 	report := func() {
+		c.forget(pending...)
 		if len(pending) > 0 {
 			c.log.Error("shutdown: acks not sent; these entries stay pending and will be handled again", "count", len(pending), "ids", firstIDs(pending))
 		}
