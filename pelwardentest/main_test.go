@@ -1,9 +1,12 @@
 package pelwardentest_test
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+
+	"go.uber.org/goleak"
 
 	"github.com/pelwarden/pelwarden/internal/testserver"
 	"github.com/pelwarden/pelwarden/pelwardentest"
@@ -12,7 +15,8 @@ import (
 // TestMain points the package's tests at the images pelwarden's own test
 // matrix uses (PELWARDEN_IMAGES, else the images scripts/images.sh
 // builds), unless PELWARDEN_TEST_IMAGE / PELWARDEN_TEST_VALKEY_IMAGE are
-// set, and removes the shared servers at the end.
+// set, removes the shared servers at the end and checks for leaked
+// goroutines.
 func TestMain(m *testing.M) {
 	images := testserver.Images()
 	redisImage, valkeyImage := "pelwarden/redis:8.0", "pelwarden/valkey:8.1"
@@ -27,7 +31,23 @@ func TestMain(m *testing.M) {
 	}
 	setDefault(pelwardentest.EnvImage, redisImage)
 	setDefault(pelwardentest.EnvValkeyImage, valkeyImage)
-	pelwardentest.Main(m)
+	code := m.Run()
+	if err := pelwardentest.CloseShared(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(
+			// The Docker client's idle HTTP connections.
+			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func setDefault(name, value string) {
