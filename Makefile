@@ -6,7 +6,7 @@ export TESTCONTAINERS_HOST_OVERRIDE ?= 127.0.0.1
 
 GO ?= go
 
-.PHONY: test images lint unit integration fuzz bench demo
+.PHONY: test images lint unit integration fuzz fuzz-lua bench demo
 
 ## test: everything CI checks: formatting, vet, unit tests with -race, and the
 ## integration matrix against real servers in containers.
@@ -47,3 +47,10 @@ bench:
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) .
+
+## fuzz-lua: fuzz the Lua functions through raw FCALL on one real server
+## (FUZZLUATIME, default 10m). Builds the one image it needs first.
+FUZZLUATIME ?= 10m
+fuzz-lua:
+	./scripts/images.sh pelwarden/redis:8.0
+	PELWARDEN_IMAGES=pelwarden/redis:8.0 $(GO) test -run '^$$' -fuzz '^FuzzLibrary$$' -fuzztime $(FUZZLUATIME) -parallel 1 ./integration_test/

@@ -64,8 +64,9 @@ type ClaimArgs struct {
 	// stream and leaves every other entry untouched, owned by whoever holds
 	// it. Requires MaxDeliveries > 0.
 	DeadLetterOnly bool
-	// MaxBytes bounds the field bytes of the live entries of one page (at
-	// least one entry is returned). Zero means no limit.
+	// MaxBytes bounds the field bytes of the live and dead-lettered entries
+	// of one page (at least one entry is taken), so a PEL of large entries
+	// never builds a huge reply or a long call. Zero means no limit.
 	MaxBytes int
 	// Backoff is an optional delay per attempt: an entry delivered n times
 	// is not claimed again before it has been idle
@@ -88,6 +89,11 @@ type ClaimPage struct {
 	// BackedOff counts idle entries left alone because of the backoff
 	// schedule.
 	BackedOff int
+	// TooLarge ids reached MaxDeliveries but have too many fields (more
+	// than about 3,900) for the library to copy them to the dead-letter
+	// stream: Lua cannot build a command that long. They are left pending,
+	// untouched, and reported on every pass until an operator moves them.
+	TooLarge []string
 }
 
 // Done reports whether this page completed the pass.
@@ -102,6 +108,9 @@ func (l *Library) Claim(ctx context.Context, a ClaimArgs) (*ClaimPage, error) {
 	const fn = FunctionClaim
 	if err := checkNames(fn, "Stream", a.Stream, "DeadLetterStream", a.DeadLetterStream, "Group", a.Group, "Consumer", a.Consumer); err != nil {
 		return nil, err
+	}
+	if a.Stream == a.DeadLetterStream {
+		return nil, argError(fn, "DeadLetterStream", "must differ from Stream")
 	}
 	if err := l.checkSlots(fn, a.Stream, a.DeadLetterStream); err != nil {
 		return nil, err
@@ -209,6 +218,10 @@ type DeadLetterResult struct {
 	NotOwned []string
 	// Deleted ids were pending but gone from the stream; they were cleared.
 	Deleted []string
+	// TooLarge ids are owned but have too many fields (more than about
+	// 3,900) for the library to copy them to the dead-letter stream. They
+	// were left pending and owned by the consumer; nothing was written.
+	TooLarge []string
 }
 
 // Err returns an error wrapping ErrNotOwner that lists NotOwned, or nil.
@@ -221,6 +234,9 @@ func (l *Library) DeadLetter(ctx context.Context, a DeadLetterArgs) (*DeadLetter
 	const fn = FunctionDeadLetter
 	if err := checkNames(fn, "Stream", a.Stream, "DeadLetterStream", a.DeadLetterStream, "Group", a.Group, "Consumer", a.Consumer); err != nil {
 		return nil, err
+	}
+	if a.Stream == a.DeadLetterStream {
+		return nil, argError(fn, "DeadLetterStream", "must differ from Stream")
 	}
 	if err := l.checkSlots(fn, a.Stream, a.DeadLetterStream); err != nil {
 		return nil, err
@@ -413,6 +429,9 @@ type RedrivePage struct {
 	Foreign []string
 	// OtherSource ids came from another stream; they are left in place.
 	OtherSource []string
+	// TooLarge ids are pelwarden records with too many fields (more than
+	// about 3,900) for the library to re-add them; they are left in place.
+	TooLarge []string
 }
 
 // Done reports whether this page completed the redrive.
@@ -425,6 +444,9 @@ func (l *Library) Redrive(ctx context.Context, a RedriveArgs) (*RedrivePage, err
 	const fn = FunctionRedrive
 	if err := checkNames(fn, "DeadLetterStream", a.DeadLetterStream, "Stream", a.Stream); err != nil {
 		return nil, err
+	}
+	if a.Stream == a.DeadLetterStream {
+		return nil, argError(fn, "Stream", "must differ from DeadLetterStream")
 	}
 	if err := l.checkSlots(fn, a.DeadLetterStream, a.Stream); err != nil {
 		return nil, err

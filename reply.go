@@ -124,6 +124,11 @@ func decodeClaim(v any) (*ClaimPage, error) {
 		return nil, err
 	}
 	p.BackedOff = int(n)
+	if len(a) > 5 { // library 1.0.1+
+		if p.TooLarge, err = asStrings(fn, "too-large", a[5]); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -158,6 +163,11 @@ func decodeDeadLetter(v any) (*DeadLetterResult, error) {
 	}
 	if r.Deleted, err = asStrings(fn, "deleted", a[2]); err != nil {
 		return nil, err
+	}
+	if len(a) > 3 { // library 1.0.1+
+		if r.TooLarge, err = asStrings(fn, "too-large", a[3]); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
 }
@@ -243,6 +253,11 @@ func decodeRedrive(v any) (*RedrivePage, error) {
 	}
 	if p.OtherSource, err = asStrings(fn, "other-source", a[3]); err != nil {
 		return nil, err
+	}
+	if len(a) > 4 { // library 1.0.1+
+		if p.TooLarge, err = asStrings(fn, "too-large", a[4]); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }

@@ -11,7 +11,7 @@ func TestDecodeClaim(t *testing.T) {
 	t.Parallel()
 	v := []any{"5-0",
 		[]any{[]any{"1-0", []any{"a", "1", "b", "2"}, int64(2)}},
-		[]any{"2-0"}, []any{"3-0"}, int64(4), "a future field"}
+		[]any{"2-0"}, []any{"3-0"}, int64(4), []any{"6-0"}, "a future field"}
 	p, err := decodeClaim(v)
 	require.NoError(t, err)
 	require.Equal(t, &ClaimPage{
@@ -20,6 +20,7 @@ func TestDecodeClaim(t *testing.T) {
 		DeadLettered: []string{"2-0"},
 		Deleted:      []string{"3-0"},
 		BackedOff:    4,
+		TooLarge:     []string{"6-0"},
 	}, p)
 	require.False(t, p.Done())
 

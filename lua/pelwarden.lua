@@ -24,7 +24,7 @@ Conventions
   field data.
 ]]
 
-local LIBRARY_VERSION = '1.0.0'
+local LIBRARY_VERSION = '1.0.1'
 
 -- @@errors-begin (parsed by errors_test.go: keep one code per line)
 local ERRORS = {
@@ -58,6 +58,14 @@ local MAX_ERROR_BYTES = 4096
 local TRUNCATED_MARKER = '...[truncated]'
 local MAX_COUNT = 10000
 local SCAN_FACTOR = 10
+-- Lua 5.1's unpack (and the C stack behind redis.call) takes at most 7999
+-- values (LUAI_MAXCSTACK = 8000), so a command built in Lua can carry at
+-- most that many arguments. An entry with more field/value elements than
+-- fit (about 3,950 fields) can still be claimed (XCLAIM returns it) but can
+-- be neither copied to a dead-letter stream nor re-added by redrive: those
+-- steps leave it where it is and report it as "too large". The margin keeps
+-- clear of the exact limit.
+local MAX_CALL_VALUES = 7900
 
 ------------------------------------------------------------------------------
 -- helpers
@@ -126,6 +134,15 @@ local function checkid(id, name)
   return id
 end
 
+-- Whether id is the largest stream id, 18446744073709551615-18446744073709551615
+-- (leading zeros allowed, as the server allows them): nothing comes after
+-- it, and "(" .. id is refused by the server.
+local UINT64_MAX = '18446744073709551615'
+local function ismaxid(id)
+  local ms, seq = string.match(id, '^0*(%d+)%-0*(%d+)$')
+  return ms == UINT64_MAX and seq == UINT64_MAX
+end
+
 -- The key must hold a stream or not exist; returns true when it exists.
 local function streamkey(key)
   local t = redis.call('TYPE', key)['ok']
@@ -179,6 +196,17 @@ local function deadrecord(fields, id, stream, group, consumer, deliveries, reaso
   rec[#rec + 1] = F_META_COUNT
   rec[#rec + 1] = tostring(#meta / 2 + 1)
   return rec
+end
+
+-- Whether an entry with these fields can be dead-lettered (its record,
+-- metadata included, fits in one XADD built from Lua).
+local function fitsdeadletter(fields)
+  return #fields + 20 <= MAX_CALL_VALUES
+end
+
+-- Appends a dead-letter record to dlq.
+local function xaddrecord(dlq, rec)
+  return call('XADD', dlq, '*', unpack(rec))
 end
 
 local function fieldbytes(fields)
@@ -236,7 +264,7 @@ local function callids(prefix, ids, suffix)
     for _, a in ipairs(prefix) do cmd[#cmd + 1] = a end
     for j = i, math.min(i + ID_CHUNK - 1, #ids) do cmd[#cmd + 1] = ids[j] end
     for _, a in ipairs(suffix or {}) do cmd[#cmd + 1] = a end
-    local r = redis.call(unpack(cmd))
+    local r = call(unpack(cmd))
     if type(r) == 'number' then
       total = total + r
     else
@@ -278,9 +306,10 @@ end
 -- ARGV[7] delete            "1": also XDEL dead-lettered entries from KEYS[1]
 -- ARGV[8] claim-live        "0": dead-letter only, leave the others untouched
 --                           and owned by whoever holds them
--- ARGV[9] max-bytes         0 = no limit; stop handing out live entries once
---                           their field bytes reach this (at least one entry
---                           is always returned)
+-- ARGV[9] max-bytes         0 = no limit; stop the page once the field bytes
+--                           of its live and dead-lettered entries reach this
+--                           (at least one entry is always taken), so a PEL of
+--                           1 MiB entries never builds a huge reply or call
 -- ARGV[10..] backoff ms     optional; delay before attempt n+1 of an entry
 --                           delivered n times is backoff[min(n, #backoff)].
 --                           An entry idle less than max(min-idle, delay) is
@@ -289,12 +318,21 @@ end
 --          { {id, {field, value, ...}, deliveries}, ... }  live, now owned
 --          { id, ... }       dead-lettered (XACKed, copied to KEYS[2])
 --          { id, ... }       deleted from the stream while pending (cleared)
---          backed-off        number of idle entries left alone by backoff }
+--          backed-off        number of idle entries left alone by backoff
+--          { id, ... }       too large: at max-deliveries but with too many
+--                            fields to be copied by Lua (see MAX_CALL_VALUES);
+--                            left pending, untouched, owned by whoever held
+--                            them, so nothing is lost; reported on every pass
+--                            until an operator moves them (added in 1.0.1) }
+-- KEYS[1] and KEYS[2] must differ (PWBADARG).
 -- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWSERVER
 local function claim(keys, args)
   local stream, dlq = keys[1], keys[2]
   if stream == nil or dlq == nil then
     fail(ERRORS.BADARG, 'claim needs 2 keys: stream, dead-letter stream')
+  end
+  if stream == dlq then
+    fail(ERRORS.BADARG, 'the dead-letter stream must differ from the stream')
   end
   local group = argname(args, 1, 'group')
   local consumer = argname(args, 2, 'consumer')
@@ -312,9 +350,10 @@ local function claim(keys, args)
 
   needgroup(stream, group)
   streamkey(dlq)
+  if ismaxid(cursor) then return {'0-0', {}, {}, {}, 0, {}} end
 
   local budget = count * SCAN_FACTOR
-  local live, dead, deleted = {}, {}, {}
+  local live, dead, deleted, toolarge = {}, {}, {}, {}
   local taken, bytes, backedoff = 0, 0, 0
   local now = nil
   local last = nil -- last PEL id examined
@@ -355,13 +394,16 @@ local function claim(keys, args)
           if #e == 0 then
             redis.call('XACK', stream, group, id)
             deleted[#deleted + 1] = id
+          elseif not fitsdeadletter(e[1][2]) then
+            toolarge[#toolarge + 1] = id
           else
             now = now or nowms()
-            redis.call('XADD', dlq, '*', unpack(deadrecord(e[1][2], id, stream, group, owner, deliveries,
-              REASON_MAX_DELIVERIES, '', now)))
+            xaddrecord(dlq, deadrecord(e[1][2], id, stream, group, owner, deliveries,
+              REASON_MAX_DELIVERIES, '', now))
             redis.call('XACK', stream, group, id)
             if delete then redis.call('XDEL', stream, id) end
             dead[#dead + 1] = id
+            bytes = bytes + fieldbytes(e[1][2])
           end
           taken = taken + 1
         elseif batch then
@@ -407,7 +449,7 @@ local function claim(keys, args)
   if full or not exhausted then
     next = last or cursor
   end
-  return {next, live, dead, deleted, backedoff}
+  return {next, live, dead, deleted, backedoff, toolarge}
 end
 
 ------------------------------------------------------------------------------
@@ -473,13 +515,20 @@ end
 -- Each owned id is copied to KEYS[2] (fields unchanged plus metadata) and
 -- XACKed in one atomic step. A second call for the same id finds it no
 -- longer pending and writes nothing: the call is idempotent.
+-- KEYS[1] and KEYS[2] must differ (PWBADARG).
 -- Reply: { { id, ... } dead-lettered, { id, ... } not owned,
---          { id, ... } deleted from the stream while pending (cleared) }
+--          { id, ... } deleted from the stream while pending (cleared),
+--          { id, ... } too large: owned, but with too many fields to be
+--                      copied by Lua (see MAX_CALL_VALUES); left pending and
+--                      owned by the consumer, nothing written (added in 1.0.1) }
 -- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWSERVER
 local function deadletter(keys, args)
   local stream, dlq = keys[1], keys[2]
   if stream == nil or dlq == nil then
     fail(ERRORS.BADARG, 'deadletter needs 2 keys: stream, dead-letter stream')
+  end
+  if stream == dlq then
+    fail(ERRORS.BADARG, 'the dead-letter stream must differ from the stream')
   end
   local group = argname(args, 1, 'group')
   local consumer = argname(args, 2, 'consumer')
@@ -491,7 +540,7 @@ local function deadletter(keys, args)
   needgroup(stream, group)
   streamkey(dlq)
 
-  local dead, lost, deleted = {}, {}, {}
+  local dead, lost, deleted, toolarge = {}, {}, {}, {}
   local now = nowms()
   for _, id in ipairs(ids) do
     local owner, deliveries = pendinginfo(stream, group, id)
@@ -499,18 +548,21 @@ local function deadletter(keys, args)
       lost[#lost + 1] = id
     else
       local e = redis.call('XRANGE', stream, id, id)
-      redis.call('XACK', stream, group, id)
       if #e == 0 then
+        redis.call('XACK', stream, group, id)
         deleted[#deleted + 1] = id
+      elseif not fitsdeadletter(e[1][2]) then
+        toolarge[#toolarge + 1] = id
       else
-        redis.call('XADD', dlq, '*', unpack(deadrecord(e[1][2], id, stream, group, owner, deliveries,
-          reason, errtext, now)))
+        xaddrecord(dlq, deadrecord(e[1][2], id, stream, group, owner, deliveries,
+          reason, errtext, now))
+        redis.call('XACK', stream, group, id)
         if delete then redis.call('XDEL', stream, id) end
         dead[#dead + 1] = id
       end
     end
   end
-  return {dead, lost, deleted}
+  return {dead, lost, deleted, toolarge}
 end
 
 -- XCLAIMs the ids still owned by consumer to itself with the given idle
@@ -527,7 +579,7 @@ local function reclaimowned(stream, group, consumer, ids, idle)
   end
   local n = 0
   if #owned > 0 then
-    local got = callids({'XCLAIM', stream, group, consumer, 0}, owned, {'IDLE', idle, 'JUSTID'})
+    local got = callids({'XCLAIM', stream, group, consumer, 0}, owned, {'IDLE', string.format('%.0f', idle), 'JUSTID'})
     n = #got
     if n < #owned then
       local seen = {}
@@ -644,32 +696,49 @@ end
 -- Each moved record is re-added to KEYS[2] with its original fields (the
 -- metadata dropped) plus pelwarden.redrives = previous + 1, and deleted from
 -- KEYS[1], atomically for the page. Records without pelwarden metadata
--- (foreign entries) are never moved and are reported.
+-- (foreign entries) are never moved and are reported. A record is
+-- pelwarden's when its last field is pelwarden.meta with a decimal count N
+-- (2 <= 2N <= its element count: the count and at least one more) and each
+-- of its last N field names starts with "pelwarden."; anything else is
+-- foreign and never touched.
+-- KEYS[1] and KEYS[2] must differ (PWBADARG).
 -- Reply: { next-cursor ("0-0" when done), { {old-id, new-id}, ... } moved,
---          { id, ... } foreign (no metadata), { id, ... } other source }
+--          { id, ... } foreign (no metadata), { id, ... } other source,
+--          { id, ... } too large: too many fields to be re-added by Lua (see
+--                      MAX_CALL_VALUES); left in place (added in 1.0.1) }
 -- Errors: PWWRONGTYPE, PWBADARG, PWBADID, PWSERVER
 local function redrive(keys, args)
   local dlq, target = keys[1], keys[2]
   if dlq == nil or target == nil then
     fail(ERRORS.BADARG, 'redrive needs 2 keys: dead-letter stream, target stream')
   end
+  if dlq == target then
+    fail(ERRORS.BADARG, 'the target stream must differ from the dead-letter stream')
+  end
   local cursor = checkid(argstr(args, 1, 'cursor'), 'cursor')
   local count = argint(args, 2, 'count', 1, MAX_COUNT)
   local anysource = argbool(args, 3, 'any-source')
   streamkey(target)
-  if not streamkey(dlq) then return {'0-0', {}, {}, {}} end
+  if not streamkey(dlq) or ismaxid(cursor) then return {'0-0', {}, {}, {}, {}} end
 
-  local page = redis.call('XRANGE', dlq, '(' .. cursor, '+', 'COUNT', count)
-  local moved, foreign, other = {}, {}, {}
+  local page = call('XRANGE', dlq, '(' .. cursor, '+', 'COUNT', count)
+  local moved, foreign, other, toolarge = {}, {}, {}, {}
   for _, e in ipairs(page) do
     local id, f = e[1], e[2]
     local n = #f
     local metapairs = 0
-    if n >= 2 and f[n - 1] == F_META_COUNT then
-      metapairs = tonumber(f[n]) or 0
+    if n >= 2 and f[n - 1] == F_META_COUNT and string.find(f[n], '^%d%d?%d?$') then
+      metapairs = tonumber(f[n])
     end
-    if metapairs < 1 or metapairs * 2 > n then
+    if metapairs >= 1 and metapairs * 2 <= n then
+      for i = n - metapairs * 2 + 1, n, 2 do
+        if string.sub(f[i], 1, 10) ~= 'pelwarden.' then metapairs = 0; break end
+      end
+    end
+    if metapairs < 2 or metapairs * 2 > n then
       foreign[#foreign + 1] = id
+    elseif n - metapairs * 2 + 2 > MAX_CALL_VALUES then
+      toolarge[#toolarge + 1] = id
     else
       local source, redrives = nil, 0
       for i = n - metapairs * 2 + 1, n, 2 do
@@ -689,7 +758,7 @@ local function redrive(keys, args)
         end
         out[#out + 1] = F_REDRIVES
         out[#out + 1] = tostring(redrives + 1)
-        local newid = redis.call('XADD', target, '*', unpack(out))
+        local newid = call('XADD', target, '*', unpack(out))
         redis.call('XDEL', dlq, id)
         moved[#moved + 1] = {id, newid}
       end
@@ -697,7 +766,7 @@ local function redrive(keys, args)
   end
   local next = '0-0'
   if #page >= count then next = page[#page][1] end
-  return {next, moved, foreign, other}
+  return {next, moved, foreign, other, toolarge}
 end
 
 ------------------------------------------------------------------------------
@@ -763,7 +832,7 @@ local function stats(keys, args)
 end
 
 ------------------------------------------------------------------------------
--- pelwarden_v1_version: the library's version, e.g. "1.0.0" (read only).
+-- pelwarden_v1_version: the library's version, e.g. "1.0.1" (read only).
 --
 -- KEYS: none. ARGV: none.
 -- Reply: the version string.
