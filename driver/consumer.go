@@ -56,6 +56,7 @@ type Consumer struct {
 	closed   bool                 // shutdown began: dispatch no more
 	delayed  map[string]time.Time // RetryAfter beyond MinIdle: id -> retry at
 
+	work      chan job      // dispatched entries, to the handler workers
 	acks      chan string   // ids to ack, from handlers to the ack loop
 	ackStop   chan struct{} // closed: no more acks are coming, flush and exit
 	ackerGone chan struct{} // closed when the ack loop has exited
@@ -63,6 +64,13 @@ type Consumer struct {
 	fatalOnce sync.Once
 	fatalErr  error
 	fatal     chan struct{}
+}
+
+// job is one entry handed to a handler worker.
+type job struct {
+	m    *Message
+	f    *inflight
+	hctx context.Context
 }
 
 type inflight struct {
@@ -159,10 +167,21 @@ func (c *Consumer) Run(ctx context.Context) error {
 	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 
+	// Concurrency long-lived handler workers. A job holds a slot from
+	// before its entry is read until its handler returns, so the work queue
+	// (one place per slot) never blocks a sender.
+	c.work = make(chan job, c.cfg.Concurrency)
 	var handlers sync.WaitGroup
+	for range c.cfg.Concurrency {
+		handlers.Go(func() {
+			for j := range c.work {
+				c.runJob(j)
+			}
+		})
+	}
 	var loops sync.WaitGroup
-	loops.Go(func() { c.readLoop(loopCtx, handlerCtx, &handlers) })
-	loops.Go(func() { c.reclaimLoop(loopCtx, handlerCtx, &handlers) })
+	loops.Go(func() { c.readLoop(loopCtx, handlerCtx) })
+	loops.Go(func() { c.reclaimLoop(loopCtx, handlerCtx) })
 	loops.Go(func() { c.leaseLoop(loopCtx) })
 	go func() { loops.Wait(); close(loopsDone) }()
 	flushCtx, cancelFlush := context.WithCancel(context.WithoutCancel(ctx))
@@ -182,6 +201,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	c.closed = true
+	close(c.work) // the workers finish the queued jobs, then exit
 	c.mu.Unlock()
 
 	// Shutdown, phase 1: in-flight handlers get ShutdownTimeout to finish;
@@ -364,7 +384,7 @@ const readMargin = 2 * time.Second
 // handler slots. While the stream has nothing new, it blocks holding a
 // single slot: a blocked read holding every free slot would leave the
 // reclaim pass pages of one entry for ReadBlock at a time.
-func (c *Consumer) readLoop(ctx, handlerCtx context.Context, handlers *sync.WaitGroup) {
+func (c *Consumer) readLoop(ctx, handlerCtx context.Context) {
 	idle := false // the last read found nothing new
 	for attempt := 0; ctx.Err() == nil; {
 		want := c.cfg.Concurrency
@@ -397,7 +417,7 @@ func (c *Consumer) readLoop(ctx, handlerCtx context.Context, handlers *sync.Wait
 		c.releaseSlots(n - len(msgs))
 		c.m.Count(EventRead, len(msgs))
 		for _, m := range msgs {
-			c.dispatch(handlerCtx, handlers, m)
+			c.dispatch(handlerCtx, m)
 		}
 	}
 }
@@ -418,7 +438,7 @@ func (c *Consumer) read(ctx context.Context, count int) ([]*Message, error) {
 }
 
 // reclaimLoop runs a reclaim pass at start and every ReclaimInterval.
-func (c *Consumer) reclaimLoop(ctx, handlerCtx context.Context, handlers *sync.WaitGroup) {
+func (c *Consumer) reclaimLoop(ctx, handlerCtx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -427,7 +447,7 @@ func (c *Consumer) reclaimLoop(ctx, handlerCtx context.Context, handlers *sync.W
 			return
 		case <-t.C:
 		}
-		c.reclaimPass(ctx, handlerCtx, handlers)
+		c.reclaimPass(ctx, handlerCtx)
 		if c.cfg.ReapIdle > 0 && ctx.Err() == nil {
 			c.reap(ctx)
 		}
@@ -437,7 +457,7 @@ func (c *Consumer) reclaimLoop(ctx, handlerCtx context.Context, handlers *sync.W
 
 // reclaimPass walks the PEL page by page with the claim function until the
 // cursor returns to 0-0.
-func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context, handlers *sync.WaitGroup) {
+func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context) {
 	maxDeliveries := c.cfg.MaxDeliveries
 	if maxDeliveries == NoDeliveryLimit {
 		maxDeliveries = 0
@@ -489,7 +509,7 @@ func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context, handlers *sync.W
 			c.log.Warn("pending entries were deleted from the stream; cleared from the PEL", "count", len(page.Deleted), "ids", firstIDs(page.Deleted))
 		}
 		for _, e := range page.Entries {
-			c.dispatch(handlerCtx, handlers, &Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: c.cfg.Stream, Group: c.cfg.Group})
+			c.dispatch(handlerCtx, &Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: c.cfg.Stream, Group: c.cfg.Group})
 		}
 		if page.Done() {
 			return
@@ -515,15 +535,12 @@ func (c *Consumer) reap(ctx context.Context) {
 	}
 }
 
-// dispatch runs the handler for m in its own goroutine; the caller holds one
-// handler slot for it, released when the handler returns.
-func (c *Consumer) dispatch(handlerCtx context.Context, handlers *sync.WaitGroup, m *Message) {
-	hctx, cancel := context.WithCancelCause(handlerCtx)
-	f := &inflight{started: time.Now(), cancel: cancel}
+// dispatch queues m for a handler worker; the caller holds one handler slot
+// for it, released when the handler returns.
+func (c *Consumer) dispatch(handlerCtx context.Context, m *Message) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		cancel(nil)
 		c.releaseSlots(1)
 		c.log.Warn("entry read during shutdown; it stays pending", "id", m.ID)
 		return
@@ -532,23 +549,26 @@ func (c *Consumer) dispatch(handlerCtx context.Context, handlers *sync.WaitGroup
 		// Our own reclaim pass took back an entry whose handler still runs
 		// here (its lease lapsed): the running handler settles it.
 		c.mu.Unlock()
-		cancel(nil)
 		c.releaseSlots(1)
 		return
 	}
+	hctx, cancel := context.WithCancelCause(handlerCtx)
+	f := &inflight{started: time.Now(), cancel: cancel}
 	c.inflight[m.ID] = f
 	delete(c.delayed, m.ID)
-	handlers.Add(1) // under c.mu: never concurrent with closing
+	// Under c.mu, so never after close(c.work); never blocks (see Run).
+	c.work <- job{m: m, f: f, hctx: hctx}
 	c.mu.Unlock()
-	go func() {
-		defer handlers.Done()
-		defer c.releaseSlots(1)
-		defer cancel(nil)
-		err, panicked := c.runHandler(hctx, m)
-		if !c.settle(hctx, m, f, err, panicked) {
-			c.forget(m.ID)
-		}
-	}()
+}
+
+// runJob runs one handler and settles its outcome, then frees its slot.
+func (c *Consumer) runJob(j job) {
+	defer c.releaseSlots(1)
+	defer j.f.cancel(nil)
+	err, panicked := c.runHandler(j.hctx, j.m)
+	if !c.settle(j.hctx, j.m, j.f, err, panicked) {
+		c.forget(j.m.ID)
+	}
 }
 
 func (c *Consumer) runHandler(ctx context.Context, m *Message) (err error, panicked bool) {
