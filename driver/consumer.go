@@ -504,6 +504,11 @@ func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context) {
 			c.log.Warn("dead-lettered entries delivered too often", "count", len(page.DeadLettered),
 				"max_deliveries", maxDeliveries, "ids", firstIDs(page.DeadLettered))
 		}
+		if len(page.TooLarge) > 0 {
+			c.m.Count(EventTooLarge, len(page.TooLarge))
+			c.log.Error("entries at MaxDeliveries have too many fields to dead-letter atomically; they stay pending for an operator",
+				"count", len(page.TooLarge), "ids", firstIDs(page.TooLarge))
+		}
 		if len(page.Deleted) > 0 {
 			c.m.Count(EventDeletedFromPEL, len(page.Deleted))
 			c.log.Warn("pending entries were deleted from the stream; cleared from the PEL", "count", len(page.Deleted), "ids", firstIDs(page.Deleted))
@@ -667,6 +672,13 @@ func (c *Consumer) deadLetter(ctx context.Context, m *Message, herr error) {
 		}
 		if len(r.Deleted) > 0 {
 			c.m.Count(EventDeletedFromPEL, len(r.Deleted))
+		}
+		if len(r.TooLarge) > 0 {
+			// Still pending and ours: give it back; once it reaches
+			// MaxDeliveries the reclaim pass reports it for an operator.
+			c.m.Count(EventTooLarge, len(r.TooLarge))
+			c.log.Error("entry has too many fields to dead-letter atomically; it stays pending", "id", m.ID, "err", text)
+			c.release(ctx, r.TooLarge, 0)
 		}
 		return nil
 	})

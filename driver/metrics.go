@@ -32,12 +32,16 @@ const (
 	EventReaped
 	// EventCommandError: failed Redis calls (each retry counted).
 	EventCommandError
+	// EventTooLarge: entries that should be dead-lettered but have too many
+	// fields to copy from a server-side function (see pelwarden.ClaimPage's
+	// TooLarge); they stay pending, untouched, for an operator.
+	EventTooLarge
 	numEvents
 )
 
 var eventNames = [numEvents]string{
 	"read", "handled", "handler_error", "handler_panic", "claimed", "deleted_from_pel",
-	"acked", "lost_ownership", "lease_extended", "reaped", "command_error",
+	"acked", "lost_ownership", "lease_extended", "reaped", "command_error", "too_large",
 }
 
 // String returns the event's snake_case name, e.g. "deleted_from_pel".

@@ -250,3 +250,33 @@ func TestDriverShutdownBoundedWhenServerHangs(t *testing.T) {
 		require.EqualValues(t, 20, pelSize(t, ctx, admin, k), "unsent acks: entries stay pending, none lost")
 	})
 }
+
+// An entry with too many fields to dead-letter from a server-side function
+// is never lost: the driver counts it and leaves it pending.
+func TestDriverTooLargeToDeadLetterStaysPending(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+		values := make([]string, 0, 20000)
+		for i := range 10000 {
+			values = append(values, fmt.Sprintf("f%d", i), "v")
+		}
+		id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: values}).Result()
+		require.NoError(t, err)
+		m := newCounts()
+		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+			return driver.DeadLetter(errors.New("cannot parse"))
+		}))
+		cfg.Metrics = m
+		cfg.Logger = nil // the driver logs the too-large entry as an error: expected here
+		r := start(t, s.rdb, cfg)
+		waitFor(t, "too large reported", func() bool { return m.get(driver.EventTooLarge) >= 1 })
+		require.NoError(t, r.stop(t))
+		require.NotNil(t, pendingOf(t, ctx, s.rdb, k, id), "still pending")
+		n, err := s.rdb.XLen(ctx, k.Stream).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "still in the stream")
+		require.Zero(t, s.rdb.Exists(ctx, k.DLQ).Val(), "no partial dead-letter record")
+	})
+}

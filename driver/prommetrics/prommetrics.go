@@ -53,7 +53,7 @@ func New(o Options) *Metrics {
 	m := &Metrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: o.Namespace, Name: "events_total", ConstLabels: o.ConstLabels,
-			Help: "Consumer events: read, handled, handler_error, handler_panic, claimed, deleted_from_pel, acked, lost_ownership, lease_extended, reaped, command_error.",
+			Help: "Consumer events: read, handled, handler_error, handler_panic, claimed, deleted_from_pel, acked, lost_ownership, lease_extended, reaped, command_error, too_large.",
 		}, []string{"event"}),
 		dead: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: o.Namespace, Name: "dead_lettered_total", ConstLabels: o.ConstLabels,
