@@ -229,8 +229,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		go func() { <-loopsDone; c.running.Store(false) }()
 	}
 
-	if c.fatalErr != nil {
-		return c.fatalErr
+	c.mu.Lock()
+	fatalErr := c.fatalErr // a lingering Redis call may still report one
+	c.mu.Unlock()
+	if fatalErr != nil {
+		return fatalErr
 	}
 	c.log.Info("pelwarden consumer stopped")
 	return nil
@@ -319,7 +322,9 @@ func (c *Consumer) stopping() bool {
 func (c *Consumer) stop(err error) {
 	c.fatalOnce.Do(func() {
 		c.log.Error("pelwarden consumer stopping", "err", err)
+		c.mu.Lock()
 		c.fatalErr = err
+		c.mu.Unlock()
 		close(c.fatal)
 	})
 }
