@@ -101,8 +101,6 @@ const (
 	outcomeDeadLetter
 	outcomeRetry
 	outcomeError
-	outcomeLost
-	outcomeAbandoned // cancelled by shutdown
 )
 
 func classify(err error) (outcome, time.Duration) {

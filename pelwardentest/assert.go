@@ -122,31 +122,11 @@ func (f *Fixture) deadLetters(ctx context.Context) ([]DeadLetterRecord, error) {
 }
 
 // decodeRecord splits a dead-letter record into original fields and
-// metadata: FieldMetaCount, the last field, counts the metadata pairs.
+// metadata (pelwarden.ParseDeadLetter; a foreign record keeps all fields).
 func decodeRecord(id string, fields []pelwarden.Field) DeadLetterRecord {
-	r := DeadLetterRecord{ID: id}
-	orig := fields
-	if n := len(fields); n > 0 && fields[n-1].Name == pelwarden.FieldMetaCount {
-		if k, err := strconv.Atoi(fields[n-1].Value); err == nil && k >= 1 && k <= n {
-			orig = fields[:n-k]
-		}
-	}
-	r.Fields = slices.Clone(orig)
-	for _, fl := range fields[len(orig):] {
-		switch fl.Name {
-		case pelwarden.FieldOriginalID:
-			r.OriginalID = fl.Value
-		case pelwarden.FieldReason:
-			r.Reason = fl.Value
-		case pelwarden.FieldError:
-			r.Error = fl.Value
-		case pelwarden.FieldConsumer:
-			r.Consumer = fl.Value
-		case pelwarden.FieldDeliveries:
-			r.Deliveries, _ = strconv.ParseInt(fl.Value, 10, 64)
-		}
-	}
-	return r
+	d, _ := pelwarden.ParseDeadLetter(fields)
+	return DeadLetterRecord{ID: id, OriginalID: d.OriginalID, Fields: slices.Clone(d.Fields),
+		Reason: d.Reason, Error: d.Error, Consumer: d.Consumer, Deliveries: d.Deliveries}
 }
 
 func (f *Fixture) pending(ctx context.Context) ([]redis.XPendingExt, error) {

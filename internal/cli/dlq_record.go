@@ -3,8 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -93,48 +91,21 @@ type deadRecord struct {
 	Fields []fieldJSON `json:"fields"`
 }
 
-// parseDeadRecord splits a record the way the library writes it: the
-// original fields, then the metadata pairs, the last one FieldMetaCount
-// holding the number of metadata pairs (itself included).
+// parseDeadRecord splits a record the way the library writes it (see
+// pelwarden.ParseDeadLetter; foreign records keep all their fields).
 func parseDeadRecord(e rawEntry) deadRecord {
-	r := deadRecord{ID: e.ID, Fields: []fieldJSON{}}
-	n := len(e.Fields)
-	meta := 0
-	if n > 0 && e.Fields[n-1].Name == pelwarden.FieldMetaCount {
-		meta, _ = strconv.Atoi(e.Fields[n-1].Value)
+	d, ok := pelwarden.ParseDeadLetter(e.Fields)
+	r := deadRecord{
+		ID: e.ID, Foreign: !ok, Fields: []fieldJSON{},
+		OriginalID: d.OriginalID, Stream: d.Stream, Group: d.Group, Consumer: d.Consumer,
+		Deliveries: d.Deliveries, Reason: d.Reason, Error: d.Error, Redrives: d.Redrives,
 	}
-	if meta < 1 || meta > n {
-		r.Foreign = true
-		meta = 0
-	}
-	for _, f := range e.Fields[:n-meta] {
+	for _, f := range d.Fields {
 		r.Fields = append(r.Fields, fieldJSON{Name: f.Name, Value: f.Value})
-		if f.Name == pelwarden.FieldRedrives {
-			r.Redrives, _ = strconv.ParseInt(f.Value, 10, 64)
-		}
 	}
-	for _, f := range e.Fields[n-meta:] {
-		switch f.Name {
-		case pelwarden.FieldOriginalID:
-			r.OriginalID = f.Value
-		case pelwarden.FieldStream:
-			r.Stream = f.Value
-		case pelwarden.FieldGroup:
-			r.Group = f.Value
-		case pelwarden.FieldConsumer:
-			r.Consumer = f.Value
-		case pelwarden.FieldDeliveries:
-			r.Deliveries, _ = strconv.ParseInt(f.Value, 10, 64)
-		case pelwarden.FieldReason:
-			r.Reason = f.Value
-		case pelwarden.FieldError:
-			r.Error = f.Value
-		case pelwarden.FieldDeadLetteredAt:
-			if ms, err := strconv.ParseInt(f.Value, 10, 64); err == nil {
-				r.DeadLetteredAtMs = ms
-				r.DeadLetteredAt = time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
-			}
-		}
+	if !d.DeadLetteredAt.IsZero() {
+		r.DeadLetteredAtMs = d.DeadLetteredAt.UnixMilli()
+		r.DeadLetteredAt = d.DeadLetteredAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")
 	}
 	return r
 }
