@@ -174,13 +174,8 @@ func (l *Library) loadLocked(ctx context.Context) (*LoadResult, error) {
 	return res, nil
 }
 
-// serverConn is what loadNode needs of a client bound to one server.
-type serverConn interface {
-	redis.Cmdable
-}
-
 // loadNode loads the library on one server and verifies it.
-func loadNode(ctx context.Context, c serverConn) (NodeLoad, error) {
+func loadNode(ctx context.Context, c redis.Cmdable) (NodeLoad, error) {
 	n := NodeLoad{}
 	if o, ok := c.(interface{ Options() *redis.Options }); ok {
 		n.Addr = o.Options().Addr
@@ -264,7 +259,7 @@ func loadNode(ctx context.Context, c serverConn) (NodeLoad, error) {
 // evalFallback switches one server to ModeEval after FUNCTION or FCALL was
 // refused. A library loaded by an administrator is still preferred: if FCALL
 // of the version function works, the server stays in function mode.
-func evalFallback(ctx context.Context, c serverConn, n NodeLoad, cause error) (NodeLoad, error) {
+func evalFallback(ctx context.Context, c redis.Cmdable, n NodeLoad, cause error) (NodeLoad, error) {
 	if v, err := c.FCallRO(ctx, FunctionVersion, nil).Text(); err == nil && compareVersions(v, LibraryVersion) >= 0 {
 		n.After = v
 		n.Action = ActionCurrent
@@ -282,7 +277,7 @@ func evalFallback(ctx context.Context, c serverConn, n NodeLoad, cause error) (N
 
 // serverLibraryVersion returns the version of the library on the server, ""
 // when it is not loaded.
-func serverLibraryVersion(ctx context.Context, c serverConn) (string, error) {
+func serverLibraryVersion(ctx context.Context, c redis.Cmdable) (string, error) {
 	v, err := c.FCallRO(ctx, FunctionVersion, nil).Text()
 	switch {
 	case err == nil:
@@ -296,7 +291,7 @@ func serverLibraryVersion(ctx context.Context, c serverConn) (string, error) {
 
 // checkServerVersion refuses servers older than Redis 7.0 (no Functions).
 // Valkey reports a compatible redis_version (7.2.4).
-func checkServerVersion(ctx context.Context, c serverConn) error {
+func checkServerVersion(ctx context.Context, c redis.Cmdable) error {
 	info, err := c.Info(ctx, "server").Result()
 	if err != nil {
 		if isNoPermission(err) {

@@ -337,22 +337,13 @@ func (c *Consumer) acquire(ctx context.Context, max int, linger time.Duration) i
 	case <-ctx.Done():
 		return 0
 	}
+	// Take the free slots at once, and wait up to linger for the slots of
+	// handlers that are finishing, so one read or claim call takes a large
+	// batch instead of a few entries (each call has a fixed server cost).
 	n := 1
-	for n < max {
-		select {
-		case <-c.slots:
-			n++
-			continue
-		default:
-		}
-		break
-	}
 	if n == max {
 		return n
 	}
-	// Some handlers are finishing: wait a moment for their slots, so one
-	// read or claim call takes a large batch instead of a few entries (each
-	// call has a fixed cost on the server).
 	timer := time.NewTimer(linger)
 	defer timer.Stop()
 	for n < max {
