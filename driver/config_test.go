@@ -44,6 +44,7 @@ func TestNewValidatesAndNamesTheField(t *testing.T) {
 		{"ClaimCount", func(c *Config) { c.ClaimCount = -3 }},
 		{"AckBatch", func(c *Config) { c.AckBatch = pelwarden.MaxCount + 1 }},
 		{"AckInterval", func(c *Config) { c.AckInterval = -1 }},
+		{"AckMode", func(c *Config) { c.AckMode = AckPlain + 1 }},
 		{"GroupStartID", func(c *Config) { c.GroupStartID = "yesterday" }},
 		{"ReapIdle", func(c *Config) { c.ReapIdle = -1 }},
 		{"ReapIdle", func(c *Config) { c.ReapIdle = time.Second }},

@@ -49,7 +49,7 @@ type Consumer struct {
 
 	running atomic.Bool
 
-	slots chan struct{} // one token per free handler slot
+	slots *slotPool // free handler slots
 
 	mu       sync.Mutex
 	inflight map[string]*inflight // by entry id
@@ -57,7 +57,7 @@ type Consumer struct {
 	delayed  map[string]time.Time // RetryAfter beyond MinIdle: id -> retry at
 
 	work      chan job      // dispatched entries, to the handler workers
-	acks      chan string   // ids to ack, from handlers to the ack loop
+	acks      *ackQueue     // ids to ack, from handlers to the ack loop
 	ackStop   chan struct{} // closed: no more acks are coming, flush and exit
 	ackerGone chan struct{} // closed when the ack loop has exited
 
@@ -130,16 +130,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	}()
 
-	c.slots = make(chan struct{}, c.cfg.Concurrency)
-	for range c.cfg.Concurrency {
-		c.slots <- struct{}{}
-	}
+	c.slots = newSlotPool(c.cfg.Concurrency)
 	c.inflight = map[string]*inflight{}
 	c.delayed = map[string]time.Time{}
 	// Room for every handler's ack plus two batches: a finished handler
 	// hands its ack over and frees its slot at once, even while the ack loop
 	// waits for a call in flight.
-	c.acks = make(chan string, 2*c.cfg.AckBatch+c.cfg.Concurrency)
+	c.acks = newAckQueue(c.cfg.AckBatch, 2*c.cfg.AckBatch+c.cfg.Concurrency)
 	c.ackStop = make(chan struct{})
 	c.ackerGone = make(chan struct{})
 	c.fatal = make(chan struct{})
@@ -329,42 +326,6 @@ func (c *Consumer) stop(err error) {
 	})
 }
 
-// acquire takes at least one and at most max handler slots, blocking for the
-// first. It returns 0 when ctx is done.
-func (c *Consumer) acquire(ctx context.Context, max int, linger time.Duration) int {
-	select {
-	case <-c.slots:
-	case <-ctx.Done():
-		return 0
-	}
-	// Take the free slots at once, and wait up to linger for the slots of
-	// handlers that are finishing, so one read or claim call takes a large
-	// batch instead of a few entries (each call has a fixed server cost).
-	n := 1
-	if n == max {
-		return n
-	}
-	timer := time.NewTimer(linger)
-	defer timer.Stop()
-	for n < max {
-		select {
-		case <-c.slots:
-			n++
-		case <-timer.C:
-			return n
-		case <-ctx.Done():
-			return n
-		}
-	}
-	return n
-}
-
-func (c *Consumer) releaseSlots(n int) {
-	for range n {
-		c.slots <- struct{}{}
-	}
-}
-
 // How long acquire waits for more slots once it has one: briefly for reads
 // (new entries should not wait), longer for reclaim pages (a claim call has
 // a larger fixed cost, and reclaimed entries are not in a hurry).
@@ -377,23 +338,25 @@ const (
 const readMargin = 2 * time.Second
 
 // readLoop reads new entries with XREADGROUP ">", never more than free
-// handler slots. While the stream has nothing new, it blocks holding a
-// single slot: a blocked read holding every free slot would leave the
-// reclaim pass pages of one entry for ReadBlock at a time.
+// handler slots. Only a read for a single entry blocks (up to ReadBlock):
+// while entries keep coming, reads take every free slot without blocking;
+// once one finds nothing new, the loop waits for the next entry holding a
+// single slot. A blocked read holding every free slot would starve the
+// reclaim pass for ReadBlock at a time.
 func (c *Consumer) readLoop(ctx, handlerCtx context.Context) {
-	idle := false // the last read found nothing new
+	idle := true // the last read found nothing new (or none ran yet)
 	for attempt := 0; ctx.Err() == nil; {
 		want := c.cfg.Concurrency
 		if idle {
 			want = 1
 		}
-		n := c.acquire(ctx, want, readLinger)
+		n := c.slots.acquire(ctx, want, readLinger)
 		if n == 0 {
 			return
 		}
-		msgs, err := c.read(ctx, n)
+		msgs, err := c.read(ctx, n, idle)
 		if err != nil {
-			c.releaseSlots(n)
+			c.slots.release(n)
 			if ctx.Err() != nil {
 				return
 			}
@@ -410,7 +373,7 @@ func (c *Consumer) readLoop(ctx, handlerCtx context.Context) {
 		}
 		attempt = 0
 		idle = len(msgs) == 0
-		c.releaseSlots(n - len(msgs))
+		c.slots.release(n - len(msgs))
 		c.m.Count(EventRead, len(msgs))
 		for _, m := range msgs {
 			c.dispatch(handlerCtx, m)
@@ -418,12 +381,17 @@ func (c *Consumer) readLoop(ctx, handlerCtx context.Context) {
 	}
 }
 
-// read runs one XREADGROUP and decodes it keeping field order.
-func (c *Consumer) read(ctx context.Context, count int) ([]*Message, error) {
+// read runs one XREADGROUP, blocking up to ReadBlock when block is set, and
+// decodes it keeping field order.
+func (c *Consumer) read(ctx context.Context, count int, block bool) ([]*Message, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReadBlock+readMargin)
 	defer cancel()
-	v, err := c.rdb.Do(ctx, "XREADGROUP", "GROUP", c.cfg.Group, c.cfg.Consumer,
-		"COUNT", count, "BLOCK", c.cfg.ReadBlock.Milliseconds(), "STREAMS", c.cfg.Stream, ">").Result()
+	args := []any{"XREADGROUP", "GROUP", c.cfg.Group, c.cfg.Consumer, "COUNT", count}
+	if block {
+		args = append(args, "BLOCK", c.cfg.ReadBlock.Milliseconds())
+	}
+	args = append(args, "STREAMS", c.cfg.Stream, ">")
+	v, err := c.rdb.Do(ctx, args...).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -460,7 +428,7 @@ func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context) {
 	}
 	cursor := "0-0"
 	for attempt := 0; ctx.Err() == nil; {
-		n := c.acquire(ctx, c.cfg.ClaimCount, reclaimLinger)
+		n := c.slots.acquire(ctx, c.cfg.ClaimCount, reclaimLinger)
 		if n == 0 {
 			return
 		}
@@ -470,7 +438,7 @@ func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context) {
 			MaxDeliveries: maxDeliveries, Backoff: c.cfg.Backoff,
 		})
 		if err != nil {
-			c.releaseSlots(n)
+			c.slots.release(n)
 			if ctx.Err() != nil {
 				return
 			}
@@ -493,7 +461,7 @@ func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context) {
 			continue
 		}
 		attempt = 0
-		c.releaseSlots(n - len(page.Entries))
+		c.slots.release(n - len(page.Entries))
 		c.m.Count(EventClaimed, len(page.Entries))
 		if len(page.DeadLettered) > 0 {
 			c.m.DeadLettered(pelwarden.ReasonMaxDeliveries, len(page.DeadLettered))
@@ -542,7 +510,7 @@ func (c *Consumer) dispatch(handlerCtx context.Context, m *Message) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		c.releaseSlots(1)
+		c.slots.release(1)
 		c.log.Warn("entry read during shutdown; it stays pending", "id", m.ID)
 		return
 	}
@@ -550,7 +518,7 @@ func (c *Consumer) dispatch(handlerCtx context.Context, m *Message) {
 		// Our own reclaim pass took back an entry whose handler still runs
 		// here (its lease lapsed): the running handler settles it.
 		c.mu.Unlock()
-		c.releaseSlots(1)
+		c.slots.release(1)
 		return
 	}
 	hctx, cancel := context.WithCancelCause(handlerCtx)
@@ -564,7 +532,7 @@ func (c *Consumer) dispatch(handlerCtx context.Context, m *Message) {
 
 // runJob runs one handler and settles its outcome, then frees its slot.
 func (c *Consumer) runJob(j job) {
-	defer c.releaseSlots(1)
+	defer c.slots.release(1)
 	defer j.f.cancel(nil)
 	err, panicked := c.runHandler(j.hctx, j.m)
 	if !c.settle(j.hctx, j.m, j.f, err, panicked) {
@@ -610,13 +578,11 @@ func (c *Consumer) settle(hctx context.Context, m *Message, f *inflight, err err
 	}
 	if out == outcomeAck {
 		c.m.Count(EventHandled, 1)
-		select {
-		case c.acks <- m.ID:
+		if c.acks.push(m.ID) {
 			return true
-		case <-c.ackerGone:
-			c.log.Error("handler succeeded after the ack loop stopped; entry stays pending and will be handled again", "id", m.ID)
-			return false
 		}
+		c.log.Error("handler succeeded after the ack loop stopped; entry stays pending and will be handled again", "id", m.ID)
+		return false
 	}
 	c.forget(m.ID)
 	ctx := context.WithoutCancel(hctx)
@@ -740,7 +706,7 @@ func (c *Consumer) ackLoop(ctx context.Context) {
 	flush := func(ctx context.Context) bool {
 		for len(pending) > 0 {
 			batch := pending[:min(len(pending), c.cfg.AckBatch)]
-			r, err := c.lib.Ack(ctx, pelwarden.AckArgs{Stream: c.cfg.Stream, Group: c.cfg.Group, Consumer: c.cfg.Consumer, IDs: batch})
+			r, err := c.ack(ctx, batch)
 			if err != nil {
 				if ctx.Err() != nil {
 					return false
@@ -772,16 +738,6 @@ func (c *Consumer) ackLoop(ctx context.Context) {
 		}
 		return true
 	}
-	drain := func() {
-		for {
-			select {
-			case id := <-c.acks:
-				pending = append(pending, id)
-			default:
-				return
-			}
-		}
-	}
 	report := func() {
 		c.forget(pending...)
 		if len(pending) > 0 {
@@ -790,16 +746,19 @@ func (c *Consumer) ackLoop(ctx context.Context) {
 	}
 	for {
 		select {
-		case id := <-c.acks:
-			pending = append(pending, id)
+		case <-c.acks.full:
+			pending = append(pending, c.acks.take()...)
 			if len(pending) >= c.cfg.AckBatch {
 				flush(ctx)
 			}
 		case <-t.C:
+			pending = append(pending, c.acks.take()...)
 			flush(ctx)
 			t.Reset(c.cfg.AckInterval)
 		case <-c.ackStop:
-			drain()
+			// Handlers that return from now on (after the shutdown timeout)
+			// are not acked: their entries stay pending.
+			pending = append(pending, c.acks.close()...)
 			// The final flush is bounded by ShutdownTimeout (a deadline, so
 			// clients with ContextTimeoutEnabled stop waiting on a hung server).
 			fctx, cancel := context.WithTimeout(ctx, c.cfg.ShutdownTimeout)
@@ -812,10 +771,27 @@ func (c *Consumer) ackLoop(ctx context.Context) {
 			report()
 			return
 		case <-ctx.Done():
+			pending = append(pending, c.acks.close()...)
 			report()
 			return
 		}
 	}
+}
+
+// ack acks ids the configured way (Config.AckMode).
+func (c *Consumer) ack(ctx context.Context, ids []string) (pelwarden.AckResult, error) {
+	if c.cfg.AckMode == AckPlain {
+		n, err := c.rdb.XAck(ctx, c.cfg.Stream, c.cfg.Group, ids...).Result()
+		if err != nil {
+			return pelwarden.AckResult{}, fmt.Errorf("pelwarden/driver: XACK: %w", err)
+		}
+		return pelwarden.AckResult{Acked: n}, nil
+	}
+	r, err := c.lib.Ack(ctx, pelwarden.AckArgs{Stream: c.cfg.Stream, Group: c.cfg.Group, Consumer: c.cfg.Consumer, IDs: ids})
+	if err != nil {
+		return pelwarden.AckResult{}, err
+	}
+	return *r, nil
 }
 
 // leaseLoop extends the lease of entries whose handler has run longer than

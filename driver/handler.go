@@ -38,7 +38,7 @@ func (m *Message) Value(name string) (string, bool) {
 
 // Handler runs the business work for one message. The returned error steers
 // what happens to the entry:
-//   - nil: it is acknowledged (in a batch, fenced by ownership);
+//   - nil: it is acknowledged (in a batch; see Config.AckMode);
 //   - DeadLetter(err): it is moved to the dead-letter stream at once with the
 //     error text, atomically with its acknowledgement;
 //   - RetryAfter(d, err): it stays pending and is not redelivered before d;

@@ -32,7 +32,7 @@ func TestConsumebenchSmoke(t *testing.T) {
 		Logf:           t.Logf,
 	})
 	require.NoError(t, err)
-	require.Len(t, rep.Main, 4) // driver c=16, driver c=512, watermill, raw
+	require.Len(t, rep.Main, 6) // driver c=16 and c=512, fenced then plain acks, watermill, raw
 	require.Len(t, rep.Reclaim, 2)
 	require.Len(t, rep.PEL, 2)
 	for _, part := range [][]consumebench.Result{rep.Main, rep.Reclaim, rep.PEL} {

@@ -439,3 +439,74 @@ func TestDriverGracefulShutdown(t *testing.T) {
 		f.RequirePending(ids[1], pelwardentest.Pending{Consumer: "w", Deliveries: 1}) // cancelled at the timeout: stays pending
 	})
 }
+
+// The two ack modes differ only for an entry taken over by another consumer
+// while its handler succeeded here, unnoticed (no lease heartbeat): a fenced
+// ack leaves it to its new owner and counts lost ownership, a plain XACK
+// acks it. Both ack in batches.
+func TestDriverAckModes(t *testing.T) {
+	for _, mode := range []driver.AckMode{driver.AckFenced, driver.AckPlain} {
+		t.Run(mode.String(), func(t *testing.T) {
+			each(t, func(t *testing.T, s *target) {
+				ctx := ctxFor(t)
+				f, k := fixture(t, s)
+				const n = 300
+				ids := f.Produce(n, nil)
+				taken := ids[n/2]
+				release := make(chan struct{})
+				var xacks, fenced atomic.Int64
+				rdb := s.srv.Client()
+				defer rdb.Close()
+				rdb.AddHook(fcallCounter{fn: pelwarden.FunctionAck, n: &fenced})
+				rdb.AddHook(commandCounter{name: "xack", n: &xacks})
+				m := newCounts()
+				cfg := fastConfig(t, k, "worker", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+					if msg.ID == taken {
+						<-release
+					}
+					return nil
+				}))
+				cfg.MinIdle, cfg.LeaseInterval, cfg.ReclaimInterval = time.Hour, driver.NoLease, time.Hour
+				cfg.AckMode, cfg.Metrics = mode, m
+				c := f.RunConsumer(cfg)
+				waitFor(t, "the others acked", func() bool { return m.get(driver.EventAcked) == n-1 })
+				require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "other", Messages: []string{taken}}).Err())
+				close(release)
+				if mode == driver.AckFenced {
+					waitFor(t, "lost ownership counted", func() bool { return m.get(driver.EventLostOwnership) == 1 })
+					require.NoError(t, c.Stop())
+					f.RequirePending(taken, pelwardentest.Pending{Consumer: "other", Deliveries: 2})
+					require.Zero(t, xacks.Load(), "fenced mode sends no XACK")
+					require.Less(t, fenced.Load(), int64(n/5), "acks are batched")
+				} else {
+					waitFor(t, "every entry acked", func() bool { return m.get(driver.EventAcked) == n })
+					require.NoError(t, c.Stop())
+					f.RequirePELEmpty()
+					require.Zero(t, fenced.Load(), "plain mode calls no ack function")
+					require.Less(t, xacks.Load(), int64(n/5), "acks are batched")
+					require.Zero(t, m.get(driver.EventLostOwnership))
+				}
+				require.Equal(t, n, m.get(driver.EventHandled))
+			})
+		})
+	}
+}
+
+// commandCounter counts one command by name (a go-redis hook).
+type commandCounter struct {
+	name string
+	n    *atomic.Int64
+}
+
+func (h commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == h.name {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}

@@ -24,7 +24,7 @@ Conventions
   field data.
 ]]
 
-local LIBRARY_VERSION = '1.0.1'
+local LIBRARY_VERSION = '1.0.2'
 
 -- @@errors-begin (parsed by errors_test.go: keep one code per line)
 local ERRORS = {
@@ -246,11 +246,32 @@ local function numless(a, b)
   if #a ~= #b then return #a < #b end
   return a < b
 end
-local function idless(a, b)
-  local am, as = string.match(a, '^(%d+)%-(%d+)$')
-  local bm, bs = string.match(b, '^(%d+)%-(%d+)$')
-  if am ~= bm then return numless(am, bm) end
-  return numless(as, bs)
+
+-- The ids args[first..] like idlist, plus the smallest and largest of them,
+-- in one pass that parses each id once (ack's hot path: one pattern match
+-- per id instead of five).
+local function idrange(args, first)
+  local ids = {}
+  local lo, lom, los, hi, him, his
+  for i = first, #args do
+    local id = args[i]
+    local m, q = string.match(id, '^(%d+)%-(%d+)$')
+    if not m then checkid(id, 'id') end
+    ids[#ids + 1] = id
+    if lo == nil or (m ~= lom and numless(m, lom)) or (m == lom and numless(q, los)) then
+      lo, lom, los = id, m, q
+    end
+    if hi == nil or (m ~= him and numless(him, m)) or (m == him and numless(his, q)) then
+      hi, him, his = id, m, q
+    end
+  end
+  if #ids == 0 then
+    fail(ERRORS.BADARG, 'at least one id is required')
+  end
+  if #ids > MAX_COUNT then
+    fail(ERRORS.BADARG, 'at most ' .. MAX_COUNT .. ' ids per call')
+  end
+  return ids, lo, hi
 end
 
 -- Runs the command prefix..ids..suffix in chunks of ID_CHUNK ids (Lua's
@@ -469,15 +490,10 @@ local function ack(keys, args)
   local group = argname(args, 1, 'group')
   local consumer = argname(args, 2, 'consumer')
   local delete = argbool(args, 3, 'delete')
-  local ids = idlist(args, 4)
+  local ids, lo, hi = idrange(args, 4)
   needgroup(stream, group)
 
   local owned, lost = {}, {}
-  local lo, hi = ids[1], ids[1]
-  for _, id in ipairs(ids) do
-    if idless(id, lo) then lo = id end
-    if idless(hi, id) then hi = id end
-  end
   local limit = #ids + 64
   local rows = call('XPENDING', stream, group, lo, hi, limit, consumer)
   local mine = {}
@@ -832,7 +848,7 @@ local function stats(keys, args)
 end
 
 ------------------------------------------------------------------------------
--- pelwarden_v1_version: the library's version, e.g. "1.0.1" (read only).
+-- pelwarden_v1_version: the library's version, e.g. "1.0.2" (read only).
 --
 -- KEYS: none. ARGV: none.
 -- Reply: the version string.

@@ -26,6 +26,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pelwarden/pelwarden/driver"
 	"github.com/pelwarden/pelwarden/internal/reclaimbench"
 )
 
@@ -92,6 +93,10 @@ const (
 // default, and one large enough that reads are not tiny.
 var DefaultConcurrencies = []int{16, 512}
 
+// DefaultAckModes is the default Config.AckModes: the driver's default
+// fenced acks, then plain XACK.
+var DefaultAckModes = []driver.AckMode{driver.AckFenced, driver.AckPlain}
+
 // DefaultPELSizes is the default Config.PELSizes.
 var DefaultPELSizes = []int{0, 100_000, 1_000_000}
 
@@ -109,6 +114,13 @@ type Config struct {
 	// Concurrencies are the driver's Config.Concurrency values measured in
 	// PartMain, one method each. Defaults to DefaultConcurrencies (16, 512).
 	Concurrencies []int
+	// AckModes are the driver's Config.AckMode values measured in PartMain,
+	// each at every Concurrencies value. Defaults to DefaultAckModes
+	// (fenced, plain).
+	AckModes []driver.AckMode
+	// SkipWatermill leaves watermill-redisstream out of PartMain (it takes
+	// over a minute; useful while iterating on the driver). Optional.
+	SkipWatermill bool
 	// RawCount is the raw loop's XREADGROUP COUNT. Defaults to
 	// DefaultRawCount (500).
 	RawCount int
@@ -142,7 +154,7 @@ type Config struct {
 	// DefaultTimeout (10 minutes).
 	Timeout time.Duration
 	// ProfileDir, when set, receives a CPU profile of the benchmark process
-	// for each driver run of PartMain ("driver-c<concurrency>.pprof").
+	// for each driver run of PartMain ("driver-c<concurrency>-<ack mode>.pprof").
 	// Optional.
 	ProfileDir string
 	// ServerLabel describes the server in the report header. Optional.
@@ -181,6 +193,10 @@ func (c Config) WithDefaults() Config {
 	c.Concurrencies = append([]int(nil), c.Concurrencies...)
 	if len(c.Concurrencies) == 0 {
 		c.Concurrencies = append(c.Concurrencies, DefaultConcurrencies...)
+	}
+	c.AckModes = append([]driver.AckMode(nil), c.AckModes...)
+	if len(c.AckModes) == 0 {
+		c.AckModes = append(c.AckModes, DefaultAckModes...)
 	}
 	c.PELSizes = append([]int(nil), c.PELSizes...)
 	if len(c.PELSizes) == 0 {
@@ -285,17 +301,21 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return ctx.Err() == nil
 	}
 	if cfg.has(PartMain) {
-		for _, n := range cfg.Concurrencies {
-			r, err := b.runDriver(ctx, n)
+		for _, mode := range cfg.AckModes {
+			for _, n := range cfg.Concurrencies {
+				r, err := b.runDriver(ctx, n, mode)
+				if !add(&rep.Main, r, err) {
+					return rep, errors.Join(errs...)
+				}
+			}
+		}
+		if !cfg.SkipWatermill {
+			r, err := b.runWatermill(ctx)
 			if !add(&rep.Main, r, err) {
 				return rep, errors.Join(errs...)
 			}
 		}
-		r, err := b.runWatermill(ctx)
-		if !add(&rep.Main, r, err) {
-			return rep, errors.Join(errs...)
-		}
-		r, err = b.runRaw(ctx)
+		r, err := b.runRaw(ctx)
 		if !add(&rep.Main, r, err) {
 			return rep, errors.Join(errs...)
 		}

@@ -229,6 +229,7 @@ func (m *counting) HandlerDuration(time.Duration) {}
 // driverSpec is one measured run of the driver.
 type driverSpec struct {
 	method                   string
+	ackMode                  driver.AckMode
 	part                     Part
 	k                        keys
 	concurrency, claimCount  int
@@ -249,7 +250,7 @@ func (b *bench) measureDriver(ctx context.Context, spec driverSpec) (*Result, er
 	c, err := driver.New(rdb, driver.Config{
 		Stream: spec.k.stream, DeadLetterStream: spec.k.dlq, Group: benchGroup, Consumer: benchName,
 		Handler:     driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }),
-		CreateGroup: true, Concurrency: spec.concurrency, ClaimCount: spec.claimCount,
+		CreateGroup: true, Concurrency: spec.concurrency, ClaimCount: spec.claimCount, AckMode: spec.ackMode,
 		MinIdle: spec.minIdle, ReclaimInterval: spec.reclaimInterval,
 		ShutdownTimeout: 5 * time.Second,
 		Logger:          slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -319,7 +320,7 @@ func (b *bench) startProfile(spec driverSpec) (func(), error) {
 	if b.cfg.ProfileDir == "" || spec.part != PartMain {
 		return func() {}, nil
 	}
-	f, err := os.Create(filepath.Join(b.cfg.ProfileDir, fmt.Sprintf("driver-c%d.pprof", spec.concurrency)))
+	f, err := os.Create(filepath.Join(b.cfg.ProfileDir, fmt.Sprintf("driver-c%d-%s.pprof", spec.concurrency, spec.ackMode)))
 	if err != nil {
 		return nil, err
 	}
@@ -336,9 +337,12 @@ func (b *bench) startProfile(spec driverSpec) (func(), error) {
 }
 
 // runDriver: PartMain, the driver at one concurrency.
-func (b *bench) runDriver(ctx context.Context, concurrency int) (*Result, error) {
+func (b *bench) runDriver(ctx context.Context, concurrency int, mode driver.AckMode) (*Result, error) {
 	method := fmt.Sprintf("driver c=%d", concurrency)
-	k := b.keys(fmt.Sprintf("driver-%d", concurrency))
+	if mode != driver.AckFenced {
+		method += " " + mode.String() + " acks"
+	}
+	k := b.keys(fmt.Sprintf("driver-%d-%s", concurrency, mode))
 	defer b.cleanup(ctx, k)
 	n := b.cfg.Entries
 	b.cfg.logf("%s: preparing %d entries", method, n)
@@ -347,7 +351,7 @@ func (b *bench) runDriver(ctx context.Context, concurrency int) (*Result, error)
 		return nil, fmt.Errorf("consumebench: %s: %w", method, err)
 	}
 	b.cfg.logf("%s: consuming", method)
-	r, err := b.measureDriver(ctx, driverSpec{method: method, part: PartMain, k: k, concurrency: concurrency,
+	r, err := b.measureDriver(ctx, driverSpec{method: method, part: PartMain, k: k, concurrency: concurrency, ackMode: mode,
 		claimCount: driver.DefaultClaimCount, minIdle: driver.DefaultMinIdle, reclaimInterval: driver.DefaultReclaimInterval,
 		target: int64(n)})
 	return b.finish(ctx, r, err, func() error { return b.checkConsumed(ctx, k.stream, last) })

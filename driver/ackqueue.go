@@ -1,0 +1,98 @@
+package driver
+
+import "sync"
+
+// ackQueue hands the ids of entries whose handler succeeded from the
+// handler workers to the ack loop.
+//
+// A push is one locked append; the ack loop is woken only when a batch is
+// full (otherwise its interval timer collects the ids), instead of once per
+// id as with a channel. The queue holds at most limit ids: a push beyond
+// that waits for the ack loop, which is the back-pressure a slow or failing
+// ack call puts on the handlers.
+type ackQueue struct {
+	batch, limit int
+
+	mu     sync.Mutex
+	ids    []string
+	closed bool
+
+	full chan struct{} // holds a token once batch ids are queued
+	room chan struct{} // holds a token after the ack loop took ids
+	gone chan struct{} // closed by close
+}
+
+func newAckQueue(batch, limit int) *ackQueue {
+	return &ackQueue{
+		batch: batch, limit: limit,
+		full: make(chan struct{}, 1), room: make(chan struct{}, 1), gone: make(chan struct{}),
+	}
+}
+
+// push queues id. It reports false when the queue was closed: the ack loop
+// has stopped and the entry stays pending.
+func (q *ackQueue) push(id string) bool {
+	waited := false
+	for {
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return false
+		}
+		if len(q.ids) < q.limit {
+			q.ids = append(q.ids, id)
+			n := len(q.ids)
+			q.mu.Unlock()
+			if n >= q.batch {
+				signal(q.full)
+			}
+			if waited && n < q.limit {
+				// A take wakes one waiting push; pass the wake-up on while
+				// there is room, or the other waiters would trickle in one
+				// per take.
+				signal(q.room)
+			}
+			return true
+		}
+		q.mu.Unlock()
+		waited = true
+		select {
+		case <-q.room:
+		case <-q.gone:
+		}
+	}
+}
+
+// take removes and returns every queued id.
+func (q *ackQueue) take() []string {
+	q.mu.Lock()
+	ids := q.ids
+	q.ids = nil
+	q.mu.Unlock()
+	if len(ids) > 0 {
+		signal(q.room)
+	}
+	return ids
+}
+
+// close refuses further pushes and returns the ids still queued.
+func (q *ackQueue) close() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return nil
+	}
+	q.closed = true
+	close(q.gone)
+	ids := q.ids
+	q.ids = nil
+	return ids
+}
+
+// signal puts a token in ch (capacity 1) unless one is there already.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

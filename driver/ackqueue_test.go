@@ -1,0 +1,100 @@
+package driver
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Pushes blocked on a full queue all get in after takes make room, without
+// waiting for one take each.
+func TestAckQueueWakesEveryBlockedPush(t *testing.T) {
+	t.Parallel()
+	q := newAckQueue(2, 4)
+	for i := range 4 {
+		require.True(t, q.push(fmt.Sprint("full-", i)))
+	}
+	const blocked = 3
+	var wg sync.WaitGroup
+	for i := range blocked {
+		wg.Go(func() { require.True(t, q.push(fmt.Sprint("late-", i))) })
+	}
+	time.Sleep(50 * time.Millisecond) // let the pushes block on the full queue
+	// One take makes room for all of them.
+	require.Len(t, q.take(), 4)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("blocked pushes still waiting after one take made room for all of them")
+	}
+	require.Len(t, q.take(), blocked)
+}
+
+// A full batch wakes the ack loop; fewer ids wait for its interval.
+func TestAckQueueSignalsFullBatch(t *testing.T) {
+	t.Parallel()
+	q := newAckQueue(3, 10)
+	q.push("1-0")
+	q.push("2-0")
+	select {
+	case <-q.full:
+		t.Fatal("signalled before the batch was full")
+	default:
+	}
+	q.push("3-0")
+	select {
+	case <-q.full:
+	default:
+		t.Fatal("a full batch was not signalled")
+	}
+	require.Equal(t, []string{"1-0", "2-0", "3-0"}, q.take())
+}
+
+// close refuses later pushes (their entries stay pending), returns what was
+// queued, and releases pushes blocked on a full queue.
+func TestAckQueueClose(t *testing.T) {
+	t.Parallel()
+	q := newAckQueue(1, 1)
+	require.True(t, q.push("1-0"))
+	refused := make(chan bool)
+	go func() { refused <- !q.push("2-0") }()
+	require.Equal(t, []string{"1-0"}, q.close())
+	require.True(t, <-refused)
+	require.False(t, q.push("3-0"))
+	require.Nil(t, q.close())
+}
+
+// acquire takes what is free at once, waits for the first slot, and leaves
+// slots it did not take to the other loop.
+func TestSlotPool(t *testing.T) {
+	t.Parallel()
+	p := newSlotPool(3)
+	ctx := t.Context()
+	require.Equal(t, 2, p.acquire(ctx, 2, 0))
+	require.Equal(t, 1, p.acquire(ctx, 5, time.Millisecond), "takes the last free slot after lingering")
+
+	got := make(chan int)
+	go func() { got <- p.acquire(ctx, 4, 0) }()
+	select {
+	case n := <-got:
+		t.Fatalf("acquired %d slots while none were free", n)
+	case <-time.After(20 * time.Millisecond):
+	}
+	p.release(3)
+	require.Equal(t, 3, <-got)
+
+	// Two waiters, one release for both: the first leaves the rest to the
+	// second instead of stranding them.
+	a, b := make(chan int), make(chan int)
+	go func() { a <- p.acquire(ctx, 1, 0) }()
+	go func() { b <- p.acquire(ctx, 1, 0) }()
+	time.Sleep(20 * time.Millisecond)
+	p.release(2)
+	require.Equal(t, 1, <-a)
+	require.Equal(t, 1, <-b)
+}
