@@ -426,6 +426,9 @@ func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context) {
 	if maxDeliveries == NoDeliveryLimit {
 		maxDeliveries = 0
 	}
+	if !c.anythingIdle(ctx) {
+		return
+	}
 	cursor := "0-0"
 	for attempt := 0; ctx.Err() == nil; {
 		n := c.slots.acquire(ctx, c.cfg.ClaimCount, reclaimLinger)
@@ -485,6 +488,19 @@ func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context) {
 		}
 		cursor = page.Cursor
 	}
+}
+
+// anythingIdle reports whether some pending entry has been idle for MinIdle,
+// so a reclaim pass may find work. A pass over a PEL with nothing idle
+// would walk all of it through the claim function (about 6 ms of server
+// time per 5,000 entries: 1.2 s for 1,000,000); XPENDING IDLE scans the PEL
+// in the server's own code and stops at the first idle entry (75 ms for
+// 1,000,000 entries with nothing idle, microseconds for a small PEL). On an
+// error it reports true: the pass then reports the error itself.
+func (c *Consumer) anythingIdle(ctx context.Context) bool {
+	p, err := c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: c.cfg.Stream, Group: c.cfg.Group,
+		Idle: c.cfg.MinIdle, Start: "-", End: "+", Count: 1}).Result()
+	return err != nil || len(p) > 0
 }
 
 func (c *Consumer) reap(ctx context.Context) {

@@ -15,11 +15,13 @@ import (
 // hook is a go-redis hook counting what a method's client sends, as
 // reclaimbench's counter does: one round trip per Process call and one per
 // pipeline exec. It also sums the replies of XACK (for watermill, whose acks
-// are plain XACKs) and counts calls of the claim function.
+// are plain XACKs) and counts calls of the claim function and the driver's
+// "anything idle?" checks (XPENDING IDLE) before a reclaim pass.
 type hook struct {
 	roundTrips atomic.Int64
 	commands   atomic.Int64
 	claims     atomic.Int64
+	idleChecks atomic.Int64
 	xacked     atomic.Int64
 	// onAck, when set, is called with the running XACK total.
 	onAck func(total int64)
@@ -63,6 +65,10 @@ func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 
 func (h *hook) countClaim(cmd redis.Cmder) {
 	name := cmd.Name()
+	if name == "xpending" {
+		h.idleChecks.Add(1)
+		return
+	}
 	if name != "fcall" && name != "evalsha" && name != "eval" {
 		return
 	}

@@ -191,6 +191,7 @@ func (p *phase) end(ctx context.Context, r *Result, wall time.Duration) error {
 	r.RoundTrips = p.h.roundTrips.Load()
 	r.Commands = p.h.commands.Load()
 	r.Claims = p.h.claims.Load()
+	r.IdleChecks = p.h.idleChecks.Load()
 	r.PeakHeapInuse, r.BaseHeapInuse, r.Alloc = p.mem.finish()
 	cpu, err := reclaimbench.ServerCPU(ctx, p.b.ctl)
 	if err != nil {

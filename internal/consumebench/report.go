@@ -55,6 +55,9 @@ type Result struct {
 	RoundTrips, Commands int64
 	// Claims is how many claim function calls the client made.
 	Claims int64
+	// IdleChecks is how many XPENDING calls it made: the driver's check
+	// for idle entries before each reclaim pass.
+	IdleChecks int64
 	// Read, Claimed and Acked count entries read with XREADGROUP, taken
 	// over by reclaim, and acknowledged.
 	Read, Claimed, Acked int64
@@ -177,16 +180,16 @@ func WriteTable(w io.Writer, rep Report) error {
 	if len(rep.PEL) > 0 {
 		ew.printf("\n== memory as the PEL grows: %d new entries consumed while reclaim passes (every %v, page %d, MinIdle %v) walk a PEL that is not idle; each run lasts at least %v ==\n",
 			cfg.PELNewEntries, reclaimInterval, cfg.ClaimCount, pelMinIdle, cfg.PELMinRun)
-		tw := newTable(ew, "PEL\tsetup\twall to last ack\tentries/s\tran\tclaim calls\tround trips\tserver CPU\tpeak heap\tvs PEL 0\tbaseline heap\talloc B/new entry\tend state\t")
+		tw := newTable(ew, "PEL\tsetup\twall to last ack\tentries/s\tran\tidle checks\tclaim calls\tround trips\tserver CPU\tpeak heap\tvs PEL 0\tbaseline heap\talloc B/new entry\tend state\t")
 		for i := range rep.PEL {
 			r := &rep.PEL[i]
 			growth := "-"
 			if pel0 != nil && pel0.PeakHeapInuse > 0 {
 				growth = reclaimbench.FormatRatio(float64(r.PeakHeapInuse) / float64(pel0.PeakHeapInuse))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%.0f\t%s\t\n", reclaimbench.FormatCount(float64(r.PEL)),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%.0f\t%s\t\n", reclaimbench.FormatCount(float64(r.PEL)),
 				reclaimbench.FormatDuration(r.Setup), reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatCount(r.EntriesPerSecond()),
-				reclaimbench.FormatDuration(r.Ran), r.Claims, r.RoundTrips, reclaimbench.FormatDuration(r.ServerCPU),
+				reclaimbench.FormatDuration(r.Ran), r.IdleChecks, r.Claims, r.RoundTrips, reclaimbench.FormatDuration(r.ServerCPU),
 				fmtBytes(r.PeakHeapInuse), growth, fmtBytes(r.BaseHeapInuse), r.AllocPerEntry(), state(r))
 		}
 		if err := tw.Flush(); err != nil {
