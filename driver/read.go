@@ -39,8 +39,20 @@ func decodeRead(v any, stream, group string) ([]*Message, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: XREADGROUP: unexpected entries %T", pelwarden.ErrMalformedReply, entries)
 	}
-	out := make([]*Message, 0, len(list))
+	// One allocation for the batch's messages and one for all their fields
+	// (the handlers may keep them: nothing is reused).
+	nfields := 0
 	for _, e := range list {
+		if pair, ok := e.([]any); ok && len(pair) >= 2 {
+			if flat, ok := pair[1].([]any); ok {
+				nfields += len(flat) / 2
+			}
+		}
+	}
+	msgs := make([]Message, len(list))
+	all := make([]pelwarden.Field, 0, nfields)
+	out := make([]*Message, 0, len(list))
+	for i, e := range list {
 		pair, ok := e.([]any)
 		if !ok || len(pair) < 2 {
 			return nil, fmt.Errorf("%w: XREADGROUP: unexpected entry %T", pelwarden.ErrMalformedReply, e)
@@ -53,16 +65,20 @@ func decodeRead(v any, stream, group string) ([]*Message, error) {
 		if !ok || len(flat)%2 != 0 {
 			return nil, fmt.Errorf("%w: XREADGROUP: unexpected fields of %s", pelwarden.ErrMalformedReply, id)
 		}
-		fields := make([]pelwarden.Field, 0, len(flat)/2)
-		for i := 0; i < len(flat); i += 2 {
-			name, ok1 := flat[i].(string)
-			value, ok2 := flat[i+1].(string)
+		first := len(all)
+		for j := 0; j < len(flat); j += 2 {
+			name, ok1 := flat[j].(string)
+			value, ok2 := flat[j+1].(string)
 			if !ok1 || !ok2 {
 				return nil, fmt.Errorf("%w: XREADGROUP: non-string field in %s", pelwarden.ErrMalformedReply, id)
 			}
-			fields = append(fields, pelwarden.Field{Name: name, Value: value})
+			all = append(all, pelwarden.Field{Name: name, Value: value})
 		}
-		out = append(out, &Message{ID: id, Fields: fields, Deliveries: 1, Stream: stream, Group: group})
+		m := &msgs[i]
+		// A full slice expression: a handler appending to its Fields must
+		// not write into the next message's.
+		*m = Message{ID: id, Fields: all[first:len(all):len(all)], Deliveries: 1, Stream: stream, Group: group}
+		out = append(out, m)
 	}
 	return out, nil
 }
