@@ -51,10 +51,13 @@ type Consumer struct {
 
 	slots *slotPool // free handler slots
 
-	mu       sync.Mutex
-	inflight map[string]*inflight // by entry id
-	closed   bool                 // shutdown began: dispatch no more
-	delayed  map[string]time.Time // RetryAfter beyond MinIdle: id -> retry at
+	mu        sync.Mutex
+	inflight  map[string]*inflight // by entry id
+	closed    bool                 // shutdown began: dispatch no more
+	delayed   map[string]time.Time // RetryAfter beyond MinIdle: id -> retry at
+	unstarted []string             // queued entries skipped at shutdown
+
+	draining atomic.Bool // shutdown began: queued jobs are skipped, not run
 
 	work      chan job      // dispatched entries, to the handler workers
 	acks      *ackQueue     // ids to ack, from handlers to the ack loop
@@ -130,19 +133,22 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	}()
 
-	c.slots = newSlotPool(c.cfg.Concurrency)
+	held := c.cfg.Concurrency + c.cfg.Prefetch // entries held at most: running + queued
+	c.slots = newSlotPool(held)
 	c.inflight = map[string]*inflight{}
 	c.delayed = map[string]time.Time{}
 	// Room for every handler's ack plus two batches: a finished handler
 	// hands its ack over and frees its slot at once, even while the ack loop
 	// waits for a call in flight.
-	c.acks = newAckQueue(c.cfg.AckBatch, 2*c.cfg.AckBatch+c.cfg.Concurrency)
+	c.acks = newAckQueue(c.cfg.AckBatch, 2*c.cfg.AckBatch+held)
 	c.ackStop = make(chan struct{})
 	c.ackerGone = make(chan struct{})
 	c.fatal = make(chan struct{})
 	c.fatalOnce = sync.Once{}
 	c.fatalErr = nil
 	c.closed = false
+	c.draining.Store(false)
+	c.unstarted = nil
 
 	if err := c.start(ctx); err != nil {
 		return err
@@ -167,11 +173,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// Concurrency long-lived handler workers. A job holds a slot from
 	// before its entry is read until its handler returns, so the work queue
 	// (one place per slot) never blocks a sender.
-	c.work = make(chan job, c.cfg.Concurrency)
+	c.work = make(chan job, held)
 	var handlers sync.WaitGroup
 	for range c.cfg.Concurrency {
 		handlers.Go(func() {
 			for j := range c.work {
+				if c.draining.Load() {
+					c.skip(j)
+					continue
+				}
 				c.runJob(j)
 			}
 		})
@@ -198,7 +208,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	c.closed = true
-	close(c.work) // the workers finish the queued jobs, then exit
+	c.draining.Store(true) // queued jobs are not started any more
+	close(c.work)          // the workers skip the queued jobs, then exit
 	c.mu.Unlock()
 
 	// Shutdown, phase 1: in-flight handlers get ShutdownTimeout to finish;
@@ -212,6 +223,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 		cancelHandlers()
 		waitOrTimeout(done, c.cfg.ShutdownTimeout)
 	}
+	// Queued entries no handler started (all of them, should every worker
+	// be stuck) go back to the group at once rather than after MinIdle.
+	for j := range c.work {
+		c.skip(j)
+	}
+	c.releaseUnstarted(flushCtx)
 	// Phase 3: flush the remaining acks, bounded by ShutdownTimeout.
 	close(c.ackStop)
 	<-c.ackerGone
@@ -346,7 +363,7 @@ const readMargin = 2 * time.Second
 func (c *Consumer) readLoop(ctx, handlerCtx context.Context) {
 	idle := true // the last read found nothing new (or none ran yet)
 	for attempt := 0; ctx.Err() == nil; {
-		want := c.cfg.Concurrency
+		want := c.cfg.Concurrency + c.cfg.Prefetch
 		if idle {
 			want = 1
 		}
@@ -550,6 +567,35 @@ func (c *Consumer) dispatch(handlerCtx context.Context, m *Message) {
 	// Under c.mu, so never after close(c.work); never blocks (see Run).
 	c.work <- job{m: m, f: f, hctx: hctx}
 	c.mu.Unlock()
+}
+
+// skip drops a queued job at shutdown without running its handler; its
+// entry is released by releaseUnstarted.
+func (c *Consumer) skip(j job) {
+	j.f.cancel(nil)
+	c.forget(j.m.ID)
+	c.mu.Lock()
+	c.unstarted = append(c.unstarted, j.m.ID)
+	c.mu.Unlock()
+	c.slots.release(1)
+}
+
+// releaseUnstarted makes the entries skipped at shutdown claimable by other
+// consumers at once (a fenced release: entries taken over meanwhile are
+// left alone).
+func (c *Consumer) releaseUnstarted(ctx context.Context) {
+	c.mu.Lock()
+	ids := c.unstarted
+	c.unstarted = nil
+	c.mu.Unlock()
+	if len(ids) > 0 {
+		c.log.Info("shutdown: releasing queued entries no handler had started", "count", len(ids))
+	}
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), pelwarden.MaxCount)]
+		ids = ids[len(batch):]
+		c.release(ctx, batch, 0)
+	}
 }
 
 // runJob runs one handler and settles its outcome, then frees its slot.

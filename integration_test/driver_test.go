@@ -510,3 +510,59 @@ func (h commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// Prefetch: the consumer holds up to Concurrency+Prefetch entries (running
+// and queued) but runs only Concurrency handlers at once; the queued ones
+// are leased; at shutdown, those not started go back to the group at once.
+func TestDriverPrefetch(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		f, k := fixture(t, s)
+		const concurrency, prefetch, n = 2, 20, 100
+		ids := f.Produce(n, nil)
+		var running, most atomic.Int64
+		unblock := make(chan struct{})
+		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+			now := running.Add(1)
+			defer running.Add(-1)
+			for {
+				m := most.Load()
+				if now <= m || most.CompareAndSwap(m, now) {
+					break
+				}
+			}
+			<-unblock
+			return nil
+		}))
+		cfg.Concurrency, cfg.Prefetch = concurrency, prefetch
+		cfg.MinIdle = 2 * time.Second // leases every 667ms keep the queued entries
+		m := newCounts()
+		cfg.Metrics = m
+		c := f.RunConsumer(cfg)
+		waitFor(t, "concurrency+prefetch entries held", func() bool { return pelSize(t, ctx, s.rdb, k) == concurrency+prefetch })
+		// Held past MinIdle: still ours (the lease covers queued entries),
+		// never more than Concurrency handlers at once.
+		time.Sleep(3 * time.Second)
+		require.EqualValues(t, concurrency+prefetch, pelSize(t, ctx, s.rdb, k))
+		require.Positive(t, m.get(driver.EventLeaseExtended))
+		for _, p := range f.PendingEntries() {
+			require.Equal(t, "w", p.Consumer, p.ID)
+			require.EqualValues(t, 1, p.RetryCount, p.ID)
+		}
+		require.EqualValues(t, concurrency, most.Load())
+
+		stopped := make(chan error, 1)
+		go func() { stopped <- c.Stop() }()
+		time.Sleep(200 * time.Millisecond) // shutdown began: the two handlers are still running
+		close(unblock)
+		require.NoError(t, <-stopped)
+		// The two running entries were acked; the queued ones were released:
+		// pending, idle for MinIdle already, claimable by anyone at once.
+		require.EqualValues(t, prefetch, pelSize(t, ctx, s.rdb, k))
+		for _, p := range f.PendingEntries() {
+			require.GreaterOrEqual(t, p.Idle, cfg.MinIdle, "%s released for reclaim", p.ID)
+		}
+		require.Equal(t, concurrency, m.get(driver.EventAcked))
+		require.Less(t, len(f.PendingEntries()), len(ids))
+	})
+}

@@ -315,6 +315,7 @@ func TestHostileDriverConfig(t *testing.T) {
 		{"AckBatch", func(c *driver.Config) { c.AckBatch = -1 }},
 		{"AckInterval", func(c *driver.Config) { c.AckInterval = -1 }},
 		{"AckMode", func(c *driver.Config) { c.AckMode = -1 }},
+		{"Prefetch", func(c *driver.Config) { c.Prefetch = -1 }},
 		{"GroupStartID", func(c *driver.Config) { c.GroupStartID = "(1-0" }},
 		{"GroupStartID", func(c *driver.Config) { c.GroupStartID = "\x00" }},
 		{"ReapIdle", func(c *driver.Config) { c.ReapIdle = -1 }},
