@@ -893,9 +893,13 @@ func (c *Consumer) inflightCount() int {
 	return len(c.inflight)
 }
 
+// commandError logs and counts a failed Redis call; on a cluster client it
+// also refreshes the slot map when the failure suggests a failover (see
+// followTopology), so the retry reaches the promoted replica.
 func (c *Consumer) commandError(what string, err error, attempt int) {
 	c.m.Count(EventCommandError, 1)
 	c.log.Error("redis call failed", "op", what, "attempt", attempt+1, "err", err)
+	c.followTopology(err)
 }
 
 // permanent reports errors that retrying cannot fix.
