@@ -157,9 +157,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// independent of ctx so handlers can finish during the shutdown.
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
+	// The channel, not the field: this goroutine may still be leaving when
+	// Run returns and the next Run replaces c.fatal.
+	fatal := c.fatal
 	go func() {
 		select {
-		case <-c.fatal:
+		case <-fatal:
 			stopLoops()
 		case <-loopCtx.Done():
 		}
