@@ -269,13 +269,6 @@ func WriteTable(w io.Writer, rep Report) error {
 		x := ratio(d.EntriesPerSecond(), claim.EntriesPerSecond())
 		lines = append(lines, fmt.Sprintf("  reclaim through the driver >= %.0f%% of the Claim+Ack loop: %.0f%%  %s", TargetReclaimVsClaim*100, x*100, verdict(x >= TargetReclaimVsClaim)))
 	}
-	for i := range rep.Reclaim {
-		r := &rep.Reclaim[i]
-		if x := r.HeapGrowth(); x > 0 {
-			lines = append(lines, fmt.Sprintf("  %s: heap flat while draining (issue 5: peak of the second half <= %gx the first): %s  %s",
-				r.Method, TargetHeapGrowth, reclaimbench.FormatRatio(x), verdict(x <= TargetHeapGrowth)))
-		}
-	}
 	if pel0 != nil && len(rep.PEL) > 1 {
 		big := &rep.PEL[len(rep.PEL)-1]
 		x := ratio(float64(big.PeakHeapInuse), float64(pel0.PeakHeapInuse))
@@ -284,6 +277,17 @@ func WriteTable(w io.Writer, rep Report) error {
 	}
 	if len(lines) > 0 {
 		ew.printf("\ntargets (issue 3, benchmarks):\n%s\n", strings.Join(lines, "\n"))
+	}
+	var flat []string
+	for i := range rep.Reclaim {
+		r := &rep.Reclaim[i]
+		if x := r.HeapGrowth(); x > 0 {
+			flat = append(flat, fmt.Sprintf("  %s: heap flat while draining (peak of the second half <= %gx the first): %s  %s",
+				r.Method, TargetHeapGrowth, reclaimbench.FormatRatio(x), verdict(x <= TargetHeapGrowth)))
+		}
+	}
+	if len(flat) > 0 {
+		ew.printf("\ntargets (issue 5, resources):\n%s\n", strings.Join(flat, "\n"))
 	}
 	return ew.err
 }
