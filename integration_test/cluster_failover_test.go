@@ -95,7 +95,7 @@ func TestClusterFailover(t *testing.T) {
 	streams := make([]*failoverStream, len(shards))
 	for i, s := range shards {
 		fs := &failoverStream{shard: i, k: clusterKeys(t, s.Owns), app: app, settled: settled,
-			produced: map[string]bool{}, unconfirmed: map[string]bool{}, poison: map[string]bool{}, ok: map[string]int{},
+			produced: map[string]bool{}, unconfirmed: map[string]bool{}, ok: map[string]int{},
 			lostAcks: map[string]int{}, lostDLs: map[string]int{}}
 		fs.runs = fs.k.Stream + ":runs"
 		require.NoError(t, fs.createGroup(ctx))
@@ -306,7 +306,7 @@ type failoverStream struct {
 	mu sync.Mutex
 	// produced ids were confirmed by WAIT; unconfirmed ones were written but
 	// WAIT did not confirm them (they may have vanished in the failover).
-	produced, unconfirmed, poison map[string]bool
+	produced, unconfirmed map[string]bool
 	// ok counts handler successes per id (durable: WAIT confirmed the
 	// success record); calls counts every handler call.
 	ok    map[string]int
@@ -375,18 +375,14 @@ func (fs *failoverStream) produce(ctx context.Context, stop <-chan struct{}) {
 			}
 		})
 		fs.mu.Lock()
-		for i, a := range adds {
+		for _, a := range adds {
 			if a == nil || a.Err() != nil {
 				continue
 			}
-			id := a.Val()
 			if ok {
-				fs.produced[id] = true
+				fs.produced[a.Val()] = true
 			} else {
-				fs.unconfirmed[id] = true
-			}
-			if (n+i)%poisonEvery == poisonEvery-1 {
-				fs.poison[id] = true
+				fs.unconfirmed[a.Val()] = true
 			}
 		}
 		fs.mu.Unlock()
