@@ -6,7 +6,7 @@ export TESTCONTAINERS_HOST_OVERRIDE ?= 127.0.0.1
 
 GO ?= go
 
-.PHONY: test images lint unit integration fuzz fuzz-lua bench demo
+.PHONY: test images lint unit integration fuzz fuzz-lua bench bench-drain demo
 
 ## test: everything CI checks: formatting, vet, unit tests with -race, and the
 ## integration matrix against real servers in containers.
@@ -42,6 +42,15 @@ integration:
 bench:
 	./scripts/images.sh pelwarden/redis:8.0
 	PELWARDEN_BENCH_IMAGE=pelwarden/redis:8.0 $(GO) run ./cmd/pelwarden-bench
+
+## bench-drain: issue 5's memory check (RELIABILITY.md, "Resources"): the
+## driver drains a PEL of 1,000,000 idle entries left by a dead consumer
+## (beside the Claim+Ack loop on the same PEL) while the benchmark samples its
+## heap every 50 ms; prints entries/s, peak and last heap, and the heap by
+## tenths of the run. Not part of `test`: it takes a few minutes.
+bench-drain:
+	./scripts/images.sh pelwarden/redis:8.0
+	PELWARDEN_BENCH_IMAGE=pelwarden/redis:8.0 $(GO) run ./cmd/pelwarden-bench --suite consume --consume-parts reclaim --consume-reclaim-entries 1000000
 
 ## fuzz: run each fuzz target for a while (FUZZTIME, default 30s).
 FUZZTIME ?= 30s

@@ -46,7 +46,7 @@ func TestNewValidatesAndNamesTheField(t *testing.T) {
 		{"AckInterval", func(c *Config) { c.AckInterval = -1 }},
 		{"AckMode", func(c *Config) { c.AckMode = AckPlain + 1 }},
 		{"Prefetch", func(c *Config) { c.Prefetch = -1 }},
-		{"Prefetch", func(c *Config) { c.Concurrency, c.Prefetch = 16, pelwarden.MaxCount - 15 }},
+		{"Prefetch", func(c *Config) { c.Concurrency, c.Prefetch = 16, pelwarden.MaxCount-15 }},
 		{"GroupStartID", func(c *Config) { c.GroupStartID = "yesterday" }},
 		{"ReapIdle", func(c *Config) { c.ReapIdle = -1 }},
 		{"ReapIdle", func(c *Config) { c.ReapIdle = time.Second }},

@@ -36,7 +36,9 @@ import (
 	"github.com/pelwarden/pelwarden"
 )
 
-// ErrAlreadyRunning is returned by Run when the Consumer is already running.
+// ErrAlreadyRunning is returned by Run when the Consumer is already running,
+// or when a previous Run returned while a Redis call or a handler that
+// ignored its cancelled context was still in progress (until they return).
 var ErrAlreadyRunning = errors.New("pelwarden/driver: consumer already running")
 
 // Consumer runs handlers for one consumer of a group. Create it with New.
@@ -160,9 +162,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// independent of ctx so handlers can finish during the shutdown.
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
+	// The channel, not the field: this goroutine may still be leaving when
+	// Run returns and the next Run replaces c.fatal.
+	fatal := c.fatal
 	go func() {
 		select {
-		case <-c.fatal:
+		case <-fatal:
 			stopLoops()
 		case <-loopCtx.Done():
 		}
@@ -235,12 +240,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !waitOrTimeout(done, time.Second) {
 		c.log.Error("handlers ignored their cancelled context; abandoned (their outcome is discarded, entries stay pending)", "in_flight", c.inflightCount())
 	}
-	select {
-	case <-loopsDone:
-	default:
-		// Let Run be called again only once the lingering call returned.
+	if !closedNow(loopsDone) || !closedNow(done) {
+		// Let Run be called again only once the lingering call and the
+		// abandoned handlers returned: they still use this run's slots,
+		// ack queue and in-flight map, which the next Run would replace.
 		released = true
-		go func() { <-loopsDone; c.running.Store(false) }()
+		go func() { <-loopsDone; <-done; c.running.Store(false) }()
 	}
 
 	c.mu.Lock()
@@ -323,14 +328,7 @@ func (c *Consumer) groupMissing(ctx context.Context, err error) bool {
 }
 
 // stopping reports whether stop was called.
-func (c *Consumer) stopping() bool {
-	select {
-	case <-c.fatal:
-		return true
-	default:
-		return false
-	}
-}
+func (c *Consumer) stopping() bool { return closedNow(c.fatal) }
 
 // stop ends Run with err (the first one wins).
 func (c *Consumer) stop(err error) {
@@ -937,9 +935,13 @@ func (c *Consumer) inflightCount() int {
 	return len(c.inflight)
 }
 
+// commandError logs and counts a failed Redis call; on a cluster client it
+// also refreshes the slot map when the failure suggests a failover (see
+// followTopology), so the retry reaches the promoted replica.
 func (c *Consumer) commandError(what string, err error, attempt int) {
 	c.m.Count(EventCommandError, 1)
 	c.log.Error("redis call failed", "op", what, "attempt", attempt+1, "err", err)
+	c.followTopology(err)
 }
 
 // permanent reports errors that retrying cannot fix.
@@ -956,6 +958,16 @@ func backoff(attempt int) time.Duration {
 	d := 50 * time.Millisecond << min(attempt, 7)
 	d = min(d, 5*time.Second)
 	return d/2 + rand.N(d/2+1)
+}
+
+// closedNow reports whether ch is closed, without waiting.
+func closedNow(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // waitOrTimeout waits for ch to close, at most d; it reports whether it did.

@@ -66,8 +66,8 @@ func closeCluster() error {
 // TestCluster runs pelwarden on a three-primary Redis Cluster. It runs in
 // parallel with the rest of the package; its phases run in order because
 // they share the cluster's library state: the first checks that no primary
-// has the library before Load, the self-heal phase must be the only one to
-// reload it after flushing it, and the last one changes the topology. The
+// has the library before Load, each self-heal phase must be the only one to
+// reload it after flushing it, and the last ones change the topology. The
 // tests of the middle phase run in parallel.
 func TestCluster(t *testing.T) {
 	t.Parallel()
@@ -114,6 +114,9 @@ func TestCluster(t *testing.T) {
 	})
 	t.Run("SelfHealAfterFlush", func(t *testing.T) {
 		testClusterSelfHeal(t, ctxFor(t), rdb, usable)
+	})
+	t.Run("DriverSelfHealAfterFlush", func(t *testing.T) {
+		testClusterDriverSelfHeal(t, ctxFor(t), rdb, usable[2])
 	})
 	t.Run("NewPrimaryGetsLibraryFromLoad", func(t *testing.T) {
 		testClusterNewPrimary(t, ctxFor(t), c, rdb)
@@ -295,6 +298,33 @@ func testClusterSelfHeal(t *testing.T, ctx context.Context, rdb *redis.ClusterCl
 		require.NoError(t, err, s.Primary.Addr())
 		require.Equal(t, pelwarden.LibraryVersion, v, s.Primary.Addr())
 	}
+}
+
+// A running driver heals a shard that lost the library (FUNCTION FLUSH on
+// its primary): its next function call there answers "Function not found",
+// the library is loaded again on every primary and the call retried, and
+// the consumer goes on without an error reaching Run.
+func testClusterDriverSelfHeal(t *testing.T, ctx context.Context, rdb *redis.ClusterClient, s testserver.Shard) {
+	k := clusterKeys(t, func(slot int) bool { return s.Owns(slot) && !newPrimarySlots.Contains(slot) })
+	m := newCounts()
+	cfg := fastConfig(t, k, "healer", driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }))
+	cfg.Metrics = m
+	r := start(t, rdb, cfg)
+	waitFor(t, "group created", func() bool { return rdb.Exists(ctx, k.Stream).Val() == 1 })
+	produce(t, ctx, rdb, k, 100)
+	waitFor(t, "100 acked", func() bool { return m.get(driver.EventAcked) == 100 })
+
+	node := nodeClient(t, s.Primary)
+	require.NoError(t, node.FunctionFlush(ctx).Err())
+	require.ErrorContains(t, node.FCallRO(ctx, pelwarden.FunctionVersion, nil).Err(), "Function not found")
+	produce(t, ctx, rdb, k, 100)
+	waitFor(t, "200 acked", func() bool { return m.get(driver.EventAcked) == 200 })
+	require.NoError(t, r.stop(t))
+	require.Zero(t, m.get(driver.EventCommandError), "the reload happened inside the calls, invisibly")
+	require.Zero(t, pelSize(t, ctx, rdb, k))
+	v, err := node.FCallRO(ctx, pelwarden.FunctionVersion, nil).Text()
+	require.NoError(t, err, "the library is back on %s", s.Primary.Addr())
+	require.Equal(t, pelwarden.LibraryVersion, v)
 }
 
 // A primary added to the cluster has no library; Load finds it and loads it

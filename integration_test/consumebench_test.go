@@ -49,6 +49,9 @@ func TestConsumebenchSmoke(t *testing.T) {
 	}
 	for _, r := range rep.Reclaim {
 		require.Equal(t, int64(2000), r.Claimed, "%s: every entry reclaimed", r.Method)
+		require.NotEmpty(t, r.Heap, "%s: heap sampled", r.Method)
+		require.Positive(t, r.LastHeapInuse, r.Method)
+		require.Equal(t, int64(2000), r.Heap[len(r.Heap)-1].Done, "%s: the last sample saw every ack", r.Method)
 	}
 	for _, r := range rep.PEL {
 		require.Zero(t, r.Claimed, "%s: nothing was idle", r.Method)
@@ -59,6 +62,7 @@ func TestConsumebenchSmoke(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, consumebench.WriteTable(&out, rep))
 	require.Contains(t, out.String(), "vs watermill")
+	require.Contains(t, out.String(), "heap over time, driver reclaim")
 	require.NotContains(t, out.String(), "FAILED")
 	t.Log("\n" + out.String())
 }

@@ -55,6 +55,7 @@ func run() int {
 		consumeEntries = flag.Int("consume-entries", consumebench.DefaultEntries, "consume suite: stream size per method of the main path")
 		consumeParts   = flag.String("consume-parts", "all", "consume suite: comma-separated parts: main, reclaim, pel")
 		watermill      = flag.Bool("consume-watermill", true, "consume suite: include watermill-redisstream in the main path (over a minute)")
+		reclaimEntries = flag.Int("consume-reclaim-entries", consumebench.DefaultReclaimEntries, "consume suite: PEL size of the reclaim part (make bench-drain: 1000000)")
 		profileDir     = flag.String("consume-profile-dir", "", "consume suite: write a CPU profile of each driver run of the main path to this directory")
 	)
 	flag.Parse()
@@ -140,7 +141,8 @@ func run() int {
 		fmt.Println()
 	}
 	rep, err := consumebench.Run(ctx, consumebench.Config{Options: cfg.Options, Parts: parts,
-		Entries: *consumeEntries, SkipWatermill: !*watermill, ProfileDir: *profileDir, ServerLabel: cfg.ServerLabel, Logf: logger.Printf})
+		Entries: *consumeEntries, SkipWatermill: !*watermill, ReclaimEntries: *reclaimEntries, ProfileDir: *profileDir,
+		ServerLabel: cfg.ServerLabel, Logf: logger.Printf})
 	if werr := consumebench.WriteTable(os.Stdout, rep); werr != nil && err == nil {
 		err = werr
 	}

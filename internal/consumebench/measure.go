@@ -3,6 +3,7 @@ package consumebench
 import (
 	"context"
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,23 +88,45 @@ func (h *hook) countClaim(cmd redis.Cmder) {
 }
 
 // memSampler records the process's peak HeapInuse, sampled every 50 ms,
-// and its TotalAlloc over the measured phase.
+// its TotalAlloc over the measured phase, and the samples themselves (for
+// the heap over time of a long run).
 type memSampler struct {
 	baseInuse, baseAlloc uint64
+	start                time.Time
+	progress             func() int64 // entries done so far; nil when unknown
 	peak                 atomic.Uint64
+	samples              []HeapSample // appended by the sampling goroutine only
 	stop                 chan struct{}
 	done                 sync.WaitGroup
+}
+
+// HeapSample is one memory sample of a measured phase.
+type HeapSample struct {
+	// At is the time since the start of the phase.
+	At time.Duration
+	// Inuse is runtime.MemStats.HeapInuse.
+	Inuse uint64
+	// Live is the heap the last GC found live (runtime/metrics
+	// /gc/heap/live:bytes): it does not saw-tooth with the GC cycle, so it
+	// shows what the process keeps.
+	Live uint64
+	// Done is how many entries the method had acked, -1 when unknown.
+	Done int64
 }
 
 // sampleEvery is the memory sampling period.
 const sampleEvery = 50 * time.Millisecond
 
+// liveHeapMetric is the runtime/metrics name of the live heap.
+const liveHeapMetric = "/gc/heap/live:bytes"
+
 // startMem collects garbage, records the baseline and starts sampling.
-func startMem() *memSampler {
+// progress, when not nil, reports the entries done so far.
+func startMem(progress func() int64) *memSampler {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	s := &memSampler{baseInuse: ms.HeapInuse, baseAlloc: ms.TotalAlloc, stop: make(chan struct{})}
+	s := &memSampler{baseInuse: ms.HeapInuse, baseAlloc: ms.TotalAlloc, start: time.Now(), progress: progress, stop: make(chan struct{})}
 	s.peak.Store(ms.HeapInuse)
 	s.done.Go(func() {
 		t := time.NewTicker(sampleEvery)
@@ -123,6 +146,16 @@ func startMem() *memSampler {
 func (s *memSampler) sample() {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	live := []metrics.Sample{{Name: liveHeapMetric}}
+	metrics.Read(live)
+	h := HeapSample{At: time.Since(s.start), Inuse: ms.HeapInuse, Done: -1}
+	if live[0].Value.Kind() == metrics.KindUint64 {
+		h.Live = live[0].Value.Uint64()
+	}
+	if s.progress != nil {
+		h.Done = s.progress()
+	}
+	s.samples = append(s.samples, h)
 	for {
 		p := s.peak.Load()
 		if ms.HeapInuse <= p || s.peak.CompareAndSwap(p, ms.HeapInuse) {
@@ -131,13 +164,21 @@ func (s *memSampler) sample() {
 	}
 }
 
-// finish stops sampling; it returns the peak HeapInuse, the baseline and
-// the bytes allocated since startMem.
-func (s *memSampler) finish() (peak, base, alloc uint64) {
+// memResult is what a memSampler measured.
+type memResult struct {
+	peak, base, last, alloc uint64
+	samples                 []HeapSample
+}
+
+// finish stops sampling, takes a last sample and returns the measurements:
+// the peak HeapInuse, the baseline, the last sample's HeapInuse (no GC
+// forced), the bytes allocated since startMem and every sample.
+func (s *memSampler) finish() memResult {
 	close(s.stop)
 	s.done.Wait()
 	s.sample()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return s.peak.Load(), s.baseInuse, ms.TotalAlloc - s.baseAlloc
+	return memResult{peak: s.peak.Load(), base: s.baseInuse, last: s.samples[len(s.samples)-1].Inuse,
+		alloc: ms.TotalAlloc - s.baseAlloc, samples: s.samples}
 }

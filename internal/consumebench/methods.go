@@ -173,13 +173,15 @@ type phase struct {
 	start time.Time
 }
 
-func (b *bench) begin(ctx context.Context, h *hook) (*phase, error) {
+// begin starts measuring; progress, when not nil, reports the entries the
+// method has acked so far (for the heap samples).
+func (b *bench) begin(ctx context.Context, h *hook, progress func() int64) (*phase, error) {
 	cpu, err := reclaimbench.ServerCPU(ctx, b.ctl)
 	if err != nil {
 		return nil, err
 	}
 	p := &phase{b: b, h: h, cpu0: cpu}
-	p.mem = startMem()
+	p.mem = startMem(progress)
 	p.start = time.Now()
 	return p, nil
 }
@@ -192,7 +194,8 @@ func (p *phase) end(ctx context.Context, r *Result, wall time.Duration) error {
 	r.Commands = p.h.commands.Load()
 	r.Claims = p.h.claims.Load()
 	r.IdleChecks = p.h.idleChecks.Load()
-	r.PeakHeapInuse, r.BaseHeapInuse, r.Alloc = p.mem.finish()
+	mem := p.mem.finish()
+	r.PeakHeapInuse, r.BaseHeapInuse, r.LastHeapInuse, r.Alloc, r.Heap = mem.peak, mem.base, mem.last, mem.alloc, mem.samples
 	cpu, err := reclaimbench.ServerCPU(ctx, p.b.ctl)
 	if err != nil {
 		return err
@@ -268,7 +271,7 @@ func (b *bench) measureDriver(ctx context.Context, spec driverSpec) (*Result, er
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	p, err := b.begin(ctx, h)
+	p, err := b.begin(ctx, h, m.acked.Load)
 	if err != nil {
 		return nil, err
 	}
@@ -455,7 +458,7 @@ func (b *bench) measureWatermill(ctx context.Context, k keys, n int) (*Result, e
 	subCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	p, err := b.begin(ctx, h)
+	p, err := b.begin(ctx, h, h.xacked.Load)
 	if err != nil {
 		return nil, err
 	}
@@ -518,7 +521,7 @@ func (b *bench) runRaw(ctx context.Context) (*Result, error) {
 	h := &hook{}
 	rdb.AddHook(h)
 
-	p, err := b.begin(ctx, h)
+	p, err := b.begin(ctx, h, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -587,7 +590,8 @@ func (b *bench) runClaimLoop(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	b.cfg.logf("%s: reclaiming", method)
-	p, err := b.begin(ctx, h)
+	var acked atomic.Int64 // r.Acked, readable by the heap sampler
+	p, err := b.begin(ctx, h, acked.Load)
 	if err != nil {
 		return nil, err
 	}
@@ -614,6 +618,7 @@ func (b *bench) runClaimLoop(ctx context.Context) (*Result, error) {
 					return err
 				}
 				r.Acked += res.Acked
+				acked.Store(r.Acked)
 			}
 			if page.Done() {
 				return nil

@@ -67,6 +67,10 @@ type Result struct {
 	// 50ms during Ran; BaseHeapInuse is HeapInuse after a GC just before.
 	// Both cover the whole benchmark process.
 	PeakHeapInuse, BaseHeapInuse uint64
+	// LastHeapInuse is HeapInuse at the end of Ran (no GC forced).
+	LastHeapInuse uint64
+	// Heap holds the samples behind PeakHeapInuse, every 50ms of Ran.
+	Heap []HeapSample
 	// Alloc is the bytes the process allocated during Ran (TotalAlloc
 	// delta).
 	Alloc uint64
@@ -74,6 +78,52 @@ type Result struct {
 	Verified bool
 	// Problem says what went wrong when the run failed.
 	Problem string
+}
+
+// HeapSpan sums up the heap samples of one slice of a run.
+type HeapSpan struct {
+	// Until is the end of the slice, from the start of the run.
+	Until time.Duration
+	// Done is the entries acked by then (-1 when unknown).
+	Done int64
+	// MaxInuse and MaxLive are the highest HeapInuse and live heap sampled
+	// in the slice.
+	MaxInuse, MaxLive uint64
+}
+
+// HeapSpans splits Heap into n slices of equal time and sums up each (fewer
+// when the run has fewer samples).
+func (r *Result) HeapSpans(n int) []HeapSpan {
+	if len(r.Heap) == 0 || n < 1 {
+		return nil
+	}
+	total := r.Heap[len(r.Heap)-1].At
+	spans := make([]HeapSpan, 0, n)
+	i := 0
+	for k := 1; k <= n && i < len(r.Heap); k++ {
+		until := total * time.Duration(k) / time.Duration(n)
+		sp := HeapSpan{Until: until, Done: -1}
+		for ; i < len(r.Heap) && (r.Heap[i].At <= until || k == n); i++ {
+			h := r.Heap[i]
+			sp.MaxInuse, sp.MaxLive, sp.Done = max(sp.MaxInuse, h.Inuse), max(sp.MaxLive, h.Live), h.Done
+		}
+		if sp.MaxInuse > 0 {
+			spans = append(spans, sp)
+		}
+	}
+	return spans
+}
+
+// HeapGrowth compares the second half of the run with the first: the
+// highest HeapInuse sampled in the second half divided by the highest in
+// the first. Memory that stays flat while a run goes on gives about 1; a
+// leak gives more. 0 when there are too few samples.
+func (r *Result) HeapGrowth() float64 {
+	spans := r.HeapSpans(2)
+	if len(spans) < 2 || spans[0].MaxInuse == 0 {
+		return 0
+	}
+	return float64(spans[1].MaxInuse) / float64(spans[0].MaxInuse)
 }
 
 // EntriesPerSecond is Entries divided by Wall.
@@ -174,6 +224,11 @@ func WriteTable(w io.Writer, rep Report) error {
 			return err
 		}
 		problems(ew, rep.Reclaim)
+		for i := range rep.Reclaim {
+			if err := writeHeapOverTime(ew, &rep.Reclaim[i]); err != nil {
+				return err
+			}
+		}
 	}
 
 	pel0 := find(rep.PEL, func(r *Result) bool { return r.PEL == 0 })
@@ -226,7 +281,37 @@ func WriteTable(w io.Writer, rep Report) error {
 	if len(lines) > 0 {
 		ew.printf("\ntargets (issue 3, benchmarks):\n%s\n", strings.Join(lines, "\n"))
 	}
+	var flat []string
+	for i := range rep.Reclaim {
+		r := &rep.Reclaim[i]
+		if x := r.HeapGrowth(); x > 0 {
+			flat = append(flat, fmt.Sprintf("  %s: heap flat while draining (peak of the second half <= %gx the first): %s  %s",
+				r.Method, TargetHeapGrowth, reclaimbench.FormatRatio(x), verdict(x <= TargetHeapGrowth)))
+		}
+	}
+	if len(flat) > 0 {
+		ew.printf("\ntargets (issue 5, resources):\n%s\n", strings.Join(flat, "\n"))
+	}
 	return ew.err
+}
+
+// writeHeapOverTime prints the heap of one run by tenths of its time.
+func writeHeapOverTime(ew *errWriter, r *Result) error {
+	spans := r.HeapSpans(10)
+	if len(spans) == 0 {
+		return nil
+	}
+	ew.printf("\nheap over time, %s (tenths of the run; peak %s, last %s, baseline %s):\n", r.Method,
+		fmtBytes(r.PeakHeapInuse), fmtBytes(r.LastHeapInuse), fmtBytes(r.BaseHeapInuse))
+	tw := newTable(ew, "until\tentries acked\tmax HeapInuse\tmax live heap\t")
+	for _, sp := range spans {
+		done := "-"
+		if sp.Done >= 0 {
+			done = reclaimbench.FormatCount(float64(sp.Done))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", reclaimbench.FormatDuration(sp.Until), done, fmtBytes(sp.MaxInuse), fmtBytes(sp.MaxLive))
+	}
+	return tw.Flush()
 }
 
 func newTable(w io.Writer, header string) *tabwriter.Writer {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 	"github.com/redis/go-redis/v9"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
@@ -687,8 +688,39 @@ func (n *ClusterNode) Stop(ctx context.Context) error {
 	return nil
 }
 
-// Start starts a stopped node's container again and waits until it answers
-// PING. It keeps its id and rejoins the cluster (a former primary whose
+// Kill crashes the node: its container gets SIGKILL at once, so the server
+// has no chance to send its replicas what they have not received yet (Stop
+// lets a Redis 7+ primary wait for its replicas to catch up first). The
+// other nodes mark it failed after the node timeout (2 s); a replica of a
+// killed primary is then promoted. Start brings it back.
+func (n *ClusterNode) Kill(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p, err := testcontainers.NewDockerProvider()
+	if err != nil {
+		return fmt.Errorf("testserver: kill node %s: %w", n.Addr(), err)
+	}
+	defer p.Close()
+	id := n.container.GetContainerID()
+	if _, err := p.Client().ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil {
+		return fmt.Errorf("testserver: kill node %s: %w", n.Addr(), err)
+	}
+	n.stopped = true
+	// SIGKILL is asynchronous: Start must find the container exited.
+	return poll(ctx, "node "+n.Addr()+" to exit", func() (string, bool) {
+		st, err := n.container.State(ctx)
+		if err != nil {
+			return err.Error(), false
+		}
+		if st.Running {
+			return "still running", false
+		}
+		return "", true
+	})
+}
+
+// Start starts a stopped (or killed) node's container again and waits until
+// it answers PING. It keeps its id and rejoins the cluster (a former primary whose
 // replica was promoted rejoins as a replica, empty: --save "" keeps no data).
 // Call Cluster.Wait to wait for the cluster to converge.
 func (n *ClusterNode) Start(ctx context.Context) error {
