@@ -566,3 +566,52 @@ func TestDriverPrefetch(t *testing.T) {
 		require.Less(t, len(f.PendingEntries()), len(ids))
 	})
 }
+
+// A Consumer runs once at a time: a second Run fails with ErrAlreadyRunning
+// while the first runs, and also while a handler that ignored its cancelled
+// context outlives the first Run (it still uses that run's state). Once the
+// handler returns, Run works again.
+func TestDriverRunOnceAtATime(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		f, k := fixture(t, s)
+		f.Produce(1, nil)
+		started, finish := make(chan struct{}), make(chan struct{})
+		var calls atomic.Int64
+		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+			if calls.Add(1) == 1 {
+				close(started)
+				<-finish // ignores ctx
+			}
+			return nil
+		}))
+		cfg.ShutdownTimeout = 200 * time.Millisecond
+		cfg.MinIdle = time.Hour
+		c, err := driver.New(s.rdb, cfg)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		first := make(chan error, 1)
+		go func() { first <- c.Run(ctx) }()
+		<-started
+		require.ErrorIs(t, c.Run(context.Background()), driver.ErrAlreadyRunning)
+		cancel()
+		require.NoError(t, <-first) // returned, abandoning the handler
+		require.ErrorIs(t, c.Run(context.Background()), driver.ErrAlreadyRunning)
+		close(finish)
+		f.Produce(1, nil)
+		again, stop := context.WithCancel(context.Background())
+		second := make(chan error, 1)
+		waitFor(t, "Run accepted again", func() bool {
+			go func() { second <- c.Run(again) }()
+			select {
+			case err := <-second:
+				require.ErrorIs(t, err, driver.ErrAlreadyRunning)
+				return false
+			case <-time.After(300 * time.Millisecond):
+				return true // running
+			}
+		})
+		waitFor(t, "the new entry handled", func() bool { return calls.Load() == 2 })
+		stop()
+		require.NoError(t, <-second)
+	})
+}
