@@ -34,7 +34,7 @@ import (
 type Part string
 
 const (
-	// PartMain: the driver (at every Config.Concurrencies), watermill-
+	// PartMain: the driver (each of Config.Drivers), watermill-
 	// redisstream and the raw loop consuming Entries new entries each.
 	PartMain Part = "main"
 	// PartReclaim: a PEL of ReclaimEntries entries left by a dead consumer,
@@ -89,13 +89,34 @@ const (
 	DefaultTimeout = 10 * time.Minute
 )
 
-// DefaultConcurrencies is the default Config.Concurrencies: the driver's
-// default, and one large enough that reads are not tiny.
-var DefaultConcurrencies = []int{16, 512}
+// DriverVariant is one driver configuration measured in PartMain.
+type DriverVariant struct {
+	// Concurrency, Prefetch and AckMode are the driver's Config fields.
+	Concurrency, Prefetch int
+	AckMode               driver.AckMode
+}
 
-// DefaultAckModes is the default Config.AckModes: the driver's default
-// fenced acks, then plain XACK.
-var DefaultAckModes = []driver.AckMode{driver.AckFenced, driver.AckPlain}
+// String names the variant in the report, e.g. "driver c=16 prefetch 484
+// plain acks".
+func (v DriverVariant) String() string {
+	s := fmt.Sprintf("driver c=%d", v.Concurrency)
+	if v.Prefetch > 0 {
+		s += fmt.Sprintf(" prefetch %d", v.Prefetch)
+	}
+	if v.AckMode != driver.AckFenced {
+		s += " " + v.AckMode.String() + " acks"
+	}
+	return s
+}
+
+// DefaultDrivers is the default Config.Drivers: the driver's defaults
+// (Concurrency 16, fenced acks); Concurrency 16 holding up to 500 entries
+// (Prefetch 484); Concurrency 512; then the same three with plain acks.
+var DefaultDrivers = []DriverVariant{
+	{Concurrency: 16}, {Concurrency: 16, Prefetch: 484}, {Concurrency: 512},
+	{Concurrency: 16, AckMode: driver.AckPlain}, {Concurrency: 16, Prefetch: 484, AckMode: driver.AckPlain},
+	{Concurrency: 512, AckMode: driver.AckPlain},
+}
 
 // DefaultPELSizes is the default Config.PELSizes.
 var DefaultPELSizes = []int{0, 100_000, 1_000_000}
@@ -111,13 +132,9 @@ type Config struct {
 	// Entries is the stream size of each method of PartMain. Defaults to
 	// DefaultEntries (200,000).
 	Entries int
-	// Concurrencies are the driver's Config.Concurrency values measured in
-	// PartMain, one method each. Defaults to DefaultConcurrencies (16, 512).
-	Concurrencies []int
-	// AckModes are the driver's Config.AckMode values measured in PartMain,
-	// each at every Concurrencies value. Defaults to DefaultAckModes
-	// (fenced, plain).
-	AckModes []driver.AckMode
+	// Drivers are the driver configurations measured in PartMain, one
+	// method each. Defaults to DefaultDrivers.
+	Drivers []DriverVariant
 	// SkipWatermill leaves watermill-redisstream out of PartMain (it takes
 	// over a minute; useful while iterating on the driver). Optional.
 	SkipWatermill bool
@@ -154,7 +171,7 @@ type Config struct {
 	// DefaultTimeout (10 minutes).
 	Timeout time.Duration
 	// ProfileDir, when set, receives a CPU profile of the benchmark process
-	// for each driver run of PartMain ("driver-c<concurrency>-<ack mode>.pprof").
+	// for each driver run of PartMain ("driver-c<concurrency>-p<prefetch>-<ack mode>.pprof").
 	// Optional.
 	ProfileDir string
 	// ServerLabel describes the server in the report header. Optional.
@@ -190,13 +207,9 @@ func (c Config) WithDefaults() Config {
 	if len(c.Parts) == 0 {
 		c.Parts = append(c.Parts, AllParts...)
 	}
-	c.Concurrencies = append([]int(nil), c.Concurrencies...)
-	if len(c.Concurrencies) == 0 {
-		c.Concurrencies = append(c.Concurrencies, DefaultConcurrencies...)
-	}
-	c.AckModes = append([]driver.AckMode(nil), c.AckModes...)
-	if len(c.AckModes) == 0 {
-		c.AckModes = append(c.AckModes, DefaultAckModes...)
+	c.Drivers = append([]DriverVariant(nil), c.Drivers...)
+	if len(c.Drivers) == 0 {
+		c.Drivers = append(c.Drivers, DefaultDrivers...)
 	}
 	c.PELSizes = append([]int(nil), c.PELSizes...)
 	if len(c.PELSizes) == 0 {
@@ -231,9 +244,9 @@ func (c Config) validate() error {
 	case c.Timeout <= 0:
 		return bad("Timeout", "must be positive, got %v", c.Timeout)
 	}
-	for i, n := range c.Concurrencies {
-		if n < 1 || n > 10000 {
-			return bad(fmt.Sprintf("Concurrencies[%d]", i), "must be between 1 and 10000, got %d", n)
+	for i, v := range c.Drivers {
+		if v.Concurrency < 1 || v.Prefetch < 0 || v.Concurrency+v.Prefetch > 10000 {
+			return bad(fmt.Sprintf("Drivers[%d]", i), "needs Concurrency >= 1, Prefetch >= 0 and their sum at most 10000, got %d and %d", v.Concurrency, v.Prefetch)
 		}
 	}
 	for i, n := range c.PELSizes {
@@ -301,12 +314,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return ctx.Err() == nil
 	}
 	if cfg.has(PartMain) {
-		for _, mode := range cfg.AckModes {
-			for _, n := range cfg.Concurrencies {
-				r, err := b.runDriver(ctx, n, mode)
-				if !add(&rep.Main, r, err) {
-					return rep, errors.Join(errs...)
-				}
+		for _, v := range cfg.Drivers {
+			r, err := b.runDriver(ctx, v)
+			if !add(&rep.Main, r, err) {
+				return rep, errors.Join(errs...)
 			}
 		}
 		if !cfg.SkipWatermill {
