@@ -115,9 +115,13 @@ func (l *Library) Mode() Mode { return Mode(l.mode.Load()) }
 //
 // It then verifies each primary answers with the expected version. Any number
 // of processes may call Load at once; all succeed. On a Redis Cluster it
-// visits every primary itself. When the FUNCTION command is refused (NOPERM),
-// Load switches to ModeEval and reports it. A server older than 7.0, or with
-// Lua disabled, gives an error matching ErrServerUnsupported.
+// visits every primary itself. When the library is current, Load runs one
+// FCALL_RO and nothing else. When the FUNCTION command is refused (NOPERM),
+// Load keeps a library an administrator loaded, or else switches to
+// ModeEval and reports it; a user refused that too gets an error matching
+// ErrLibraryMissing and ErrNoPermission. A server older than 7.0, with Lua
+// disabled, or refusing all scripting, gives an error matching
+// ErrServerUnsupported.
 func (l *Library) Load(ctx context.Context) (*LoadResult, error) {
 	l.loadMu.Lock()
 	defer l.loadMu.Unlock()
@@ -295,14 +299,18 @@ func evalFallback(ctx context.Context, c redis.Cmdable, n NodeLoad, cause error)
 	case !isNoPermission(evalErr):
 		return n, fmt.Errorf("%w: FUNCTION refused (%v) and EVAL refused (%v)", ErrServerUnsupported, cause, evalErr)
 	case verr == nil:
-		return n, fmt.Errorf("%w: %w: the server has library version %s, older than %s, and this ACL user may not replace it (%v) nor use the EVALSHA fallback (EVAL: %v); run `pelwarden load` (or pelwarden.Load) with a user allowed FUNCTION LOAD first",
-			ErrLibraryMissing, ErrNoPermission, v, LibraryVersion, cause, evalErr)
+		return n, &Error{Kind: ErrLibraryMissing, Err: ErrNoPermission, Message: fmt.Sprintf(
+			"the server has library version %s, older than %s, and this ACL user may not replace it (%v) nor use the EVALSHA fallback (EVAL refused: %v); run `pelwarden load` (or pelwarden.Load) with a user allowed FUNCTION LOAD first",
+			v, LibraryVersion, cause, evalErr)}
 	case isFunctionMissing(verr):
-		return n, fmt.Errorf("%w: %w: the library is not loaded on this server and this ACL user may not load it (%v) nor use the EVALSHA fallback (EVAL: %v); run `pelwarden load` (or pelwarden.Load) once with a user allowed FUNCTION LOAD",
-			ErrLibraryMissing, ErrNoPermission, cause, evalErr)
+		return n, &Error{Kind: ErrLibraryMissing, Err: ErrNoPermission, Message: fmt.Sprintf(
+			"the library is not loaded on this server and this ACL user may not load it (%v) nor use the EVALSHA fallback (EVAL refused: %v); run `pelwarden load` (or pelwarden.Load) once with a user allowed FUNCTION LOAD",
+			cause, evalErr)}
 	default:
-		return n, fmt.Errorf("%w: this ACL user may not call the library (FCALL_RO %s: %v) nor use the EVALSHA fallback (EVAL: %v); grant +fcall +fcall_ro",
-			ErrNoPermission, FunctionVersion, verr, evalErr)
+		// Scripting refused entirely, by the ACL.
+		return n, &Error{Kind: ErrNoPermission, Err: ErrServerUnsupported, Message: fmt.Sprintf(
+			"this ACL user may not call the library (FCALL_RO %s: %v) nor use the EVALSHA fallback (EVAL refused: %v); grant +fcall +fcall_ro",
+			FunctionVersion, verr, evalErr)}
 	}
 }
 

@@ -76,9 +76,10 @@ server's certificate: --cacert FILE (else $REDIS_CACERT) is the CA that
 signed it (default: the system's CAs); --cert and --key (else $REDIS_CERT,
 $REDIS_KEY) are a client certificate for servers that require one.
 
-Exit codes: 0 ok, 1 failure (connection, server error, interrupted),
-2 bad arguments or flags (nothing contacted), 3 no such stream, group or
-record, or a key of the wrong type (nothing changed), 4 the demo lost entries.`,
+Exit codes: 0 ok, 1 failure (connection, TLS, server error or ACL refusal,
+interrupted), 2 bad arguments or flags (nothing contacted), 3 no such
+stream, group or record, or a key of the wrong type (nothing changed), 4 the
+demo lost entries.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// Without a subcommand: print help (and exit 0).
