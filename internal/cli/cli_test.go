@@ -153,6 +153,7 @@ func TestTLSFlags(t *testing.T) {
 		{[]string{"--redis", "rediss://127.0.0.1:1", "--cert", notPEM, "--key", notPEM}, "--cert " + notPEM},
 		{[]string{"--redis", ""}, "--redis must not be empty"},
 		{[]string{"--cluster", ""}, "--cluster must not be empty"},
+		{[]string{"--redis", "rediss://127.0.0.1:1", "--cacert", ""}, "--cacert must not be empty"},
 	} {
 		out, errOut, code := run1(append(c.args, "status", "s", "g")...)
 		require.Equal(t, ExitUsage, code, "%v: %s", c.args, errOut)

@@ -36,7 +36,8 @@ func (a *app) resolve(explicitOnly bool) (*endpoint, error) {
 	if a.redisURL != "" && a.clusterURL != "" {
 		return nil, usageErrorf("--redis and --cluster exclude each other; give one")
 	}
-	for _, f := range []struct{ name, v string }{{"redis", a.redisURL}, {"cluster", a.clusterURL}} {
+	for _, f := range []struct{ name, v string }{{"redis", a.redisURL}, {"cluster", a.clusterURL},
+		{"cacert", a.caCert}, {"cert", a.cert}, {"key", a.key}} {
 		if f.v == "" && a.globalFlags != nil && a.globalFlags.Changed(f.name) {
 			return nil, usageErrorf("--%s must not be empty", f.name)
 		}
