@@ -45,6 +45,13 @@ var (
 	// Redis 7.0, or Lua is disabled, or scripting is refused entirely.
 	ErrServerUnsupported = errors.New("pelwarden: server does not support pelwarden")
 
+	// ErrNoPermission: the server's ACL refused the call: the user may not
+	// run a command the call needs, or may not access one of its keys. The
+	// message names what is missing (the library checks every command it
+	// can need before changing anything, so nothing was changed). Grant it
+	// (see the README's least-privilege roles); retrying will not help.
+	ErrNoPermission = errors.New("pelwarden: refused by the server's ACL")
+
 	// ErrServer: the server refused a command inside the library for a reason
 	// not covered above (for example out of memory). The message carries the
 	// server's text.
@@ -65,6 +72,7 @@ var errorCodes = map[string]error{
 	"PWBADARG":    ErrInvalidArgument,
 	"PWBADID":     ErrInvalidID,
 	"PWSERVER":    ErrServer,
+	"PWNOPERM":    ErrNoPermission,
 }
 
 // Error is an error reply from the library or the server, or a failed
@@ -112,10 +120,10 @@ func argError(function, arg, format string, a ...any) error {
 	}
 }
 
-// translate turns an error from FCALL/EVALSHA into an *Error that matches a
-// sentinel. Errors that are not Redis replies (network, context) are wrapped
-// with the function name and returned unchanged otherwise.
-func translate(function string, err error) error {
+// translate turns an error from FCALL/EVALSHA on keys into an *Error that
+// matches a sentinel. Errors that are not Redis replies (network, context)
+// are wrapped with the function name and returned unchanged otherwise.
+func translate(function string, keys []string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -135,6 +143,14 @@ func translate(function string, err error) error {
 		return &Error{Function: function, Code: "NOGROUP", Message: msg, Kind: ErrNoGroup, Err: err}
 	case redis.HasErrorPrefix(err, "WRONGTYPE"):
 		return &Error{Function: function, Code: "WRONGTYPE", Message: msg, Kind: ErrWrongType, Err: err}
+	case isNoPermission(err):
+		// The server's text may not say which key ("No permissions to
+		// access a key"): name the call and its keys.
+		what := "call"
+		if len(keys) > 0 {
+			what += " on keys " + strings.Join(keys, ", ")
+		}
+		return &Error{Function: function, Code: "NOPERM", Message: what + " refused by the server's ACL: " + msg, Kind: ErrNoPermission, Err: err}
 	case isFunctionMissing(err):
 		return &Error{Function: function, Code: code, Message: "the library is not loaded on the server (call Load): " + msg, Kind: ErrLibraryMissing, Err: err}
 	}

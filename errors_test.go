@@ -70,20 +70,27 @@ func TestTranslate(t *testing.T) {
 		{"WRONGTYPE Operation against a key", ErrWrongType},
 		{"ERR Function not found", ErrLibraryMissing},
 		{"ERR something else", ErrServer},
+		{"PWNOPERM pelwarden_v1_claim needs the xack command, which this ACL user may not run (grant +xack)", ErrNoPermission},
+		{"NOPERM No permissions to access a key", ErrNoPermission},
 	}
 	for _, c := range cases {
-		err := translate("f", redisError(c.reply))
+		err := translate("f", nil, redisError(c.reply))
 		require.ErrorIs(t, err, c.want, c.reply)
 		var pe *Error
 		require.ErrorAs(t, err, &pe)
 		require.Equal(t, "f", pe.Function)
 	}
 	// Non-reply errors keep their identity.
-	err := translate("f", context.DeadlineExceeded)
+	err := translate("f", nil, context.DeadlineExceeded)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	// A location suffix added by the server is dropped from the message.
-	err = translate("f", redisError("PWBADARG count is missing script: pelwarden_v1_claim, on @user_function:97."))
+	err = translate("f", nil, redisError("PWBADARG count is missing script: pelwarden_v1_claim, on @user_function:97."))
 	require.Equal(t, "pelwarden: f: count is missing", err.Error())
+	// An ACL refusal of the call names the call and its keys (the server's
+	// text may not say which key) and keeps the server's text.
+	err = translate("f", []string{"{o}", "{o}:dead"}, redisError("NOPERM No permissions to access a key"))
+	require.ErrorIs(t, err, ErrNoPermission)
+	require.Equal(t, "pelwarden: f: call on keys {o}, {o}:dead refused by the server's ACL: NOPERM No permissions to access a key", err.Error())
 }
 
 // redisError builds an error go-redis would return for an error reply.

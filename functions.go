@@ -501,7 +501,9 @@ type Stats struct {
 	DeadLetterLength int64
 }
 
-// Stats returns a snapshot of a consumer group in one call.
+// Stats returns a snapshot of a consumer group in one call. It is read only
+// (FCALL_RO): a user with read-only access to the keys may call it, and so
+// may a replica.
 func (l *Library) Stats(ctx context.Context, a StatsArgs) (*Stats, error) {
 	const fn = FunctionStats
 	if err := checkNames(fn, "Stream", a.Stream, "DeadLetterStream", a.DeadLetterStream, "Group", a.Group); err != nil {
@@ -510,7 +512,7 @@ func (l *Library) Stats(ctx context.Context, a StatsArgs) (*Stats, error) {
 	if err := l.checkSlots(fn, a.Stream, a.DeadLetterStream); err != nil {
 		return nil, err
 	}
-	v, err := l.call(ctx, fn, []string{a.Stream, a.DeadLetterStream}, a.Group)
+	v, err := l.callRO(ctx, fn, []string{a.Stream, a.DeadLetterStream}, a.Group)
 	if err != nil {
 		return nil, err
 	}
@@ -518,9 +520,9 @@ func (l *Library) Stats(ctx context.Context, a StatsArgs) (*Stats, error) {
 }
 
 // Version returns the version of the library on the server (in ModeEval,
-// the embedded version the shim runs).
+// the embedded version the shim runs). It is read only (FCALL_RO).
 func (l *Library) Version(ctx context.Context) (string, error) {
-	v, err := l.call(ctx, FunctionVersion, nil)
+	v, err := l.callRO(ctx, FunctionVersion, nil)
 	if err != nil {
 		return "", err
 	}

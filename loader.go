@@ -2,6 +2,7 @@ package pelwarden
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -114,9 +115,13 @@ func (l *Library) Mode() Mode { return Mode(l.mode.Load()) }
 //
 // It then verifies each primary answers with the expected version. Any number
 // of processes may call Load at once; all succeed. On a Redis Cluster it
-// visits every primary itself. When the FUNCTION command is refused (NOPERM),
-// Load switches to ModeEval and reports it. A server older than 7.0, or with
-// Lua disabled, gives an error matching ErrServerUnsupported.
+// visits every primary itself. When the library is current, Load runs one
+// FCALL_RO and nothing else. When the FUNCTION command is refused (NOPERM),
+// Load keeps a library an administrator loaded, or else switches to
+// ModeEval and reports it; a user refused that too gets an error matching
+// ErrLibraryMissing and ErrNoPermission. A server older than 7.0, with Lua
+// disabled, or refusing all scripting, gives an error matching
+// ErrServerUnsupported.
 func (l *Library) Load(ctx context.Context) (*LoadResult, error) {
 	l.loadMu.Lock()
 	defer l.loadMu.Unlock()
@@ -180,7 +185,22 @@ func loadNode(ctx context.Context, c redis.Cmdable) (NodeLoad, error) {
 	if o, ok := c.(interface{ Options() *redis.Options }); ok {
 		n.Addr = o.Options().Addr
 	}
-	if err := checkServerVersion(ctx, c); err != nil {
+	// Usually the library is there already: one read-only call then does,
+	// and a consumer's ACL user needs no FUNCTION LOAD.
+	v, err := serverLibraryVersion(ctx, c)
+	switch {
+	case err == nil && v != "" && compareVersions(v, LibraryVersion) >= 0:
+		n.Before, n.After, n.Action = v, v, ActionCurrent
+		if v != LibraryVersion {
+			n.Action = ActionKeptNewer
+		}
+		return n, nil
+	case err != nil && !isNoPermission(err):
+		// FCALL_RO unknown: say why when the server is too old. Other
+		// errors (connection, credentials) are returned as they are.
+		if verr := checkServerVersion(ctx, c); errors.Is(verr, ErrServerUnsupported) {
+			return n, verr
+		}
 		return n, err
 	}
 	for attempt := 0; ; attempt++ {
@@ -258,9 +278,12 @@ func loadNode(ctx context.Context, c redis.Cmdable) (NodeLoad, error) {
 
 // evalFallback switches one server to ModeEval after FUNCTION or FCALL was
 // refused. A library loaded by an administrator is still preferred: if FCALL
-// of the version function works, the server stays in function mode.
+// of the version function works, the server stays in function mode. When
+// the ACL refuses EVAL too, the error says what this user may not do and
+// what to do about it (load the library with a user allowed to).
 func evalFallback(ctx context.Context, c redis.Cmdable, n NodeLoad, cause error) (NodeLoad, error) {
-	if v, err := c.FCallRO(ctx, FunctionVersion, nil).Text(); err == nil && compareVersions(v, LibraryVersion) >= 0 {
+	v, verr := c.FCallRO(ctx, FunctionVersion, nil).Text()
+	if verr == nil && compareVersions(v, LibraryVersion) >= 0 {
 		n.After = v
 		n.Action = ActionCurrent
 		if v != LibraryVersion {
@@ -268,11 +291,27 @@ func evalFallback(ctx context.Context, c redis.Cmdable, n NodeLoad, cause error)
 		}
 		return n, nil
 	}
-	if err := c.Eval(ctx, "return 1", nil).Err(); err != nil {
-		return n, fmt.Errorf("%w: FUNCTION refused (%v) and EVAL refused (%v)", ErrServerUnsupported, cause, err)
+	evalErr := c.Eval(ctx, "return 1", nil).Err()
+	switch {
+	case evalErr == nil:
+		n.Action = ActionEval
+		return n, nil
+	case !isNoPermission(evalErr):
+		return n, fmt.Errorf("%w: FUNCTION refused (%v) and EVAL refused (%v)", ErrServerUnsupported, cause, evalErr)
+	case verr == nil:
+		return n, &Error{Kind: ErrLibraryMissing, Err: ErrNoPermission, Message: fmt.Sprintf(
+			"the server has library version %s, older than %s, and this ACL user may not replace it (%v) nor use the EVALSHA fallback (EVAL refused: %v); run `pelwarden load` (or pelwarden.Load) with a user allowed FUNCTION LOAD first",
+			v, LibraryVersion, cause, evalErr)}
+	case isFunctionMissing(verr):
+		return n, &Error{Kind: ErrLibraryMissing, Err: ErrNoPermission, Message: fmt.Sprintf(
+			"the library is not loaded on this server and this ACL user may not load it (%v) nor use the EVALSHA fallback (EVAL refused: %v); run `pelwarden load` (or pelwarden.Load) once with a user allowed FUNCTION LOAD",
+			cause, evalErr)}
+	default:
+		// Scripting refused entirely, by the ACL.
+		return n, &Error{Kind: ErrNoPermission, Err: ErrServerUnsupported, Message: fmt.Sprintf(
+			"this ACL user may not call the library (FCALL_RO %s: %v) nor use the EVALSHA fallback (EVAL refused: %v); grant +fcall +fcall_ro",
+			FunctionVersion, verr, evalErr)}
 	}
-	n.Action = ActionEval
-	return n, nil
 }
 
 // serverLibraryVersion returns the version of the library on the server, ""
@@ -289,8 +328,9 @@ func serverLibraryVersion(ctx context.Context, c redis.Cmdable) (string, error) 
 	}
 }
 
-// checkServerVersion refuses servers older than Redis 7.0 (no Functions).
-// Valkey reports a compatible redis_version (7.2.4).
+// checkServerVersion refuses servers older than Redis 7.0 (no Functions),
+// explaining an FCALL_RO the server does not know. Valkey reports a
+// compatible redis_version (7.2.4).
 func checkServerVersion(ctx context.Context, c redis.Cmdable) error {
 	info, err := c.Info(ctx, "server").Result()
 	if err != nil {
@@ -344,22 +384,75 @@ func compareVersions(a, b string) int {
 // loads the library and retries once; in ModeEval it runs EVALSHA (EVAL on
 // NOSCRIPT).
 func (l *Library) call(ctx context.Context, fn string, keys []string, args ...any) (any, error) {
-	v, err := l.invoke(ctx, fn, keys, args)
+	return l.callMode(ctx, fn, false, keys, args)
+}
+
+// callRO is call for the read-only functions (flag no-writes): FCALL_RO,
+// EVALSHA_RO in ModeEval, so a user with read-only key permissions
+// (%R~pattern) may call them, and so may a replica.
+func (l *Library) callRO(ctx context.Context, fn string, keys []string, args ...any) (any, error) {
+	return l.callMode(ctx, fn, true, keys, args)
+}
+
+func (l *Library) callMode(ctx context.Context, fn string, ro bool, keys []string, args []any) (any, error) {
+	v, err := l.invoke(ctx, fn, ro, keys, args)
 	if err != nil && (isFunctionMissing(err) || (l.Mode() == ModeUnknown && isNoPermission(err))) {
 		if _, lerr := l.Load(ctx); lerr != nil {
 			return nil, &Error{Function: fn, Message: "library missing and reload failed: " + lerr.Error(), Kind: ErrLibraryMissing, Err: lerr}
 		}
-		v, err = l.invoke(ctx, fn, keys, args)
+		v, err = l.invoke(ctx, fn, ro, keys, args)
 	}
 	if err != nil {
-		return nil, translate(fn, err)
+		if isNoPermission(err) {
+			return nil, l.noPermission(ctx, fn, ro, keys, err)
+		}
+		return nil, translate(fn, keys, err)
 	}
 	return v, nil
 }
 
-func (l *Library) invoke(ctx context.Context, fn string, keys []string, args []any) (any, error) {
-	if l.Mode() == ModeEval {
+// noPermission translates an ACL refusal of the call itself. The server's
+// text names a refused command but not a refused key ("No permissions to
+// access a key"), so the keys are probed one by one with the version
+// function (no-writes, touches nothing; only on this error path) and the
+// refused ones are named with the grant they need.
+func (l *Library) noPermission(ctx context.Context, fn string, ro bool, keys []string, err error) error {
+	e := translate(fn, keys, err)
+	var pe *Error
+	if !errors.As(e, &pe) || l.Mode() != ModeFunction || len(keys) == 0 {
+		return e
+	}
+	probe := func(keys ...string) error {
+		if ro {
+			return l.rdb.FCallRO(ctx, FunctionVersion, keys).Err()
+		}
+		return l.rdb.FCall(ctx, FunctionVersion, keys).Err()
+	}
+	if probe() != nil {
+		return e // the command itself is refused (the text says so), or worse
+	}
+	cmd, access, grant := "FCALL", "read and write", "~"
+	if ro {
+		cmd, access, grant = "FCALL_RO", "read", "%R~"
+	}
+	for _, k := range keys {
+		if isNoPermission(probe(k)) {
+			pe.Message = fmt.Sprintf("this ACL user may not access key %s (%s needs %s access to every key of the call; grant %s%s): %s",
+				k, cmd, access, grant, k, err.Error())
+			break
+		}
+	}
+	return e
+}
+
+func (l *Library) invoke(ctx context.Context, fn string, ro bool, keys []string, args []any) (any, error) {
+	switch {
+	case l.Mode() == ModeEval && ro:
+		return l.script.RunRO(ctx, l.rdb, keys, append([]any{fn}, args...)...).Result()
+	case l.Mode() == ModeEval:
 		return l.script.Run(ctx, l.rdb, keys, append([]any{fn}, args...)...).Result()
+	case ro:
+		return l.rdb.FCallRO(ctx, fn, keys, args...).Result()
 	}
 	return l.rdb.FCall(ctx, fn, keys, args...).Result()
 }

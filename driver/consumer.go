@@ -22,6 +22,7 @@ package driver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -120,7 +121,9 @@ func (c *Consumer) Config() Config { return c.cfg }
 //
 // It returns an error for conditions retrying cannot fix: a missing group
 // without CreateGroup (pelwarden.ErrNoGroup), a key of the wrong type, a
-// server that cannot run the library. Connection loss, timeouts and failover
+// server that cannot run the library, a command or key the server's ACL
+// refuses (pelwarden.ErrNoPermission, naming it), refused credentials, a
+// TLS certificate that does not verify. Connection loss, timeouts and failover
 // are retried with capped exponential backoff and jitter. A Consumer runs
 // once at a time.
 func (c *Consumer) Run(ctx context.Context) error {
@@ -301,15 +304,21 @@ func (c *Consumer) ensureGroup(ctx context.Context) error {
 			return nil
 		case redis.HasErrorPrefix(err, "WRONGTYPE"):
 			return fmt.Errorf("pelwarden/driver: create group: %w: %v", pelwarden.ErrWrongType, err)
+		case redis.HasErrorPrefix(err, "NOPERM"):
+			return fmt.Errorf("pelwarden/driver: create group (XGROUP CREATE %s %s %s MKSTREAM; Config.CreateGroup needs +xgroup|create): %w: %w",
+				c.cfg.Stream, c.cfg.Group, c.cfg.GroupStartID, pelwarden.ErrNoPermission, err)
 		}
 		return fmt.Errorf("pelwarden/driver: create group: %w", err)
 	}
 	_, err := c.lib.Stats(ctx, pelwarden.StatsArgs{Stream: c.cfg.Stream, DeadLetterStream: c.cfg.DeadLetterStream, Group: c.cfg.Group})
-	if errors.Is(err, pelwarden.ErrNoGroup) {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pelwarden.ErrNoGroup):
 		return fmt.Errorf("pelwarden/driver: group %q on stream %q does not exist; create it (XGROUP CREATE %s %s 0 MKSTREAM) or set Config.CreateGroup: %w",
 			c.cfg.Group, c.cfg.Stream, c.cfg.Stream, c.cfg.Group, err)
 	}
-	return err
+	return fmt.Errorf("pelwarden/driver: check group: %w", err)
 }
 
 // groupMissing handles a NOGROUP seen while running: recreate the group with
@@ -410,23 +419,32 @@ func (c *Consumer) read(ctx context.Context, count int, block bool) ([]*Message,
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
+	if redis.HasErrorPrefix(err, "NOPERM") {
+		return nil, fmt.Errorf("XREADGROUP GROUP %s %s on stream %s: %w: %w", c.cfg.Group, c.cfg.Consumer, c.cfg.Stream, pelwarden.ErrNoPermission, err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return decodeRead(v, c.cfg.Stream, c.cfg.Group)
 }
 
-// reclaimLoop runs a reclaim pass at start and every ReclaimInterval.
+// reclaimLoop runs a reclaim pass at start and every ReclaimInterval. The
+// first pass always calls the claim function, idle entries or not: the
+// library checks the ACL for every command a claim can need, so a consumer
+// that may not, say, XACK stops at start instead of at its first poison
+// entry.
 func (c *Consumer) reclaimLoop(ctx, handlerCtx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
-	for {
+	for first := true; ; first = false {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		c.reclaimPass(ctx, handlerCtx)
+		if first || c.anythingIdle(ctx) {
+			c.reclaimPass(ctx, handlerCtx)
+		}
 		if c.cfg.ReapIdle > 0 && ctx.Err() == nil {
 			c.reap(ctx)
 		}
@@ -440,9 +458,6 @@ func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context) {
 	maxDeliveries := c.cfg.MaxDeliveries
 	if maxDeliveries == NoDeliveryLimit {
 		maxDeliveries = 0
-	}
-	if !c.anythingIdle(ctx) {
-		return
 	}
 	cursor := "0-0"
 	for attempt := 0; ctx.Err() == nil; {
@@ -935,21 +950,37 @@ func (c *Consumer) inflightCount() int {
 	return len(c.inflight)
 }
 
-// commandError logs and counts a failed Redis call; on a cluster client it
-// also refreshes the slot map when the failure suggests a failover (see
+// commandError counts and logs a failed Redis call. A fatal error (see
+// fatal) also stops the consumer: Run returns it. On a cluster client, an
+// error that suggests a failover refreshes the slot map (see
 // followTopology), so the retry reaches the promoted replica.
 func (c *Consumer) commandError(what string, err error, attempt int) {
 	c.m.Count(EventCommandError, 1)
 	c.log.Error("redis call failed", "op", what, "attempt", attempt+1, "err", err)
+	if fatal(err) {
+		c.stop(fmt.Errorf("pelwarden/driver: %s: %w", what, err))
+		return
+	}
 	c.followTopology(err)
 }
 
 // permanent reports errors that retrying cannot fix.
 func permanent(err error) bool {
-	return errors.Is(err, pelwarden.ErrNoGroup) || errors.Is(err, pelwarden.ErrWrongType) ||
+	return fatal(err) || errors.Is(err, pelwarden.ErrNoGroup) || errors.Is(err, pelwarden.ErrWrongType) ||
 		errors.Is(err, pelwarden.ErrInvalidArgument) || errors.Is(err, pelwarden.ErrServerUnsupported) ||
-		errors.Is(err, pelwarden.ErrCrossSlot) || redis.HasErrorPrefix(err, "NOPERM") ||
-		redis.HasErrorPrefix(err, "WRONGTYPE")
+		errors.Is(err, pelwarden.ErrCrossSlot) || redis.HasErrorPrefix(err, "WRONGTYPE")
+}
+
+// fatal reports errors of the deployment, not of one entry or one moment,
+// which stop the consumer wherever they happen: the ACL refuses a command
+// or key the consumer needs (running on would leave work half done: acks
+// refused, poison entries never parked), the credentials are refused, or
+// the server's TLS certificate does not verify.
+func fatal(err error) bool {
+	var cv *tls.CertificateVerificationError
+	return errors.Is(err, pelwarden.ErrNoPermission) || redis.HasErrorPrefix(err, "NOPERM") ||
+		redis.HasErrorPrefix(err, "WRONGPASS") || redis.HasErrorPrefix(err, "NOAUTH") ||
+		errors.As(err, &cv)
 }
 
 // backoff is capped exponential backoff with full jitter: 50ms doubling up

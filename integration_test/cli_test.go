@@ -306,7 +306,7 @@ func TestCLIBadFlags(t *testing.T) {
 		{[]string{"demo", "--orders", "0"}, "--orders must be between 1"},
 		{[]string{"demo", "--poison-rate", "2"}, "--poison-rate must be between 0 and 0.5"},
 		{[]string{"demo", "--duration", "1s"}, "--duration must be at least 5s"},
-		{[]string{"bench", "--entries", "0"}, "--entries must be positive"},
+		{[]string{"bench", "--entries", "0"}, "--entries must be between 1 and 10000000"},
 		{[]string{"bench", "--methods", "magic"}, "--methods"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"status", "s", "g", "--frob"}, "unknown flag: --frob"},

@@ -19,6 +19,10 @@ Conventions
   in ERRORS below. The Go table in errors.go mirrors it; a test fails when
   the two drift apart.
 - Times are milliseconds. Booleans in ARGV are "0" or "1".
+- ACL: before changing anything, every function checks that the calling
+  user may run each command it can need on its keys (see allow below), so a
+  user missing one permission gets PWNOPERM naming it, never a half-done
+  page.
 - Work per call is bounded: a page scans at most COUNT*10 PEL entries
   (like XAUTOCLAIM) and returns at most COUNT entries and MAXBYTES bytes of
   field data.
@@ -33,6 +37,7 @@ local ERRORS = {
   BADARG = 'PWBADARG',       -- an argument is missing or malformed
   BADID = 'PWBADID',         -- a stream id or cursor is malformed
   SERVER = 'PWSERVER',       -- the server refused a command (message attached)
+  NOPERM = 'PWNOPERM',       -- the caller's ACL user may not run a command the call needs
 }
 -- @@errors-end
 
@@ -124,6 +129,32 @@ local function argname(args, i, name)
     fail(ERRORS.BADARG, name .. ' must not be empty')
   end
   return s
+end
+
+-- ACL preflight (redis.acl_check_cmd, Redis 7.0+ and Valkey). Commands run
+-- inside a function are checked against the calling user's ACL one by one;
+-- a refusal in the middle of a page would leave it half done (a record
+-- copied to the dead-letter stream but its entry not acknowledged). So every
+-- function first checks each command it can need, with its real keys, and
+-- fails with PWNOPERM before any change, naming the command. The keys
+-- themselves were checked by the server before the function started (FCALL
+-- and EVALSHA need read and write access to every key, FCALL_RO read
+-- access), so a refusal here is the command's. Each check is an argument
+-- list for acl_check_cmd: command, [subcommand], key, other arguments.
+local SUBCOMMANDS = {XINFO = true, XGROUP = true}
+local function allow(checks)
+  for i = 1, #checks do
+    local c = checks[i]
+    if not redis.acl_check_cmd(unpack(c)) then
+      local name, key = string.lower(c[1]), c[2]
+      if SUBCOMMANDS[c[1]] then
+        name, key = name .. '|' .. string.lower(c[2]), c[3]
+      end
+      local on = ''
+      if key ~= nil then on = ' on ' .. key end
+      fail(ERRORS.NOPERM, 'needs the ' .. name .. ' command' .. on .. ', which this ACL user may not run (grant +' .. name .. ')')
+    end
+  end
 end
 
 -- Stream ids: "ms-seq" (both parts decimal). Used for ids and cursors.
@@ -346,7 +377,7 @@ end
 --                            them, so nothing is lost; reported on every pass
 --                            until an operator moves them (added in 1.0.1) }
 -- KEYS[1] and KEYS[2] must differ (PWBADARG).
--- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWSERVER
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
 local function claim(keys, args)
   local stream, dlq = keys[1], keys[2]
   if stream == nil or dlq == nil then
@@ -369,6 +400,15 @@ local function claim(keys, args)
     backoff[#backoff + 1] = argint(args, i, 'backoff', 0, 2 ^ 53)
   end
 
+  local checks = {{'TYPE', stream}, {'TYPE', dlq}, {'XPENDING', stream, group}, {'XACK', stream, group, '0-0'}}
+  if maxdeliveries > 0 then
+    checks[#checks + 1] = {'XRANGE', stream, '-', '+'}
+    checks[#checks + 1] = {'XADD', dlq, '*', 'f', 'v'}
+    checks[#checks + 1] = {'TIME'}
+    if delete then checks[#checks + 1] = {'XDEL', stream, '0-0'} end
+  end
+  if claimlive then checks[#checks + 1] = {'XCLAIM', stream, group, consumer, '0', '0-0'} end
+  allow(checks)
   needgroup(stream, group)
   streamkey(dlq)
   if ismaxid(cursor) then return {'0-0', {}, {}, {}, 0, {}} end
@@ -483,7 +523,7 @@ end
 -- ARGV[4..] ids        1..10000 ids
 -- Reply: { acked (integer), { id, ... } not owned (ownership moved, or no
 --          longer pending) }
--- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWSERVER
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
 local function ack(keys, args)
   local stream = keys[1]
   if stream == nil then fail(ERRORS.BADARG, 'ack needs 1 key: stream') end
@@ -491,6 +531,9 @@ local function ack(keys, args)
   local consumer = argname(args, 2, 'consumer')
   local delete = argbool(args, 3, 'delete')
   local ids, lo, hi = idrange(args, 4)
+  local checks = {{'TYPE', stream}, {'XPENDING', stream, group}, {'XACK', stream, group, '0-0'}}
+  if delete then checks[#checks + 1] = {'XDEL', stream, '0-0'} end
+  allow(checks)
   needgroup(stream, group)
 
   local owned, lost = {}, {}
@@ -537,7 +580,7 @@ end
 --          { id, ... } too large: owned, but with too many fields to be
 --                      copied by Lua (see MAX_CALL_VALUES); left pending and
 --                      owned by the consumer, nothing written (added in 1.0.1) }
--- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWSERVER
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
 local function deadletter(keys, args)
   local stream, dlq = keys[1], keys[2]
   if stream == nil or dlq == nil then
@@ -553,6 +596,10 @@ local function deadletter(keys, args)
   if #reason > 256 then fail(ERRORS.BADARG, 'reason must be at most 256 bytes') end
   local errtext = bounded(argstr(args, 5, 'error'), MAX_ERROR_BYTES)
   local ids = idlist(args, 6)
+  local checks = {{'TYPE', stream}, {'TYPE', dlq}, {'XPENDING', stream, group}, {'TIME'},
+    {'XRANGE', stream, '-', '+'}, {'XACK', stream, group, '0-0'}, {'XADD', dlq, '*', 'f', 'v'}}
+  if delete then checks[#checks + 1] = {'XDEL', stream, '0-0'} end
+  allow(checks)
   needgroup(stream, group)
   streamkey(dlq)
 
@@ -622,13 +669,15 @@ end
 -- (XCLAIM ... JUSTID).
 -- Reply: { extended (integer), { id, ... } not owned,
 --          { id, ... } deleted from the stream while pending (cleared) }
--- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWSERVER
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
 local function extend(keys, args)
   local stream = keys[1]
   if stream == nil then fail(ERRORS.BADARG, 'extend needs 1 key: stream') end
   local group = argname(args, 1, 'group')
   local consumer = argname(args, 2, 'consumer')
   local ids = idlist(args, 3)
+  allow({{'TYPE', stream}, {'XPENDING', stream, group},
+    {'XCLAIM', stream, group, consumer, '0', '0-0'}, {'XACK', stream, group, '0-0'}})
   needgroup(stream, group)
   return reclaimowned(stream, group, consumer, ids, 0)
 end
@@ -648,7 +697,7 @@ end
 -- is longer: idle time cannot be set in the future).
 -- Reply: { released (integer), { id, ... } not owned,
 --          { id, ... } deleted from the stream while pending (cleared) }
--- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWSERVER
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
 local function release(keys, args)
   local stream = keys[1]
   if stream == nil then fail(ERRORS.BADARG, 'release needs 1 key: stream') end
@@ -657,6 +706,8 @@ local function release(keys, args)
   local minidle = argint(args, 3, 'min-idle', 0, 2 ^ 53)
   local delay = argint(args, 4, 'delay', 0, 2 ^ 53)
   local ids = idlist(args, 5)
+  allow({{'TYPE', stream}, {'XPENDING', stream, group},
+    {'XCLAIM', stream, group, consumer, '0', '0-0'}, {'XACK', stream, group, '0-0'}})
   needgroup(stream, group)
   local idle = minidle - delay
   if idle < 0 then idle = 0 end
@@ -674,7 +725,7 @@ end
 -- its PEL. The check and XGROUP DELCONSUMER are one atomic step.
 -- Reply: { { name, ... } deleted, { {name, pending}, ... } kept because they
 --          still own pending entries }
--- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWSERVER
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWNOPERM, PWSERVER
 local function reap(keys, args)
   local stream = keys[1]
   if stream == nil then fail(ERRORS.BADARG, 'reap needs 1 key: stream') end
@@ -682,6 +733,8 @@ local function reap(keys, args)
   local idlems = argint(args, 2, 'idle', 0, 2 ^ 53)
   local keep = {}
   for i = 3, #args do keep[args[i]] = true end
+  allow({{'TYPE', stream}, {'XPENDING', stream, group},
+    {'XINFO', 'CONSUMERS', stream, group}, {'XGROUP', 'DELCONSUMER', stream, group, 'c'}})
   needgroup(stream, group)
 
   local deleted, kept = {}, {}
@@ -722,7 +775,7 @@ end
 --          { id, ... } foreign (no metadata), { id, ... } other source,
 --          { id, ... } too large: too many fields to be re-added by Lua (see
 --                      MAX_CALL_VALUES); left in place (added in 1.0.1) }
--- Errors: PWWRONGTYPE, PWBADARG, PWBADID, PWSERVER
+-- Errors: PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
 local function redrive(keys, args)
   local dlq, target = keys[1], keys[2]
   if dlq == nil or target == nil then
@@ -734,6 +787,8 @@ local function redrive(keys, args)
   local cursor = checkid(argstr(args, 1, 'cursor'), 'cursor')
   local count = argint(args, 2, 'count', 1, MAX_COUNT)
   local anysource = argbool(args, 3, 'any-source')
+  allow({{'TYPE', target}, {'TYPE', dlq}, {'XRANGE', dlq, '-', '+'},
+    {'XADD', target, '*', 'f', 'v'}, {'XDEL', dlq, '0-0'}})
   streamkey(target)
   if not streamkey(dlq) or ismaxid(cursor) then return {'0-0', {}, {}, {}, {}} end
 
@@ -801,13 +856,15 @@ end
 --   last-delivered last id delivered to the group
 --   length         stream length
 --   dead-letter-length
--- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWSERVER
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWNOPERM, PWSERVER
 local function stats(keys, args)
   local stream, dlq = keys[1], keys[2]
   if stream == nil or dlq == nil then
     fail(ERRORS.BADARG, 'stats needs 2 keys: stream, dead-letter stream')
   end
   local group = argname(args, 1, 'group')
+  allow({{'TYPE', stream}, {'TYPE', dlq}, {'XPENDING', stream, group},
+    {'XLEN', stream}, {'XLEN', dlq}, {'XINFO', 'CONSUMERS', stream, group}, {'XINFO', 'GROUPS', stream}})
   needgroup(stream, group)
   local dlqlen = 0
   if streamkey(dlq) then dlqlen = redis.call('XLEN', dlq) end

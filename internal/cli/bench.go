@@ -9,6 +9,10 @@ import (
 	"github.com/pelwarden/pelwarden/internal/reclaimbench"
 )
 
+// maxBenchEntries bounds --entries and --proxied-entries: each entry is
+// written to the server (about 200 bytes with its PEL entry), per method.
+const maxBenchEntries = 10_000_000
+
 // benchJSON is the --json output of bench (durations in nanoseconds).
 type benchJSON struct {
 	Server  string                    `json:"server"`
@@ -44,10 +48,16 @@ supported.`,
 			if a.clusterURL != "" {
 				return usageErrorf("bench runs against one server; --cluster is not supported")
 			}
-			if err := positiveInt("entries", entries); err != nil {
+			if err := intInRange("entries", entries, 1, maxBenchEntries); err != nil {
 				return err
 			}
-			if err := positiveInt("proxied-entries", proxiedEntries); err != nil {
+			if err := intInRange("proxied-entries", proxiedEntries, 1, maxBenchEntries); err != nil {
+				return err
+			}
+			if err := nonEmptyFlag(cmd, "methods", methods); err != nil {
+				return err
+			}
+			if err := nonEmptyFlag(cmd, "links", links); err != nil {
 				return err
 			}
 			if err := intInRange("page-size", pageSize, 1, 10000); err != nil {

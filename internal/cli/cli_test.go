@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +107,71 @@ func TestPasswordNeverPrinted(t *testing.T) {
 	_, errOut, code = run1("--redis", "redis://u:topsecret@127.0.0.1:notaport", "load")
 	require.Equal(t, ExitUsage, code)
 	require.NotContains(t, errOut, "topsecret")
+}
+
+// A password written without URL escaping makes the URL unparsable, or
+// parsable in odd places; the message about it shows no piece of it.
+func TestPasswordInBadURL(t *testing.T) {
+	t.Parallel()
+	// Every piece of these passwords holds a Q, which the messages do not.
+	for _, c := range []struct{ url, pass string }{
+		{"redis://u:Qa/Qss-wQ@127.0.0.1:1", "Qa/Qss-wQ"},
+		{"redis://u:123Q/abQcdef@127.0.0.1:1", "123Q/abQcdef"},
+		{"redis://u:6379/Qab@127.0.0.1:1", "6379/Qab"},
+		{"redis://u:sQe#crQet@127.0.0.1:1", "sQe#crQet"},
+		{"redis://u:Qp%zzQsecret@127.0.0.1:1", "Qp%zzQsecret"},
+		{"redis://u:98Q?oQpt=vQal@127.0.0.1:1", "98Q?oQpt=vQal"},
+		{"redis://u:Qa:bQ:Qsecret@127.0.0.1:1", "Qa:bQ:Qsecret"},
+		{"redis://u:twoQ wQords@127.0.0.1:1", "twoQ wQords"},
+		{"redis://u:pQ@sQs@wQord@127.0.0.1:1", "pQ@sQs@wQord"},
+		{"redis://:onlyQ-pass@127.0.0.1:bad", "onlyQ-pass"},
+	} {
+		out, errOut, code := run1("--redis", c.url, "status", "s", "g")
+		require.NotEqual(t, ExitOK, code, c.url)
+		require.Empty(t, out)
+		require.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+		require.Contains(t, errOut, "xxxxx", "%s: %s", c.url, errOut)
+		require.NotContains(t, errOut, "Q", "%s: a piece of the password in %q", c.url, errOut)
+	}
+}
+
+// TLS files: flags win over variables, need a rediss:// URL, and bad files
+// are usage errors before connecting.
+func TestTLSFlags(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := dir + "/not.pem"
+	require.NoError(t, os.WriteFile(notPEM, []byte("hello"), 0o600))
+	for _, c := range []struct {
+		args     []string
+		contains string
+	}{
+		{[]string{"--redis", "redis://127.0.0.1:1", "--cacert", notPEM}, "--cacert needs a rediss:// URL"},
+		{[]string{"--redis", "rediss://127.0.0.1:1", "--cacert", dir + "/missing.pem"}, "--cacert: open " + dir + "/missing.pem"},
+		{[]string{"--redis", "rediss://127.0.0.1:1", "--cacert", notPEM}, "no PEM certificate in the file"},
+		{[]string{"--redis", "rediss://127.0.0.1:1", "--cert", notPEM}, "needs its private key too"},
+		{[]string{"--redis", "rediss://127.0.0.1:1", "--key", notPEM}, "needs a client certificate too"},
+		{[]string{"--redis", "rediss://127.0.0.1:1", "--cert", notPEM, "--key", notPEM}, "--cert " + notPEM},
+		{[]string{"--redis", ""}, "--redis must not be empty"},
+		{[]string{"--cluster", ""}, "--cluster must not be empty"},
+		{[]string{"--redis", "rediss://127.0.0.1:1", "--cacert", ""}, "--cacert must not be empty"},
+	} {
+		out, errOut, code := run1(append(c.args, "status", "s", "g")...)
+		require.Equal(t, ExitUsage, code, "%v: %s", c.args, errOut)
+		require.Empty(t, out)
+		require.Contains(t, errOut, c.contains)
+	}
+	_, errOut, code := run1("--cacert", notPEM, "demo")
+	require.Equal(t, ExitUsage, code)
+	require.Contains(t, errOut, "--cacert needs --redis or --cluster with a rediss:// URL")
+
+	// Variables apply to rediss:// URLs and are ignored for redis:// ones.
+	t.Setenv(envCACert, notPEM)
+	a := &app{redisURL: "redis://127.0.0.1:1"}
+	_, err := a.resolve(false)
+	require.NoError(t, err)
+	a = &app{redisURL: "rediss://127.0.0.1:1"}
+	_, err = a.resolve(false)
+	require.ErrorContains(t, err, "$"+envCACert+" "+notPEM+": no PEM certificate")
 }
 
 func TestHelp(t *testing.T) {

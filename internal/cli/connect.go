@@ -36,19 +36,31 @@ func (a *app) resolve(explicitOnly bool) (*endpoint, error) {
 	if a.redisURL != "" && a.clusterURL != "" {
 		return nil, usageErrorf("--redis and --cluster exclude each other; give one")
 	}
+	for _, f := range []struct{ name, v string }{{"redis", a.redisURL}, {"cluster", a.clusterURL},
+		{"cacert", a.caCert}, {"cert", a.cert}, {"key", a.key}} {
+		if f.v == "" && a.globalFlags != nil && a.globalFlags.Changed(f.name) {
+			return nil, usageErrorf("--%s must not be empty", f.name)
+		}
+	}
 	if a.clusterURL != "" {
 		raw := withScheme(a.clusterURL)
 		a.addSecret(raw)
 		o, err := redis.ParseClusterURL(raw)
 		if err != nil {
-			return nil, usageErrorf("--cluster %s: %s", redactURL(raw), scrub(parseError(err), raw))
+			return nil, usageErrorf("--cluster %s: %s", redactRaw(raw), scrub(parseError(err), raw))
 		}
 		a.secrets = append(a.secrets, o.Password)
-		return &endpoint{shown: redactURL(raw), source: "--cluster", cluster: o}, nil
+		if err := a.applyTLS(redactRaw(raw), o.TLSConfig); err != nil {
+			return nil, err
+		}
+		return &endpoint{shown: redactRaw(raw), source: "--cluster", cluster: o}, nil
 	}
 	raw, source := a.redisURL, "--redis"
 	if raw == "" {
 		if explicitOnly {
+			if f := a.tlsFlagGiven(); f != "" {
+				return nil, usageErrorf("%s needs --redis or --cluster with a rediss:// URL", f)
+			}
 			return nil, nil
 		}
 		raw, source = os.Getenv("REDIS_URL"), "$REDIS_URL"
@@ -60,10 +72,13 @@ func (a *app) resolve(explicitOnly bool) (*endpoint, error) {
 	a.addSecret(raw)
 	o, err := redis.ParseURL(raw)
 	if err != nil {
-		return nil, usageErrorf("%s %s: %s", source, redactURL(raw), scrub(parseError(err), raw))
+		return nil, usageErrorf("%s %s: %s", source, redactRaw(raw), scrub(parseError(err), raw))
 	}
 	a.secrets = append(a.secrets, o.Password)
-	return &endpoint{shown: redactURL(raw), source: source, opts: o}, nil
+	if err := a.applyTLS(redactRaw(raw), o.TLSConfig); err != nil {
+		return nil, err
+	}
+	return &endpoint{shown: redactRaw(raw), source: source, opts: o}, nil
 }
 
 // client dials the endpoint and checks it answers PING.
@@ -85,6 +100,9 @@ func (e *endpoint) client(ctx context.Context) (redis.UniversalClient, error) {
 		if e.cluster != nil {
 			hint = "check the seed address given with --cluster"
 		}
+		if h := tlsHint(err); h != "" {
+			hint = h
+		}
 		return nil, failuref("cannot reach %s (from %s): %v; %s", e.shown, e.source, err, hint)
 	}
 	return rdb, nil
@@ -104,11 +122,11 @@ func (a *app) connect(ctx context.Context) (redis.UniversalClient, *endpoint, er
 	return rdb, e, nil
 }
 
-// addSecret remembers the password of a URL, parsable or not, so error
-// messages never show it.
+// addSecret remembers the password of a URL given by the user, parsable or
+// not, so that no message shows it.
 func (a *app) addSecret(raw string) {
-	if m := userinfoRE.FindStringSubmatch(raw); m != nil && m[2] != "" {
-		a.secrets = append(a.secrets, m[2])
+	if _, pass, _, ok := splitPassword(raw); ok && pass != "" {
+		a.secrets = append(a.secrets, pass)
 	}
 }
 
@@ -120,11 +138,38 @@ func withScheme(s string) string {
 	return "redis://" + s
 }
 
-// userinfoRE matches the user:password@ part of a URL.
-var userinfoRE = regexp.MustCompile(`(\w+://[^:@/\s]*):([^/\s]*)@`)
+// splitPassword splits a URL given by the user around its password: the
+// text between the first ':' after "scheme://user" and the last '@', the
+// way a person may write it without escaping ("redis://u:pa/ss #1@host"),
+// so that such a URL is redacted too, although it does not parse.
+func splitPassword(raw string) (before, pass, after string, ok bool) {
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		return "", "", "", false
+	}
+	at := strings.LastIndexByte(raw, '@')
+	colon := strings.IndexByte(raw[i+3:], ':')
+	if at < 0 || colon < 0 || i+3+colon > at || strings.ContainsAny(raw[i+3:i+3+colon], "/@") {
+		return "", "", "", false
+	}
+	c := i + 3 + colon
+	return raw[:c+1], raw[c+1 : at], raw[at:], true
+}
 
-// redactURL replaces the password of every URL in s with "xxxxx", also when
-// a URL does not parse.
+// redactRaw is a URL given by the user with its password replaced by
+// "xxxxx".
+func redactRaw(raw string) string {
+	if before, _, after, ok := splitPassword(raw); ok {
+		return before + "xxxxx" + after
+	}
+	return raw
+}
+
+// userinfoRE matches the user:password@ part of URLs in a message.
+var userinfoRE = regexp.MustCompile(`(\w+://[^:@/\s]*):(\S*)@`)
+
+// redactURL replaces the password of every URL in a message with "xxxxx"
+// (up to the last '@' before a space, also when a URL does not parse).
 func redactURL(s string) string {
 	return userinfoRE.ReplaceAllString(s, "${1}:xxxxx@")
 }
@@ -139,7 +184,44 @@ func parseError(err error) string {
 	return err.Error()
 }
 
-// scrub replaces raw (a URL with a password) in msg by its redacted form.
+// scrub removes from msg, a URL parser's message about raw, everything that
+// could be part of raw's password: raw itself, the password, and any word
+// of the message that is a piece of the password. A password with
+// unescaped '/', '?', '#' or ':' splits the URL in odd places, and the
+// parser then quotes a piece of it ("invalid port \":pa\" after host").
 func scrub(msg, raw string) string {
-	return redactURL(strings.ReplaceAll(msg, raw, redactURL(raw)))
+	msg = strings.ReplaceAll(msg, raw, redactRaw(raw))
+	_, pass, _, ok := splitPassword(raw)
+	if !ok || pass == "" {
+		return redactURL(msg)
+	}
+	msg = redactURL(strings.ReplaceAll(msg, pass, "xxxxx"))
+	pieces := map[string]bool{}
+	for _, p := range strings.FieldsFunc(pass, isURLDelimiter) {
+		pieces[p] = true
+	}
+	var b strings.Builder
+	for len(msg) > 0 {
+		i := strings.IndexFunc(msg, isURLDelimiter)
+		if i < 0 {
+			i = len(msg)
+		}
+		if word := msg[:i]; pieces[word] {
+			b.WriteString("xxxxx")
+		} else {
+			b.WriteString(word)
+		}
+		if i < len(msg) {
+			b.WriteByte(msg[i])
+			i++
+		}
+		msg = msg[i:]
+	}
+	return b.String()
+}
+
+// isURLDelimiter reports the characters a URL parser splits at, and the
+// quotes and spaces of its messages.
+func isURLDelimiter(r rune) bool {
+	return strings.ContainsRune("/?#@:%=&;,\"' ", r)
 }

@@ -18,7 +18,7 @@ type dlqListJSON struct {
 
 func (a *app) dlqListCommand() *cobra.Command {
 	var count int
-	var after string
+	var afterID string
 	cmd := &cobra.Command{
 		Use:   "list DLQ",
 		Short: "List dead-letter records, oldest first",
@@ -30,12 +30,12 @@ func (a *app) dlqListCommand() *cobra.Command {
 			if err := intInRange("count", count, 1, 10000); err != nil {
 				return err
 			}
-			start := "-"
+			start, more := "-", true
 			if cmd.Flags().Changed("after") {
-				if err := checkStreamID("--after", after); err != nil {
+				if err := checkStreamID("--after", afterID); err != nil {
 					return err
 				}
-				start = "(" + after
+				start, more = after(afterID)
 			}
 			ctx := cmd.Context()
 			rdb, _, err := a.connect(ctx)
@@ -46,7 +46,7 @@ func (a *app) dlqListCommand() *cobra.Command {
 			if err := needStream(ctx, rdb, "dead-letter stream", key); err != nil {
 				return err
 			}
-			out, err := listDeadLetters(ctx, rdb, key, start, count)
+			out, err := listDeadLetters(ctx, rdb, key, start, count, more)
 			if err != nil {
 				return err
 			}
@@ -82,20 +82,25 @@ func (a *app) dlqListCommand() *cobra.Command {
 		}),
 	}
 	cmd.Flags().IntVar(&count, "count", 20, "show at most `N` records (1 to 10000)")
-	cmd.Flags().StringVar(&after, "after", "", "list records after this record `ID` (the next page)")
+	cmd.Flags().StringVar(&afterID, "after", "", "list records after this record `ID` (the next page)")
 	return cmd
 }
 
-func listDeadLetters(ctx context.Context, rdb redis.UniversalClient, key, start string, count int) (*dlqListJSON, error) {
+// listDeadLetters reads up to count records from start on; none when more
+// is false (the page after the largest id).
+func listDeadLetters(ctx context.Context, rdb redis.UniversalClient, key, start string, count int, more bool) (*dlqListJSON, error) {
 	n, err := rdb.XLen(ctx, key).Result()
 	if err != nil {
 		return nil, failuref("XLEN %s: %v", key, err)
+	}
+	out := &dlqListJSON{DeadLetterStream: key, Length: n, Records: []deadRecord{}}
+	if !more {
+		return out, nil
 	}
 	page, err := xrange(ctx, rdb, key, start, "+", int64(count))
 	if err != nil {
 		return nil, failuref("XRANGE %s: %v", key, err)
 	}
-	out := &dlqListJSON{DeadLetterStream: key, Length: n, Records: []deadRecord{}}
 	for _, e := range page {
 		out.Records = append(out.Records, parseDeadRecord(e))
 	}

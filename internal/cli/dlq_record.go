@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/redis/go-redis/v9"
 
@@ -110,6 +111,19 @@ func parseDeadRecord(e rawEntry) deadRecord {
 	return r
 }
 
+// maxStreamID is the largest stream id: nothing comes after it, and XRANGE
+// refuses "(" + maxStreamID.
+const maxStreamID = "18446744073709551615-18446744073709551615"
+
+// after is the XRANGE start of the entries after id (a valid stream id),
+// and false when there can be none (id is the largest id).
+func after(id string) (string, bool) {
+	if ms, seq := splitID(id); ms == math.MaxUint64 && seq == math.MaxUint64 {
+		return "", false
+	}
+	return "(" + id, true
+}
+
 // readDeadLetters reads the whole dead-letter stream page by page.
 func readDeadLetters(ctx context.Context, rdb redis.UniversalClient, key string) ([]deadRecord, error) {
 	var out []deadRecord
@@ -122,10 +136,11 @@ func readDeadLetters(ctx context.Context, rdb redis.UniversalClient, key string)
 		for _, e := range page {
 			out = append(out, parseDeadRecord(e))
 		}
-		if len(page) < 1000 {
+		next, more := after(page[len(page)-1].ID)
+		if len(page) < 1000 || !more {
 			return out, nil
 		}
-		start = "(" + page[len(page)-1].ID
+		start = next
 	}
 }
 

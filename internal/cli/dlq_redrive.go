@@ -202,7 +202,11 @@ func (a *app) redrive(ctx context.Context, rdb redis.UniversalClient, key string
 // records it examined, whether the stream is done and the next cursor.
 func (a *app) redrivePageToSources(ctx context.Context, rdb redis.UniversalClient, lib *pelwarden.Library, key, cursor string, n int,
 	sources map[string]string, out *redriveJSON) (int, bool, string, error) {
-	page, err := xrange(ctx, rdb, key, "("+cursor, "+", int64(n))
+	start, more := after(cursor)
+	if !more {
+		return 0, true, cursor, nil
+	}
+	page, err := xrange(ctx, rdb, key, start, "+", int64(n))
 	if err != nil {
 		return 0, false, cursor, failuref("XRANGE %s: %v", key, err)
 	}

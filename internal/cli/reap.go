@@ -48,9 +48,15 @@ its MinIdle), or move poison ones with pelwarden poison.`,
 			if idle < time.Millisecond {
 				return usageErrorf("--idle must be at least 1ms, got %v", idle)
 			}
+			if cmd.Flags().Changed("keep") && len(keep) == 0 {
+				return usageErrorf("--keep must not be empty")
+			}
 			for _, k := range keep {
 				if k == "" {
 					return usageErrorf("--keep must not be empty")
+				}
+				if len(k) > pelwarden.MaxNameBytes {
+					return usageErrorf("--keep must be at most %d bytes", pelwarden.MaxNameBytes)
 				}
 			}
 			ctx := cmd.Context()

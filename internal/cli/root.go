@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Exit codes of the pelwarden command.
@@ -42,6 +43,12 @@ type app struct {
 	clusterURL string
 	json       bool
 
+	// TLS files (tls.go): --cacert, --cert, --key.
+	caCert, cert, key string
+
+	// globalFlags are the root's persistent flags (nil in unit tests).
+	globalFlags *pflag.FlagSet
+
 	// secrets are strings (passwords) scrubbed from every error message.
 	secrets []string
 }
@@ -63,11 +70,16 @@ claim, dead-letter and acknowledge run inside the server, atomically.
 
 Connecting: --redis URL (redis://[user:password@]host:port/db, rediss:// for
 TLS), else $REDIS_URL, else redis://127.0.0.1:6379. --cluster URL connects to
-a Redis Cluster through one seed node. Passwords never appear in output.
+a Redis Cluster through one seed node. Passwords never appear in output;
+$REDIS_URL keeps them out of process listings too. TLS always verifies the
+server's certificate: --cacert FILE (else $REDIS_CACERT) is the CA that
+signed it (default: the system's CAs); --cert and --key (else $REDIS_CERT,
+$REDIS_KEY) are a client certificate for servers that require one.
 
-Exit codes: 0 ok, 1 failure (connection, server error, interrupted),
-2 bad arguments or flags (nothing contacted), 3 no such stream, group or
-record, or a key of the wrong type (nothing changed), 4 the demo lost entries.`,
+Exit codes: 0 ok, 1 failure (connection, TLS, server error or ACL refusal,
+interrupted), 2 bad arguments or flags (nothing contacted), 3 no such
+stream, group or record, or a key of the wrong type (nothing changed), 4 the
+demo lost entries.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// Without a subcommand: print help (and exit 0).
@@ -81,9 +93,13 @@ record, or a key of the wrong type (nothing changed), 4 the demo lost entries.`,
 	root.CompletionOptions.DisableDefaultCmd = true
 
 	pf := root.PersistentFlags()
+	a.globalFlags = pf
 	pf.StringVar(&a.redisURL, "redis", "", "server `URL`: redis://[user:password@]host:port/db, rediss:// for TLS (default $REDIS_URL, then "+defaultURL+")")
 	pf.StringVar(&a.clusterURL, "cluster", "", "Redis Cluster seed node `URL`: redis://[user:password@]host:port (instead of --redis)")
 	pf.BoolVar(&a.json, "json", false, "print machine-readable JSON on stdout")
+	pf.StringVar(&a.caCert, "cacert", "", "PEM `FILE` of the CA that signed the server's TLS certificate, for rediss:// (default $"+envCACert+", else the system's CAs)")
+	pf.StringVar(&a.cert, "cert", "", "PEM `FILE` of a TLS client certificate, for servers that require one (default $"+envCert+")")
+	pf.StringVar(&a.key, "key", "", "PEM `FILE` of the client certificate's private key (default $"+envKey+")")
 
 	root.AddCommand(
 		a.demoCommand(),

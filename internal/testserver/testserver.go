@@ -10,6 +10,7 @@ package testserver
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -53,20 +54,60 @@ type Server struct {
 	Name string
 
 	container *testcontainers.DockerContainer
+	tls       *tls.Config // the client side, nil without TLS
 }
 
 // Options adjust a server.
 type Options struct {
 	// Args are extra server flags, e.g. "--appendonly", "yes".
 	Args []string
+	// TLS, when set, makes the server speak TLS only (no plain port).
+	TLS *TLS
+}
+
+// TLS configures a server that speaks TLS only. The files are PEM files on
+// this machine; they are copied into the container.
+type TLS struct {
+	// CertFile and KeyFile are the server's certificate and private key.
+	CertFile, KeyFile string
+	// CAFile is the CA the server checks client certificates against (the
+	// server wants one even when it does not ask for client certificates).
+	CAFile string
+	// AuthClients makes the server require a client certificate signed by
+	// CAFile (tls-auth-clients yes).
+	AuthClients bool
+	// Client is the TLS configuration Options and Client dial with (the CA
+	// to verify the server with, a client certificate if needed). Required.
+	Client *tls.Config
 }
 
 // Start starts a server from image and waits until it accepts connections.
 func Start(ctx context.Context, image string, opts Options) (*Server, error) {
-	args := append([]string{"--port", "6379", "--protected-mode", "no", "--save", ""}, opts.Args...)
+	args := []string{"--port", "6379"}
+	var files []testcontainers.ContainerFile
+	if t := opts.TLS; t != nil {
+		if t.CertFile == "" || t.KeyFile == "" || t.CAFile == "" || t.Client == nil {
+			return nil, fmt.Errorf("testserver: TLS needs CertFile, KeyFile, CAFile and Client")
+		}
+		auth := "no"
+		if t.AuthClients {
+			auth = "yes"
+		}
+		args = []string{"--port", "0", "--tls-port", "6379",
+			"--tls-cert-file", "/tls/server.crt", "--tls-key-file", "/tls/server.key",
+			"--tls-ca-cert-file", "/tls/ca.crt", "--tls-auth-clients", auth}
+		files = []testcontainers.ContainerFile{
+			{HostFilePath: t.CertFile, ContainerFilePath: "/tls/server.crt", FileMode: 0o644},
+			{HostFilePath: t.KeyFile, ContainerFilePath: "/tls/server.key", FileMode: 0o600},
+			{HostFilePath: t.CAFile, ContainerFilePath: "/tls/ca.crt", FileMode: 0o644},
+		}
+	}
+	args = append(args, "--protected-mode", "no", "--save", "")
+	args = append(args, opts.Args...)
 	c, err := testcontainers.Run(ctx, image,
 		testcontainers.WithExposedPorts("6379/tcp"),
 		testcontainers.WithCmd(args...),
+		testcontainers.WithFiles(files...),
 		testcontainers.WithWaitStrategyAndDeadline(60*time.Second,
 			wait.ForLog("Ready to accept connections"),
 			wait.ForListeningPort("6379/tcp"),
@@ -78,7 +119,11 @@ func Start(ctx context.Context, image string, opts Options) (*Server, error) {
 		}
 		return nil, fmt.Errorf("testserver: start %s: %w (build the images with scripts/images.sh)", image, err)
 	}
-	return &Server{Image: image, Name: Label(image), container: c}, nil
+	s := &Server{Image: image, Name: Label(image), container: c}
+	if opts.TLS != nil {
+		s.tls = opts.TLS.Client.Clone()
+	}
+	return s, nil
 }
 
 // Label turns an image name into a short test label:
@@ -106,13 +151,18 @@ func (s *Server) Addr(ctx context.Context) (string, error) {
 }
 
 // Options returns go-redis options whose dialer follows the container across
-// restarts (the mapped port is looked up on every dial).
+// restarts (the mapped port is looked up on every dial). A TLS server is
+// dialled with TLS.Client.
 func (s *Server) Options() *redis.Options {
 	return &redis.Options{
 		Dialer: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			addr, err := s.Addr(ctx)
 			if err != nil {
 				return nil, err
+			}
+			if s.tls != nil {
+				d := tls.Dialer{Config: s.tls}
+				return d.DialContext(ctx, network, addr)
 			}
 			var d net.Dialer
 			return d.DialContext(ctx, network, addr)

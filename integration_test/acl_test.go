@@ -1,0 +1,429 @@
+package integration_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/internal/cli"
+	"github.com/pelwarden/pelwarden/pelwardentest"
+)
+
+// The least-privilege roles of the README ("Least privilege (ACL)"), read
+// from README.md so the documented lines are the tested ones.
+
+// readmeStream is the stream the README's lines are written for; its
+// dead-letter stream is readmeStream + ":dead".
+const readmeStream = "{orders}"
+
+// readmeACL returns the README's ACL SETUSER lines by role ("deployer",
+// "consumer", "operator"): the rules after the user name.
+func readmeACL(t *testing.T) map[string][]string {
+	t.Helper()
+	src, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(src), "\n## Least privilege (ACL)\n")
+	require.True(t, ok, "README.md lost its \"## Least privilege (ACL)\" section")
+	section, _, _ = strings.Cut(section, "\n## ")
+	roles := map[string][]string{}
+	for _, line := range strings.Split(section, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[0] != "ACL" || f[1] != "SETUSER" {
+			continue
+		}
+		role, ok := strings.CutPrefix(f[2], "orders-")
+		require.True(t, ok, "README user %q: want orders-<role>", f[2])
+		roles[role] = f[3:]
+	}
+	require.Len(t, roles, 3, "README ACL lines: %v", roles)
+	return roles
+}
+
+// aclUser creates an ACL user from role's README line for the keys k (the
+// README's {orders} and {orders}:dead become k.Stream and k.DLQ), without
+// the rules in drop and with extra rules. It returns a client logged in as
+// the user, its name and its password (distinctive, with characters a URL
+// must escape: see TestSecretsNeverPrinted); the client is closed and the
+// user deleted at the end of the test.
+func aclUser(t *testing.T, s *target, k keys, role string, drop []string, extra ...string) (*redis.Client, string, string) {
+	t.Helper()
+	require.Equal(t, readmeStream+":dead", strings.Replace(k.DLQ, k.Stream, readmeStream, 1), "keys must follow the README's naming")
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	user, pass := "pw-"+role+"-"+hex.EncodeToString(b), newSecret()
+	rules := readmeACL(t)[role]
+	require.NotEmpty(t, rules, "role %s", role)
+	args := []any{"ACL", "SETUSER", user}
+	dropped := 0
+	for _, r := range rules {
+		if contains(drop, r) {
+			dropped++
+			continue
+		}
+		if strings.HasPrefix(r, ">") {
+			r = ">" + pass
+		}
+		args = append(args, strings.ReplaceAll(r, readmeStream, k.Stream))
+	}
+	require.Equal(t, len(drop), dropped, "rules to drop %v must be in the README's %s line %v", drop, role, rules)
+	for _, r := range extra {
+		args = append(args, strings.ReplaceAll(r, readmeStream, k.Stream))
+	}
+	ctx := ctxFor(t)
+	require.NoError(t, s.rdb.Do(ctx, args...).Err(), "%v", args)
+	opts := s.srv.Options()
+	opts.Username, opts.Password = user, pass
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() {
+		_ = rdb.Close()
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.rdb.Do(cctx, "ACL", "DELUSER", user)
+	})
+	return rdb, user, pass
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// userURL is a redis:// URL of s for user.
+func userURL(t *testing.T, s *target, user, pass string) string {
+	t.Helper()
+	addr, err := s.srv.Addr(ctxFor(t))
+	require.NoError(t, err)
+	return (&url.URL{Scheme: "redis", User: url.UserPassword(user, pass), Host: addr}).String()
+}
+
+// secretMarker starts every password the tests make, so a test can look
+// for any of them in output.
+const secretMarker = "Zq9-SECRET-"
+
+// newSecret returns a distinctive password: the marker, random hex, and
+// characters a URL must escape.
+func newSecret() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return secretMarker + hex.EncodeToString(b) + "-p@ss:w/rd"
+}
+
+// aclDenials returns the server's ACL LOG entries of user as "reason
+// object" strings, leaving out CLIENT SETINFO, which go-redis sends on
+// every new connection and may be refused (see the README).
+func aclDenials(t *testing.T, ctx context.Context, s *target, user string) []string {
+	t.Helper()
+	v, err := s.rdb.Do(ctx, "ACL", "LOG").Slice()
+	require.NoError(t, err)
+	var out []string
+	for _, e := range v {
+		fields := map[string]any{}
+		switch e := e.(type) {
+		case map[any]any: // RESP3
+			for k, v := range e {
+				fields[fmt.Sprint(k)] = v
+			}
+		case []any: // RESP2
+			for i := 0; i+1 < len(e); i += 2 {
+				fields[fmt.Sprint(e[i])] = e[i+1]
+			}
+		}
+		if fields["username"] != user || fields["object"] == "client|setinfo" {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%v %v (%v)", fields["reason"], fields["object"], fields["context"]))
+	}
+	return out
+}
+
+// The README's lines are what the sections around them promise: only the
+// deployer may load the library, the consumer has no FUNCTION and no
+// wildcard keys, the operator reads only.
+func TestACLReadmeRoles(t *testing.T) {
+	t.Parallel()
+	roles := readmeACL(t)
+	for role, rules := range roles {
+		require.Equal(t, []string{"reset", "on"}, rules[:2], "%s: reset first, then on", role)
+		require.True(t, strings.HasPrefix(rules[2], ">"), "%s: a password third", role)
+		for _, r := range rules[3:] {
+			require.NotContains(t, r, "@", "%s: no command categories, only named commands: %s", role, r)
+			require.NotContains(t, r, "*", "%s: no wildcards: %s", role, r)
+			if r == "+function|load" {
+				require.Equal(t, "deployer", role, "only the deployer loads the library")
+			}
+		}
+	}
+	for _, r := range roles["operator"][3:] {
+		if strings.Contains(r, "~") {
+			require.True(t, strings.HasPrefix(r, "%R~"), "operator keys are read-only: %s", r)
+		}
+		for _, w := range []string{"+fcall", "+xadd", "+xack", "+xclaim", "+xdel", "+xtrim", "+xgroup"} {
+			require.False(t, r == w || strings.HasPrefix(r, w+"|"), "operator may not write: %s", r)
+		}
+	}
+	require.Empty(t, keyRules(roles["deployer"]), "the deployer touches no key")
+	require.ElementsMatch(t, []string{"~" + readmeStream, "~" + readmeStream + ":dead"}, keyRules(roles["consumer"]))
+}
+
+func keyRules(rules []string) []string {
+	var out []string
+	for _, r := range rules {
+		if strings.Contains(r, "~") {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// The consumer role runs the driver end to end: new entries handled and
+// acked, entries of a crashed consumer reclaimed, poison entries
+// dead-lettered; the server refused nothing it asked.
+func TestACLConsumer(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		f, k := fixture(t, s)
+		orphans := f.Produce(5, nil)
+		require.Len(t, f.LeavePending("crashed", 5), 5)
+		healthy := f.Produce(20, nil)
+		poison := []string{f.AddPoison("n", "p1"), f.AddPoison("n", "p2")}
+		rdb, user, _ := aclUser(t, s, k, "consumer", nil)
+
+		handled := newSeen()
+		cfg := driver.Config{
+			Stream: k.Stream, Group: k.Group, Consumer: "worker", MaxDeliveries: 3,
+			MinIdle: 200 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond,
+			ReadBlock: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second, Logger: testLogger(t),
+			Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
+				if pelwardentest.IsPoison(m.Fields) {
+					return errors.New("cannot handle this one")
+				}
+				handled.add(m.ID)
+				return nil
+			}),
+		}
+		r := start(t, rdb, cfg)
+		for _, id := range poison {
+			f.Within(time.Minute).RequireDeadLettered(id, pelwardentest.DeadLettered{Reason: pelwarden.ReasonMaxDeliveries})
+		}
+		f.Within(time.Minute).RequirePELEmpty()
+		f.RequireAcked(append(orphans, healthy...)...)
+		for _, id := range append(orphans, healthy...) {
+			require.Positive(t, handled.count(id), "entry %s handled", id)
+		}
+		require.NoError(t, r.stop(t))
+		require.Empty(t, aclDenials(t, ctx, s, user), "the consumer's line covers every command the driver runs")
+	})
+}
+
+// The operator role reads (status, dlq list, dlq show, load of a current
+// library) and every command that would change something is refused,
+// with the refusal in the message and nothing changed.
+func TestACLOperator(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		ids := setup(t, ctx, s.rdb, k, 4)
+		deliver(t, ctx, s.rdb, k, "c1", 4)
+		dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c1", IDs: ids[:1], Error: "bad"})
+		require.NoError(t, err)
+		require.Len(t, dl.DeadLettered, 1)
+		_, user, pass := aclUser(t, s, k, "operator", nil)
+		url := userURL(t, s, user, pass)
+		op := func(args ...string) cliResult { return pwRaw(t, append([]string{"--redis", url}, args...)...) }
+		before := snap(t, ctx, s.rdb, k)
+
+		r := op("status", k.Stream, k.Group, "--json")
+		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		require.Contains(t, r.stdout, `"pending": 3`)
+		require.Contains(t, r.stdout, `"dead_letter_length": 1`)
+		require.Contains(t, r.stdout, `"library_version": "`+pelwarden.LibraryVersion+`"`)
+		r = op("dlq", "list", k.DLQ, "--json")
+		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		require.Contains(t, r.stdout, ids[0])
+		var recID string
+		for _, line := range strings.Split(r.stdout, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), `"id": "`); ok {
+				recID = strings.TrimSuffix(v, `",`)
+				break
+			}
+		}
+		require.NotEmpty(t, recID)
+		r = op("dlq", "show", k.DLQ, recID)
+		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		require.Contains(t, r.stdout, "original id       "+ids[0])
+		r = op("load", "--json")
+		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		require.Contains(t, r.stdout, `"action": "current"`)
+
+		for _, c := range []struct {
+			args []string
+			says string // the refused command, in the server's or the library's words
+		}{
+			{[]string{"poison", k.Stream, k.Group, "--max-deliveries", "1"}, "'fcall'"},
+			{[]string{"reap", k.Stream, k.Group, "--idle", "1ms"}, "'fcall'"},
+			{[]string{"dlq", "redrive", k.DLQ}, "'fcall'"},
+			{[]string{"dlq", "redrive", k.DLQ, "--to", k.Stream}, "'fcall'"},
+			{[]string{"dlq", "purge", k.DLQ, "--yes"}, "'xtrim'"},
+			{[]string{"dlq", "purge", k.DLQ, "--older-than", "1ms", "--yes"}, "'xtrim'"},
+		} {
+			r := op(c.args...)
+			requireError(t, r, cli.ExitFailure, "NOPERM")
+			require.Contains(t, r.stderr, c.says, "%v", c.args)
+		}
+		require.Equal(t, before, snap(t, ctx, s.rdb, k), "the operator changed nothing")
+	})
+}
+
+// The deployer loads the library (here: finds it current) and touches no
+// key.
+func TestACLDeployer(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		setup(t, ctx, s.rdb, k, 1)
+		_, user, pass := aclUser(t, s, k, "deployer", nil)
+		url := userURL(t, s, user, pass)
+		r := pwRaw(t, "--redis", url, "load", "--json")
+		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		require.Contains(t, r.stdout, `"after": "`+pelwarden.LibraryVersion+`"`)
+		r = pwRaw(t, "--redis", url, "status", k.Stream, k.Group)
+		requireError(t, r, cli.ExitFailure, "may not access key "+k.Stream+" (FCALL_RO needs read access")
+		for _, d := range aclDenials(t, ctx, s, user) {
+			require.True(t, strings.HasPrefix(d, "key "), "only keys were refused: %v", d)
+		}
+	})
+}
+
+// Each permission of the consumer role is needed: without it the driver
+// stops (Run returns) with an error matching pelwarden.ErrNoPermission that
+// names what is missing, and nothing is lost or half done.
+func TestACLConsumerMissingPermission(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		for _, rule := range readmeACL(t)["consumer"] {
+			if rule == "reset" || rule == "on" || strings.HasPrefix(rule, ">") {
+				continue
+			}
+			t.Run(rule, func(t *testing.T) {
+				t.Parallel()
+				f, k := fixture(t, s)
+				poison := f.Add("n", "poison")
+				require.Equal(t, []string{poison}, f.LeavePending("crashed", 1))
+				f.SetDeliveries(3, poison) // the first reclaim pass dead-letters it
+				ids := append(f.Produce(10, nil), poison)
+				rdb, _, _ := aclUser(t, s, k, "consumer", []string{rule})
+				r := runUntilError(t, rdb, driver.Config{Stream: k.Stream, Group: k.Group, Consumer: "worker", MaxDeliveries: 3,
+					MinIdle: 10 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond, ReadBlock: 100 * time.Millisecond,
+					ShutdownTimeout: 5 * time.Second, Logger: testLogger(t),
+					Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
+				t.Logf("without %s, Run returned: %v", rule, r)
+				require.ErrorIs(t, r, pelwarden.ErrNoPermission, "%v", r)
+				requireNames(t, r.Error(), rule, k)
+				requireNothingLost(t, f, k, ids)
+			})
+		}
+	})
+}
+
+// The consumer's optional permissions: CreateGroup needs +xgroup|create,
+// ReapIdle +xgroup|delconsumer; without them Run says so, with them the
+// driver works.
+func TestACLConsumerOptionalPermissions(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		for _, c := range []struct {
+			rule string
+			cfg  func(*driver.Config)
+		}{
+			{"+xgroup|create", func(c *driver.Config) { c.CreateGroup = true }},
+			{"+xgroup|delconsumer", func(c *driver.Config) { c.ReapIdle = 100 * time.Millisecond }},
+		} {
+			t.Run(c.rule, func(t *testing.T) {
+				t.Parallel()
+				f, k := fixture(t, s)
+				ids := f.Produce(5, nil)
+				cfg := driver.Config{Stream: k.Stream, Group: k.Group, Consumer: "worker", MinIdle: 100 * time.Millisecond,
+					ReclaimInterval: 50 * time.Millisecond, ReadBlock: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+					Logger: testLogger(t), Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })}
+				c.cfg(&cfg)
+
+				without, _, _ := aclUser(t, s, k, "consumer", nil)
+				err := runUntilError(t, without, cfg)
+				require.ErrorIs(t, err, pelwarden.ErrNoPermission)
+				requireNames(t, err.Error(), c.rule, k)
+
+				with, _, _ := aclUser(t, s, k, "consumer", nil, c.rule)
+				require.NoError(t, f.Client().XGroupCreateConsumer(f.Context(), k.Stream, k.Group, "idle").Err())
+				r := start(t, with, cfg)
+				f.Within(time.Minute).RequireAcked(ids...)
+				if cfg.ReapIdle > 0 {
+					require.Eventually(t, func() bool {
+						cons, err := f.Client().XInfoConsumers(f.Context(), k.Stream, k.Group).Result()
+						return err == nil && len(cons) == 1 && cons[0].Name == "worker"
+					}, time.Minute, 20*time.Millisecond, "the idle consumer reaped")
+				}
+				require.NoError(t, r.stop(t))
+			})
+		}
+	})
+}
+
+// runUntilError runs a consumer that must fail, and returns Run's error.
+func runUntilError(t *testing.T, rdb redis.UniversalClient, cfg driver.Config) error {
+	t.Helper()
+	c, err := driver.New(rdb, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = c.Run(ctx)
+	require.Error(t, err, "Run must fail")
+	require.NoError(t, ctx.Err(), "Run must fail on its own, not at the deadline: %v", err)
+	return err
+}
+
+// requireNames checks that msg names what rule grants: the command (in the
+// server's words, 'xreadgroup', or the library's, "the xack command") or
+// the key (with the test's keys for the README's).
+func requireNames(t *testing.T, msg, rule string, k keys) {
+	t.Helper()
+	if key, ok := strings.CutPrefix(rule, "~"); ok {
+		key = strings.ReplaceAll(key, readmeStream, k.Stream)
+		require.Contains(t, msg, "may not access key "+key+" (", "the error names the key")
+		return
+	}
+	cmd := strings.TrimPrefix(rule, "+")
+	require.True(t, strings.Contains(msg, "'"+cmd+"'") || strings.Contains(msg, "the "+cmd+" command"),
+		"the error names %s: %s", cmd, msg)
+}
+
+// requireNothingLost checks that every entry is still in the stream and
+// that no dead-letter record's entry is still pending (a half-done
+// dead-lettering would leave both).
+func requireNothingLost(t *testing.T, f *pelwardentest.Fixture, k keys, ids []string) {
+	t.Helper()
+	ctx := f.Context()
+	n, err := f.Client().XLen(ctx, k.Stream).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, len(ids), n, "no entry lost from the stream")
+	pending := map[string]bool{}
+	for _, p := range f.PendingEntries() {
+		pending[p.ID] = true
+	}
+	for _, d := range f.DeadLetters() {
+		require.False(t, pending[d.OriginalID], "%s dead-lettered and still pending", d.OriginalID)
+	}
+}
