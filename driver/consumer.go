@@ -74,14 +74,13 @@ type Consumer struct {
 
 // job is one entry handed to a handler worker.
 type job struct {
-	m    *Message
-	f    *inflight
-	hctx context.Context
+	m *Message
+	f *inflight
 }
 
 type inflight struct {
 	started time.Time
-	cancel  context.CancelCauseFunc
+	ctx     *entryContext // the handler's context
 	lost    atomic.Bool
 }
 
@@ -573,19 +572,18 @@ func (c *Consumer) dispatch(handlerCtx context.Context, m *Message) {
 		c.slots.release(1)
 		return
 	}
-	hctx, cancel := context.WithCancelCause(handlerCtx)
-	f := &inflight{started: time.Now(), cancel: cancel}
+	f := &inflight{started: time.Now(), ctx: newEntryContext(handlerCtx)}
 	c.inflight[m.ID] = f
 	delete(c.delayed, m.ID)
 	// Under c.mu, so never after close(c.work); never blocks (see Run).
-	c.work <- job{m: m, f: f, hctx: hctx}
+	c.work <- job{m: m, f: f}
 	c.mu.Unlock()
 }
 
 // skip drops a queued job at shutdown without running its handler; its
 // entry is released by releaseUnstarted.
 func (c *Consumer) skip(j job) {
-	j.f.cancel(nil)
+	j.f.ctx.release()
 	c.forget(j.m.ID)
 	c.mu.Lock()
 	c.unstarted = append(c.unstarted, j.m.ID)
@@ -614,9 +612,9 @@ func (c *Consumer) releaseUnstarted(ctx context.Context) {
 // runJob runs one handler and settles its outcome, then frees its slot.
 func (c *Consumer) runJob(j job) {
 	defer c.slots.release(1)
-	defer j.f.cancel(nil)
-	err, panicked := c.runHandler(j.hctx, j.m)
-	if !c.settle(j.hctx, j.m, j.f, err, panicked) {
+	defer j.f.ctx.release()
+	err, panicked := c.runHandler(j.f.ctx, j.m)
+	if !c.settle(j.m, j.f, err, panicked) {
 		c.forget(j.m.ID)
 	}
 }
@@ -642,7 +640,7 @@ func (c *Consumer) runHandler(ctx context.Context, m *Message) (err error, panic
 // protecting it and a reclaim pass of this consumer does not run it again.
 // Every other outcome is forgotten before its Redis call (a release must not
 // race with a lease extension).
-func (c *Consumer) settle(hctx context.Context, m *Message, f *inflight, err error, panicked bool) bool {
+func (c *Consumer) settle(m *Message, f *inflight, err error, panicked bool) bool {
 	if f.lost.Load() {
 		c.m.Count(EventLostOwnership, 1)
 		c.log.Warn("entry reclaimed by another consumer while its handler ran; outcome dropped", "id", m.ID, "err", err)
@@ -652,8 +650,9 @@ func (c *Consumer) settle(hctx context.Context, m *Message, f *inflight, err err
 	if out != outcomeAck {
 		c.m.Count(EventHandlerError, 1)
 	}
-	if hctx.Err() != nil && context.Cause(hctx) != errLostOwnership && out != outcomeAck {
-		// Cancelled by the shutdown timeout: leave it pending.
+	if out != outcomeAck && f.ctx.parent.Err() != nil {
+		// Cancelled by the shutdown timeout (a lost lease returned above):
+		// leave it pending.
 		c.log.Warn("handler cancelled by shutdown; entry stays pending", "id", m.ID, "err", err)
 		return false
 	}
@@ -666,7 +665,7 @@ func (c *Consumer) settle(hctx context.Context, m *Message, f *inflight, err err
 		return false
 	}
 	c.forget(m.ID)
-	ctx := context.WithoutCancel(hctx)
+	ctx := context.WithoutCancel(f.ctx.parent)
 	switch out {
 	case outcomeDeadLetter:
 		c.deadLetter(ctx, m, err)
@@ -935,7 +934,7 @@ func (c *Consumer) leaseLoop(ctx context.Context) {
 			for _, id := range lost {
 				if f, ok := c.inflight[id]; ok {
 					f.lost.Store(true)
-					f.cancel(errLostOwnership)
+					f.ctx.cancelWith(errLostOwnership)
 				}
 				delete(c.delayed, id)
 			}
