@@ -427,11 +427,11 @@ func (c *Consumer) read(ctx context.Context, count int, block bool) ([]*Message,
 	return decodeRead(v, c.cfg.Stream, c.cfg.Group)
 }
 
-// reclaimLoop runs a reclaim pass at start and every ReclaimInterval. The
-// first pass always calls the claim function, idle entries or not: the
-// library checks the ACL for every command a claim can need, so a consumer
-// that may not, say, XACK stops at start instead of at its first poison
-// entry.
+// reclaimLoop runs a reclaim pass at start and every ReclaimInterval, when
+// something is idle. At start it calls the claim function at least once,
+// idle entries or not (one page when nothing is idle): the library checks
+// the ACL for every command a claim can need, so a consumer that may not,
+// say, XACK stops at start instead of at its first poison entry.
 func (c *Consumer) reclaimLoop(ctx, handlerCtx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -441,8 +441,8 @@ func (c *Consumer) reclaimLoop(ctx, handlerCtx context.Context) {
 			return
 		case <-t.C:
 		}
-		if first || c.anythingIdle(ctx) {
-			c.reclaimPass(ctx, handlerCtx)
+		if idle := c.anythingIdle(ctx); idle || first {
+			c.reclaimPass(ctx, handlerCtx, !idle)
 		}
 		if c.cfg.ReapIdle > 0 && ctx.Err() == nil {
 			c.reap(ctx)
@@ -452,8 +452,8 @@ func (c *Consumer) reclaimLoop(ctx, handlerCtx context.Context) {
 }
 
 // reclaimPass walks the PEL page by page with the claim function until the
-// cursor returns to 0-0.
-func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context) {
+// cursor returns to 0-0 (after the first page with onePage).
+func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 	maxDeliveries := c.cfg.MaxDeliveries
 	if maxDeliveries == NoDeliveryLimit {
 		maxDeliveries = 0
@@ -512,7 +512,7 @@ func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context) {
 		for _, e := range page.Entries {
 			c.dispatch(handlerCtx, &Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: c.cfg.Stream, Group: c.cfg.Group})
 		}
-		if page.Done() {
+		if page.Done() || onePage {
 			return
 		}
 		cursor = page.Cursor
