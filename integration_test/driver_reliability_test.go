@@ -380,3 +380,33 @@ func isDone(ch <-chan struct{}) bool {
 		return false
 	}
 }
+
+// A consumer shut down while it is still starting (the library cannot be
+// loaded yet: the server is unreachable) returns nil from Run, like one shut
+// down later: a requested stop is not a failure. The chaos suite found Run
+// returning "load library: ... context canceled" for a consumer stopped
+// with SIGTERM during a server restart.
+func TestDriverStoppedWhileStartingReturnsNil(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		k := newKeys(t)
+		rdb := s.srv.Client()
+		defer rdb.Close()
+		cut := &selfHealCut{}
+		rdb.AddHook(cut)
+		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }))
+		cfg.Logger = nil // the failed loads are logged as errors: expected here
+
+		cut.armed.Store(true)
+		r := start(t, rdb, cfg)
+		waitFor(t, "2 loads cut", func() bool { return cut.loads.Load() >= 2 || isDone(r.done) })
+		require.False(t, isDone(r.done), "Run returned while starting: %v", runErr(r))
+		require.NoError(t, r.stop(t), "stopped while loading the library")
+
+		// Cancelled before Run is even called.
+		c, err := driver.New(rdb, cfg)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		require.NoError(t, c.Run(ctx))
+	})
+}
