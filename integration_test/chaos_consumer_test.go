@@ -221,6 +221,11 @@ func chaosConsumerMain() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	// Tell the harness SIGTERM is handled now (fd 3: see chaosFleet).
+	if ready := os.NewFile(3, "ready"); ready != nil {
+		_, _ = ready.Write([]byte{1})
+		_ = ready.Close()
+	}
 	// A client as a service would configure it: deadlines honoured, default
 	// retries and pool.
 	rdb := redis.NewClient(&redis.Options{

@@ -39,6 +39,7 @@ type chaosProc struct {
 	logPath string
 	metrics string
 	cmd     *exec.Cmd
+	ready   chan struct{} // closed once it handles SIGTERM, or has exited
 	done    chan struct{} // closed once reaped; err is set before
 	err     error
 	killed  bool // under fleet.mu: SIGKILLed by the harness
@@ -77,19 +78,47 @@ func (f *chaosFleet) startLocked(i int) error {
 	if err != nil {
 		return err
 	}
+	// The child writes to (or, dying, closes) its end of this pipe once it
+	// handles SIGTERM: before that, SIGTERM would kill it outright.
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		_ = out.Close()
+		return err
+	}
 	cmd := exec.Command(f.exe)
 	cmd.Env = append(os.Environ(), chaosConsumerEnv+"="+string(b))
 	cmd.Stdout, cmd.Stderr = out, out
+	cmd.ExtraFiles = []*os.File{readyW} // fd 3 in the child
 	cmd.SysProcAttr = chaosProcAttr()
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	_ = readyW.Close()
+	if err != nil {
+		_ = readyR.Close()
 		_ = out.Close()
 		return fmt.Errorf("chaos: start consumer %s: %w", name, err)
 	}
-	p := &chaosProc{name: name, slot: i, logPath: logPath, metrics: cfg.MetricsFile, cmd: cmd, done: make(chan struct{})}
+	p := &chaosProc{name: name, slot: i, logPath: logPath, metrics: cfg.MetricsFile, cmd: cmd,
+		ready: make(chan struct{}), done: make(chan struct{})}
 	f.slots[i] = p
 	f.all = append(f.all, p)
+	go func() {
+		var b [1]byte
+		_, _ = readyR.Read(b[:])
+		_ = readyR.Close()
+		close(p.ready)
+	}()
 	go f.reap(p, out)
 	return nil
+}
+
+// terminate sends SIGTERM to p once it handles it (or has exited), waiting
+// at most timeout for that.
+func (p *chaosProc) terminate(timeout time.Duration) {
+	select {
+	case <-p.ready:
+	case <-time.After(timeout):
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 }
 
 // reap waits for p's exit. A consumer that exits without being killed or
@@ -115,7 +144,7 @@ func (f *chaosFleet) reap(p *chaosProc, out *os.File) {
 
 // kill SIGKILLs the consumer of slot i, waits until it is reaped and starts
 // a new consumer, under a new name, in its place.
-func (f *chaosFleet) kill(i int) error { return f.replace(i, false) }
+func (f *chaosFleet) kill(i int) error { return f.replaceWithin(i, false, 0) }
 
 // restart stops the consumer of slot i gracefully (SIGTERM: Run's context
 // is cancelled and it must return nil within timeout) and starts a new
@@ -124,8 +153,8 @@ func (f *chaosFleet) restart(i int, timeout time.Duration) error {
 	return f.replaceWithin(i, true, timeout)
 }
 
-func (f *chaosFleet) replace(i int, graceful bool) error { return f.replaceWithin(i, graceful, 0) }
-
+// replaceWithin stops the consumer of slot i (SIGKILL, or SIGTERM with a
+// clean exit expected within timeout) and starts a new one in its place.
 func (f *chaosFleet) replaceWithin(i int, graceful bool, timeout time.Duration) error {
 	f.mu.Lock()
 	p := f.slots[i]
@@ -133,19 +162,15 @@ func (f *chaosFleet) replaceWithin(i int, graceful bool, timeout time.Duration) 
 		f.mu.Unlock()
 		return nil
 	}
-	sig := syscall.SIGKILL
 	if graceful {
 		p.stopped = true
-		sig = syscall.SIGTERM
 	} else {
 		p.killed = true
 	}
 	f.mu.Unlock()
-	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("chaos: signal %s: %w", p.name, err)
-	}
 	var failure error
 	if graceful {
+		p.terminate(timeout)
 		select {
 		case <-p.done:
 			if p.err != nil {
@@ -157,6 +182,9 @@ func (f *chaosFleet) replaceWithin(i int, graceful bool, timeout time.Duration) 
 			failure = fmt.Errorf("consumer %s did not stop within %v of SIGTERM; its log ends with:\n%s", p.name, timeout, tailFile(p.logPath, 15))
 		}
 	} else {
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			return fmt.Errorf("chaos: kill %s: %w", p.name, err)
+		}
 		<-p.done
 	}
 	f.mu.Lock()
@@ -185,7 +213,7 @@ func (f *chaosFleet) stop(timeout time.Duration) []string {
 	}
 	f.mu.Unlock()
 	for _, p := range live {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		p.terminate(timeout)
 	}
 	var failures []string
 	deadline := time.After(timeout)
