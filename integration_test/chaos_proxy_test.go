@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -45,7 +49,7 @@ func newChaosProxy(ctx context.Context, srv *testserver.Server) (*chaosProxy, er
 	p := &chaosProxy{
 		srv:    srv,
 		api:    toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop()),
-		listen: "127.0.0.1:0",
+		listen: proxyListenAddr(),
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -161,4 +165,31 @@ func (p *chaosProxy) close() {
 	defer p.mu.Unlock()
 	p.closed = true
 	p.stopLocked()
+}
+
+// proxyListenAddr picks a free port below the ephemeral range: the proxy
+// releases and binds its port again at every change, and an ephemeral port
+// could meanwhile become the local port of some outgoing connection.
+// "127.0.0.1:0" when the range is unknown or leaves no room below it.
+func proxyListenAddr() string {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return "127.0.0.1:0"
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return "127.0.0.1:0"
+	}
+	low, err := strconv.Atoi(f[0])
+	if err != nil || low < 12000 {
+		return "127.0.0.1:0"
+	}
+	for range 100 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(10000+rand.N(low-10000)))
+		if ln, err := net.Listen("tcp", addr); err == nil {
+			_ = ln.Close()
+			return addr
+		}
+	}
+	return "127.0.0.1:0"
 }
