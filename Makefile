@@ -6,7 +6,7 @@ export TESTCONTAINERS_HOST_OVERRIDE ?= 127.0.0.1
 
 GO ?= go
 
-.PHONY: test images lint unit integration fuzz fuzz-lua bench bench-drain demo
+.PHONY: test images lint unit integration chaos soak fuzz fuzz-lua bench bench-drain demo
 
 ## test: everything CI checks: formatting, vet, unit tests with -race, and the
 ## integration matrix against real servers in containers.
@@ -36,6 +36,30 @@ unit:
 
 integration:
 	$(GO) test -race -count=1 -parallel 8 -timeout 20m ./integration_test/...
+
+## chaos: the chaos suite alone (integration_test/chaos_*): producers and
+## consumer subprocesses under SIGKILL, toxiproxy toxics, FUNCTION FLUSH,
+## server restarts and CLIENT KILL, each on its own then mixed, then the
+## invariant check. CI sizes; `make integration` runs it too.
+CHAOS_IMAGE ?= pelwarden/redis:8.0
+chaos:
+	./scripts/images.sh $(CHAOS_IMAGE)
+	PELWARDEN_IMAGES=$(CHAOS_IMAGE) PELWARDEN_CHAOS_IMAGE=$(CHAOS_IMAGE) \
+	  $(GO) test -race -count=1 -v -timeout 20m -run '^TestChaos$$' ./integration_test/
+
+## soak: the mixed chaos scenario at length (RELIABILITY.md): SOAK_ENTRIES
+## entries at SOAK_RATE a second, SOAK_CONSUMERS consumer processes, every
+## fault. The report is appended to SOAK_REPORT (JSON lines).
+SOAK_ENTRIES ?= 200000
+SOAK_RATE ?= 1000
+SOAK_CONSUMERS ?= 4
+SOAK_REPORT ?= soak-report.jsonl
+soak:
+	./scripts/images.sh $(CHAOS_IMAGE)
+	PELWARDEN_IMAGES=$(CHAOS_IMAGE) PELWARDEN_CHAOS_IMAGE=$(CHAOS_IMAGE) \
+	  PELWARDEN_CHAOS_ENTRIES=$(SOAK_ENTRIES) PELWARDEN_CHAOS_RATE=$(SOAK_RATE) \
+	  PELWARDEN_CHAOS_CONSUMERS=$(SOAK_CONSUMERS) PELWARDEN_CHAOS_REPORT=$(abspath $(SOAK_REPORT)) \
+	  $(GO) test -race -count=1 -v -timeout 120m -run '^TestChaos$$/^mixed$$' ./integration_test/
 
 ## bench: the reclaim comparison of BENCHMARKS.md (pelwarden vs the textbook
 ## client-side loop vs a watermill-style loop vs the pipelined floor).

@@ -265,13 +265,21 @@ func loadNode(ctx context.Context, c redis.Cmdable) (NodeLoad, error) {
 			// "Library 'pelwarden' already exists": a concurrent Load won
 			// the race. Read the version again.
 			continue
+		case transient(err):
+			// No answer (connection lost, timeout) or "try again later"
+			// (LOADING, BUSY...): nothing learnt about the server.
+			return n, fmt.Errorf("FUNCTION LOAD: %w", err)
 		default:
 			// FUNCTION exists (checked above) but refuses to load: Lua may be
 			// disabled, or the engine missing. EVAL would fail the same way.
-			if evalErr := c.Eval(ctx, "return 1", nil).Err(); evalErr != nil {
-				return n, fmt.Errorf("%w: FUNCTION LOAD failed (%v) and EVAL failed (%v); is Lua disabled on this server?", ErrServerUnsupported, err, evalErr)
+			evalErr := c.Eval(ctx, "return 1", nil).Err()
+			switch {
+			case evalErr == nil:
+				return n, fmt.Errorf("%w: FUNCTION LOAD failed: %v", ErrLibraryMissing, err)
+			case transient(evalErr):
+				return n, fmt.Errorf("FUNCTION LOAD failed (%v), then EVAL: %w", err, evalErr)
 			}
-			return n, fmt.Errorf("%w: FUNCTION LOAD failed: %v", ErrLibraryMissing, err)
+			return n, fmt.Errorf("%w: FUNCTION LOAD failed (%v) and EVAL failed (%v); is Lua disabled on this server?", ErrServerUnsupported, err, evalErr)
 		}
 	}
 }
@@ -296,6 +304,8 @@ func evalFallback(ctx context.Context, c redis.Cmdable, n NodeLoad, cause error)
 	case evalErr == nil:
 		n.Action = ActionEval
 		return n, nil
+	case transient(evalErr):
+		return n, fmt.Errorf("FUNCTION refused (%v), then EVAL: %w", cause, evalErr)
 	case !isNoPermission(evalErr):
 		return n, fmt.Errorf("%w: FUNCTION refused (%v) and EVAL refused (%v)", ErrServerUnsupported, cause, evalErr)
 	case verr == nil:

@@ -116,7 +116,8 @@ func (c *Consumer) Config() Config { return c.cfg }
 // Run loads the library, makes sure the group exists, then reads, reclaims
 // and handles entries until ctx is cancelled. It then stops reading, lets
 // in-flight handlers finish within ShutdownTimeout (cancelling the rest,
-// whose entries stay pending), flushes pending acks and returns nil.
+// whose entries stay pending), flushes pending acks and returns nil. It also
+// returns nil when ctx is cancelled before it has started.
 //
 // It returns an error for conditions retrying cannot fix: a missing group
 // without CreateGroup (pelwarden.ErrNoGroup), a key of the wrong type, a
@@ -155,6 +156,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.unstarted = nil
 
 	if err := c.start(ctx); err != nil {
+		if ctx.Err() != nil && !permanent(err) {
+			// Stopped while still starting (loading the library or checking
+			// the group, retried while the server is unreachable): nothing
+			// ran, and a requested stop is not a failure.
+			c.log.Info("pelwarden consumer stopped before it started", "err", err)
+			return nil
+		}
 		return err
 	}
 	c.log.Info("pelwarden consumer started", "concurrency", c.cfg.Concurrency, "min_idle", c.cfg.MinIdle,

@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -278,5 +282,131 @@ func TestDriverTooLargeToDeadLetterStaysPending(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "still in the stream")
 		require.Zero(t, s.rdb.Exists(ctx, k.DLQ).Val(), "no partial dead-letter record")
+	})
+}
+
+// replyError is an error reply as go-redis returns it (a redis.Error).
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+// selfHealCut is a go-redis hook that, while armed, makes the library look
+// flushed (FCALL answers "Function not found") and the connection fail
+// whenever the library tries to load itself again (FUNCTION LOAD, EVAL).
+type selfHealCut struct {
+	armed atomic.Bool
+	loads atomic.Int64 // FUNCTION LOAD attempts cut
+}
+
+func (h *selfHealCut) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *selfHealCut) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *selfHealCut) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !h.armed.Load() {
+			return next(ctx, cmd)
+		}
+		var err error
+		switch name := strings.ToUpper(cmd.Name()); {
+		case name == "FCALL" || name == "FCALL_RO":
+			err = replyError("ERR Function not found")
+		case name == "FUNCTION" && strings.EqualFold(fmt.Sprint(cmd.Args()[1]), "load"):
+			h.loads.Add(1)
+			err = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+		case name == "EVAL" || name == "EVALSHA":
+			err = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+		default:
+			return next(ctx, cmd)
+		}
+		cmd.SetErr(err)
+		return err
+	}
+}
+
+// The library missing while the connection fails each time it is loaded
+// again (a FUNCTION FLUSH followed by a cut, as the chaos suite produced) is
+// transient: the consumer keeps retrying, at start and while running, and
+// handles everything once the connection is back. It used to stop with
+// ErrServerUnsupported ("is Lua disabled on this server?").
+func TestDriverSurvivesFailedSelfHeal(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		rdb := s.srv.Client()
+		defer rdb.Close()
+		cut := &selfHealCut{}
+		rdb.AddHook(cut)
+		m := newCounts()
+		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }))
+		cfg.Metrics = m
+		cfg.Logger = nil // the failed loads are logged as errors: expected here
+		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+		produce(t, ctx, s.rdb, k, 20)
+
+		cut.armed.Store(true) // at start
+		r := start(t, rdb, cfg)
+		waitFor(t, "3 loads cut at start", func() bool { return cut.loads.Load() >= 3 || isDone(r.done) })
+		require.False(t, isDone(r.done), "Run returned: %v", runErr(r))
+		cut.armed.Store(false)
+		waitFor(t, "20 acked", func() bool { return m.get(driver.EventAcked) == 20 })
+
+		cut.armed.Store(true) // while running: acks and reads need the library
+		before := cut.loads.Load()
+		produce(t, ctx, s.rdb, k, 20)
+		waitFor(t, "3 more loads cut", func() bool { return cut.loads.Load() >= before+3 || isDone(r.done) })
+		require.False(t, isDone(r.done), "Run returned: %v", runErr(r))
+		cut.armed.Store(false)
+		waitFor(t, "40 acked", func() bool { return m.get(driver.EventAcked) == 40 })
+		require.NoError(t, r.stop(t))
+		require.Zero(t, pelSize(t, ctx, s.rdb, k))
+	})
+}
+
+// runErr is Run's result once it returned, else nil.
+func runErr(r *running) error {
+	if isDone(r.done) {
+		return r.err
+	}
+	return nil
+}
+
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// A consumer shut down while it is still starting (the library cannot be
+// loaded yet: the server is unreachable) returns nil from Run, like one shut
+// down later: a requested stop is not a failure. The chaos suite found Run
+// returning "load library: ... context canceled" for a consumer stopped
+// with SIGTERM during a server restart.
+func TestDriverStoppedWhileStartingReturnsNil(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		k := newKeys(t)
+		rdb := s.srv.Client()
+		defer rdb.Close()
+		cut := &selfHealCut{}
+		rdb.AddHook(cut)
+		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }))
+		cfg.Logger = nil // the failed loads are logged as errors: expected here
+
+		cut.armed.Store(true)
+		r := start(t, rdb, cfg)
+		waitFor(t, "2 loads cut", func() bool { return cut.loads.Load() >= 2 || isDone(r.done) })
+		require.False(t, isDone(r.done), "Run returned while starting: %v", runErr(r))
+		require.NoError(t, r.stop(t), "stopped while loading the library")
+
+		// Cancelled before Run is even called.
+		c, err := driver.New(rdb, cfg)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		require.NoError(t, c.Run(ctx))
 	})
 }
