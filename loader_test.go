@@ -75,17 +75,18 @@ func TestLoadFailureClassification(t *testing.T) {
 		name               string
 		functionLoad, eval error
 		unsupported        bool
+		noPermission       bool // the ACL refused both: the error says to load the library with a user allowed to
 	}{
-		{"connection refused", refused, refused, false},
-		{"connection reset", io.EOF, io.EOF, false},
-		{"deadline", context.DeadlineExceeded, nil, false},
-		{"loading after a restart", replyError("LOADING Redis is loading the dataset in memory"), replyError("LOADING Redis is loading the dataset in memory"), false},
-		{"busy script", replyError("BUSY Redis is busy running a script"), replyError("BUSY Redis is busy running a script"), false},
-		{"refused, then the connection dropped", replyError("ERR Error registering functions"), io.EOF, false},
-		{"NOPERM, then the connection dropped", replyError("NOPERM this user has no permissions to run the 'function|load' command"), refused, false},
-		{"refused, EVAL works", replyError("ERR Error registering functions"), nil, false},
-		{"no Lua at all", replyError("ERR unknown command 'FUNCTION'"), replyError("ERR unknown command 'EVAL'"), true},
-		{"NOPERM for both", replyError("NOPERM no permissions to run 'function|load'"), replyError("NOPERM no permissions to run 'eval'"), true},
+		{"connection refused", refused, refused, false, false},
+		{"connection reset", io.EOF, io.EOF, false, false},
+		{"deadline", context.DeadlineExceeded, nil, false, false},
+		{"loading after a restart", replyError("LOADING Redis is loading the dataset in memory"), replyError("LOADING Redis is loading the dataset in memory"), false, false},
+		{"busy script", replyError("BUSY Redis is busy running a script"), replyError("BUSY Redis is busy running a script"), false, false},
+		{"refused, then the connection dropped", replyError("ERR Error registering functions"), io.EOF, false, false},
+		{"NOPERM, then the connection dropped", replyError("NOPERM this user has no permissions to run the 'function|load' command"), refused, false, false},
+		{"refused, EVAL works", replyError("ERR Error registering functions"), nil, false, false},
+		{"no Lua at all", replyError("ERR unknown command 'FUNCTION'"), replyError("ERR unknown command 'EVAL'"), true, false},
+		{"NOPERM for both", replyError("NOPERM no permissions to run 'function|load'"), replyError("NOPERM no permissions to run 'eval'"), false, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -102,6 +103,9 @@ func TestLoadFailureClassification(t *testing.T) {
 			if got := errors.Is(err, ErrServerUnsupported); got != c.unsupported {
 				t.Fatalf("errors.Is(err, ErrServerUnsupported) = %v, want %v; err: %v; calls %v", got, c.unsupported, err, fake.calls)
 			}
+			if got := errors.Is(err, ErrNoPermission); got != c.noPermission {
+				t.Fatalf("errors.Is(err, ErrNoPermission) = %v, want %v; err: %v", got, c.noPermission, err)
+			}
 			// The same through a function call's self-heal.
 			_, err = lib.Ack(context.Background(), AckArgs{Stream: "s", Group: "g", Consumer: "c", IDs: []string{"1-1"}})
 			if err == nil {
@@ -109,6 +113,9 @@ func TestLoadFailureClassification(t *testing.T) {
 			}
 			if got := errors.Is(err, ErrServerUnsupported); got != c.unsupported {
 				t.Fatalf("Ack: errors.Is(err, ErrServerUnsupported) = %v, want %v; err: %v", got, c.unsupported, err)
+			}
+			if got := errors.Is(err, ErrNoPermission); got != c.noPermission {
+				t.Fatalf("Ack: errors.Is(err, ErrNoPermission) = %v, want %v; err: %v", got, c.noPermission, err)
 			}
 			if !errors.Is(err, ErrLibraryMissing) {
 				t.Fatalf("Ack: %v does not match ErrLibraryMissing", err)

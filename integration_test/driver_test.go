@@ -125,7 +125,7 @@ func TestDriverHandlesAndAcks(t *testing.T) {
 		var ackCalls atomic.Int64
 		rdb := s.srv.Client()
 		defer rdb.Close()
-		rdb.AddHook(fcallCounter{fn: pelwarden.FunctionAck, n: &ackCalls})
+		rdb.AddHook(commandCounter{fn: pelwarden.FunctionAck, n: &ackCalls})
 		calls := newSeen()
 		m := newCounts()
 		cfg := fastConfig(t, k, "worker", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
@@ -145,25 +145,6 @@ func TestDriverHandlesAndAcks(t *testing.T) {
 		require.Equal(t, n, m.get(driver.EventHandled))
 		require.Less(t, ackCalls.Load(), int64(n/5), "acks are batched (%d calls for %d entries)", ackCalls.Load(), n)
 	})
-}
-
-// fcallCounter counts FCALLs of one function (a go-redis hook).
-type fcallCounter struct {
-	fn string
-	n  *atomic.Int64
-}
-
-func (h fcallCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h fcallCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); len(a) > 1 && strings.EqualFold(fmt.Sprint(a[0]), "fcall") && a[1] == h.fn {
-			h.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h fcallCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // Poison entries reach the handler at most MaxDeliveries times, then sit in
@@ -457,7 +438,7 @@ func TestDriverAckModes(t *testing.T) {
 				var xacks, fenced atomic.Int64
 				rdb := s.srv.Client()
 				defer rdb.Close()
-				rdb.AddHook(fcallCounter{fn: pelwarden.FunctionAck, n: &fenced})
+				rdb.AddHook(commandCounter{fn: pelwarden.FunctionAck, n: &fenced})
 				rdb.AddHook(commandCounter{name: "xack", n: &xacks})
 				m := newCounts()
 				cfg := fastConfig(t, k, "worker", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
@@ -492,16 +473,21 @@ func TestDriverAckModes(t *testing.T) {
 	}
 }
 
-// commandCounter counts one command by name (a go-redis hook).
+// commandCounter counts one command by name, or with fn set, FCALLs of one
+// function (a go-redis hook).
 type commandCounter struct {
-	name string
-	n    *atomic.Int64
+	name, fn string
+	n        *atomic.Int64
 }
 
 func (h commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == h.name {
+		if h.fn != "" {
+			if a := cmd.Args(); len(a) > 1 && cmd.Name() == "fcall" && a[1] == h.fn {
+				h.n.Add(1)
+			}
+		} else if cmd.Name() == h.name {
 			h.n.Add(1)
 		}
 		return next(ctx, cmd)
@@ -509,109 +495,4 @@ func (h commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (h commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
-}
-
-// Prefetch: the consumer holds up to Concurrency+Prefetch entries (running
-// and queued) but runs only Concurrency handlers at once; the queued ones
-// are leased; at shutdown, those not started go back to the group at once.
-func TestDriverPrefetch(t *testing.T) {
-	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		f, k := fixture(t, s)
-		const concurrency, prefetch, n = 2, 20, 100
-		ids := f.Produce(n, nil)
-		var running, most atomic.Int64
-		unblock := make(chan struct{})
-		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
-			now := running.Add(1)
-			defer running.Add(-1)
-			for {
-				m := most.Load()
-				if now <= m || most.CompareAndSwap(m, now) {
-					break
-				}
-			}
-			<-unblock
-			return nil
-		}))
-		cfg.Concurrency, cfg.Prefetch = concurrency, prefetch
-		cfg.MinIdle = 2 * time.Second // leases every 667ms keep the queued entries
-		m := newCounts()
-		cfg.Metrics = m
-		c := f.RunConsumer(cfg)
-		waitFor(t, "concurrency+prefetch entries held", func() bool { return pelSize(t, ctx, s.rdb, k) == concurrency+prefetch })
-		// Held past MinIdle: still ours (the lease covers queued entries),
-		// never more than Concurrency handlers at once.
-		time.Sleep(3 * time.Second)
-		require.EqualValues(t, concurrency+prefetch, pelSize(t, ctx, s.rdb, k))
-		require.Positive(t, m.get(driver.EventLeaseExtended))
-		for _, p := range f.PendingEntries() {
-			require.Equal(t, "w", p.Consumer, p.ID)
-			require.EqualValues(t, 1, p.RetryCount, p.ID)
-		}
-		require.EqualValues(t, concurrency, most.Load())
-
-		stopped := make(chan error, 1)
-		go func() { stopped <- c.Stop() }()
-		time.Sleep(200 * time.Millisecond) // shutdown began: the two handlers are still running
-		close(unblock)
-		require.NoError(t, <-stopped)
-		// The two running entries were acked; the queued ones were released:
-		// pending, idle for MinIdle already, claimable by anyone at once.
-		require.EqualValues(t, prefetch, pelSize(t, ctx, s.rdb, k))
-		for _, p := range f.PendingEntries() {
-			require.GreaterOrEqual(t, p.Idle, cfg.MinIdle, "%s released for reclaim", p.ID)
-		}
-		require.Equal(t, concurrency, m.get(driver.EventAcked))
-		require.Less(t, len(f.PendingEntries()), len(ids))
-	})
-}
-
-// A Consumer runs once at a time: a second Run fails with ErrAlreadyRunning
-// while the first runs, and also while a handler that ignored its cancelled
-// context outlives the first Run (it still uses that run's state). Once the
-// handler returns, Run works again.
-func TestDriverRunOnceAtATime(t *testing.T) {
-	each(t, func(t *testing.T, s *target) {
-		f, k := fixture(t, s)
-		f.Produce(1, nil)
-		started, finish := make(chan struct{}), make(chan struct{})
-		var calls atomic.Int64
-		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
-			if calls.Add(1) == 1 {
-				close(started)
-				<-finish // ignores ctx
-			}
-			return nil
-		}))
-		cfg.ShutdownTimeout = 200 * time.Millisecond
-		cfg.MinIdle = time.Hour
-		c, err := driver.New(s.rdb, cfg)
-		require.NoError(t, err)
-		ctx, cancel := context.WithCancel(context.Background())
-		first := make(chan error, 1)
-		go func() { first <- c.Run(ctx) }()
-		<-started
-		require.ErrorIs(t, c.Run(context.Background()), driver.ErrAlreadyRunning)
-		cancel()
-		require.NoError(t, <-first) // returned, abandoning the handler
-		require.ErrorIs(t, c.Run(context.Background()), driver.ErrAlreadyRunning)
-		close(finish)
-		f.Produce(1, nil)
-		again, stop := context.WithCancel(context.Background())
-		second := make(chan error, 1)
-		waitFor(t, "Run accepted again", func() bool {
-			go func() { second <- c.Run(again) }()
-			select {
-			case err := <-second:
-				require.ErrorIs(t, err, driver.ErrAlreadyRunning)
-				return false
-			case <-time.After(300 * time.Millisecond):
-				return true // running
-			}
-		})
-		waitFor(t, "the new entry handled", func() bool { return calls.Load() == 2 })
-		stop()
-		require.NoError(t, <-second)
-	})
 }

@@ -278,6 +278,16 @@ local function numless(a, b)
   return a < b
 end
 
+-- Fails unless 1..MAX_COUNT ids were given.
+local function checkidcount(ids)
+  if #ids == 0 then
+    fail(ERRORS.BADARG, 'at least one id is required')
+  end
+  if #ids > MAX_COUNT then
+    fail(ERRORS.BADARG, 'at most ' .. MAX_COUNT .. ' ids per call')
+  end
+end
+
 -- The ids args[first..] like idlist, plus the smallest and largest of them,
 -- in one pass that parses each id once (ack's hot path: one pattern match
 -- per id instead of five).
@@ -296,12 +306,7 @@ local function idrange(args, first)
       hi, him, his = id, m, q
     end
   end
-  if #ids == 0 then
-    fail(ERRORS.BADARG, 'at least one id is required')
-  end
-  if #ids > MAX_COUNT then
-    fail(ERRORS.BADARG, 'at most ' .. MAX_COUNT .. ' ids per call')
-  end
+  checkidcount(ids)
   return ids, lo, hi
 end
 
@@ -333,12 +338,7 @@ local function idlist(args, first)
   for i = first, #args do
     ids[#ids + 1] = checkid(args[i], 'id')
   end
-  if #ids == 0 then
-    fail(ERRORS.BADARG, 'at least one id is required')
-  end
-  if #ids > MAX_COUNT then
-    fail(ERRORS.BADARG, 'at most ' .. MAX_COUNT .. ' ids per call')
-  end
+  checkidcount(ids)
   return ids
 end
 

@@ -145,7 +145,7 @@ func (p *latencyProxy) pipe(dst, src net.Conn) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		lockForPreciseSleep()
+		defer lockForPreciseSleep()()
 		failed := false
 		for c := range ch {
 			if failed {
