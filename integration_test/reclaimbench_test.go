@@ -50,7 +50,11 @@ func TestReclaimbenchSmoke(t *testing.T) {
 			require.Positive(t, r.RoundTrips, name)
 		}
 		if l.Link == reclaimbench.LinkProxied {
-			require.GreaterOrEqual(t, l.RTT, l.AddedLatency, "the proxy adds its latency")
+			// The proxy holds every chunk its delay each way (a sleep never
+			// ends early); the total against AddedLatency depends on the
+			// direct round trip's noise, so it is reported, not asserted.
+			require.Positive(t, l.ProxyDelay)
+			require.GreaterOrEqual(t, l.RTT, 2*l.ProxyDelay, "the proxy adds its delay in both directions")
 		}
 	}
 
