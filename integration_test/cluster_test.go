@@ -2,6 +2,8 @@ package integration_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -101,6 +103,10 @@ func TestCluster(t *testing.T) {
 		t.Run("CrossSlot", func(t *testing.T) {
 			t.Parallel()
 			testClusterCrossSlot(t, ctxFor(t), c, rdb, usable[0])
+		})
+		t.Run("DriverLeastPrivilege", func(t *testing.T) {
+			t.Parallel()
+			testClusterLeastPrivilege(t, ctxFor(t), c, rdb, usable[1])
 		})
 		t.Run("DriverPerShard", func(t *testing.T) {
 			t.Parallel()
@@ -455,4 +461,75 @@ func testClusterDriver(t *testing.T, ctx context.Context, rdb *redis.ClusterClie
 	})
 	require.NoError(t, r.stop(t))
 	require.Zero(t, pelSize(t, ctx, rdb, k))
+}
+
+// The README's consumer role works on a Redis Cluster too, with the two
+// rules the README says go-redis's cluster client adds (CLUSTER SLOTS and
+// COMMAND); without them the consumer stops with an error naming what is
+// missing. ACL users are per node: the user is created on every node.
+func testClusterLeastPrivilege(t *testing.T, ctx context.Context, c *testserver.Cluster, admin *redis.ClusterClient, s testserver.Shard) {
+	k := clusterKeys(t, func(slot int) bool { return s.Owns(slot) && !newPrimarySlots.Contains(slot) })
+	require.NoError(t, admin.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+	ids := produce(t, ctx, admin, k, 100)
+	poison := ids[3]
+
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	user, pass := "pw-cluster-consumer-"+hex.EncodeToString(b), newSecret()
+	setUser := func(extra ...string) {
+		args := []any{"ACL", "SETUSER", user}
+		for _, r := range readmeACL(t)["consumer"] {
+			if strings.HasPrefix(r, ">") {
+				r = ">" + pass
+			}
+			args = append(args, strings.ReplaceAll(r, readmeStream, k.Stream))
+		}
+		for _, r := range extra {
+			args = append(args, r)
+		}
+		for _, n := range c.Nodes() {
+			if !n.Stopped() {
+				require.NoError(t, nodeClient(t, n).Do(ctx, args...).Err(), "%s: %v", n.Addr(), args)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, n := range c.Nodes() {
+			if !n.Stopped() {
+				nc := n.Client()
+				nc.Do(cctx, "ACL", "DELUSER", user)
+				_ = nc.Close()
+			}
+		}
+	})
+	consumerClient := func() *redis.ClusterClient {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), Username: user, Password: pass,
+			DialTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second})
+		t.Cleanup(func() { _ = cc.Close() })
+		return cc
+	}
+	m := newCounts()
+	cfg := fastConfig(t, k, "cluster-least-privilege", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+		if msg.ID == poison {
+			return driver.DeadLetter(errors.New("poison"))
+		}
+		return nil
+	}))
+	cfg.CreateGroup = false // the README's consumer line has no +xgroup|create
+	cfg.Metrics = m
+
+	setUser() // the README's line alone
+	err := runUntilError(t, consumerClient(), cfg)
+	require.ErrorContains(t, err, "cluster|slots", "the refused command is named")
+
+	setUser("+cluster|slots", "+command")
+	r := start(t, consumerClient(), cfg)
+	waitFor(t, "99 acked and the poison entry dead-lettered", func() bool {
+		n, _ := admin.XLen(ctx, k.DLQ).Result()
+		return m.get(driver.EventAcked) == len(ids)-1 && n == 1
+	})
+	require.NoError(t, r.stop(t))
+	require.Zero(t, pelSize(t, ctx, admin, k))
 }
