@@ -56,11 +56,12 @@ type Consumer struct {
 
 	mu        sync.Mutex
 	inflight  map[string]*inflight // by entry id
-	closed    bool                 // shutdown began: dispatch no more
 	delayed   map[string]time.Time // RetryAfter beyond MinIdle: id -> retry at
 	unstarted []string             // queued entries skipped at shutdown
 
-	draining atomic.Bool // shutdown began: queued jobs are skipped, not run
+	// closed: shutdown began. Set under mu with close(work), so dispatch
+	// (under mu) never sends after it; the workers skip queued jobs.
+	closed atomic.Bool
 
 	work      chan job      // dispatched entries, to the handler workers
 	acks      *ackQueue     // ids to ack, from handlers to the ack loop
@@ -151,8 +152,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.fatal = make(chan struct{})
 	c.fatalOnce = sync.Once{}
 	c.fatalErr = nil
-	c.closed = false
-	c.draining.Store(false)
+	c.closed.Store(false)
 	c.unstarted = nil
 
 	if err := c.start(ctx); err != nil {
@@ -193,7 +193,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	for range c.cfg.Concurrency {
 		handlers.Go(func() {
 			for j := range c.work {
-				if c.draining.Load() {
+				if c.closed.Load() {
 					c.skip(j)
 					continue
 				}
@@ -222,9 +222,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.log.Warn("shutdown: a Redis call is still in progress; continuing without it")
 	}
 	c.mu.Lock()
-	c.closed = true
-	c.draining.Store(true) // queued jobs are not started any more
-	close(c.work)          // the workers skip the queued jobs, then exit
+	c.closed.Store(true) // no more dispatch; queued jobs are not started
+	close(c.work)        // the workers skip the queued jobs, then exit
 	c.mu.Unlock()
 
 	// Shutdown, phase 1: in-flight handlers get ShutdownTimeout to finish;
@@ -361,7 +360,7 @@ func (c *Consumer) stop(err error) {
 // for it, released when the handler returns.
 func (c *Consumer) dispatch(handlerCtx context.Context, m *Message) {
 	c.mu.Lock()
-	if c.closed {
+	if c.closed.Load() {
 		c.mu.Unlock()
 		c.slots.release(1)
 		c.log.Warn("entry read during shutdown; it stays pending", "id", m.ID)

@@ -342,7 +342,7 @@ func (b *bench) startProfile(spec driverSpec) (func(), error) {
 	}, nil
 }
 
-// runDriver: PartMain, the driver at one concurrency.
+// runDriver: PartMain, one driver variant.
 func (b *bench) runDriver(ctx context.Context, v DriverVariant) (*Result, error) {
 	method := v.String()
 	k := b.keys(fmt.Sprintf("driver-%d-%d-%s", v.Concurrency, v.Prefetch, v.AckMode))

@@ -135,22 +135,17 @@ func (r *Result) EntriesPerSecond() float64 {
 }
 
 // RoundTripsPerEntry is RoundTrips divided by Entries.
-func (r *Result) RoundTripsPerEntry() float64 { return perEntry(float64(r.RoundTrips), r.Entries) }
+func (r *Result) RoundTripsPerEntry() float64 {
+	return reclaimbench.PerEntry(float64(r.RoundTrips), r.Entries)
+}
 
 // CPUPerEntry is the server CPU time per entry, in microseconds.
 func (r *Result) CPUPerEntry() float64 {
-	return perEntry(float64(r.ServerCPU)/float64(time.Microsecond), r.Entries)
+	return reclaimbench.PerEntry(float64(r.ServerCPU)/float64(time.Microsecond), r.Entries)
 }
 
 // AllocPerEntry is the bytes the process allocated per entry.
-func (r *Result) AllocPerEntry() float64 { return perEntry(float64(r.Alloc), r.Entries) }
-
-func perEntry(v float64, n int) float64 {
-	if n <= 0 {
-		return 0
-	}
-	return v / float64(n)
-}
+func (r *Result) AllocPerEntry() float64 { return reclaimbench.PerEntry(float64(r.Alloc), r.Entries) }
 
 // Targets of issue 3, "Benchmarks".
 const (
@@ -179,22 +174,22 @@ func find(rs []Result, pred func(*Result) bool) *Result {
 // WriteTable prints the report: a table per part with ratios, then the
 // targets.
 func WriteTable(w io.Writer, rep Report) error {
-	ew := &errWriter{w: w}
+	ew := &reclaimbench.ReportWriter{W: w}
 	cfg := rep.Config
 	label := ""
 	if cfg.ServerLabel != "" {
 		label = " [" + cfg.ServerLabel + "]"
 	}
-	ew.printf("pelwarden consume benchmark, %s\n", rep.Started.UTC().Format(time.RFC3339))
-	ew.printf("server: %s%s; idle CPU %s per second; PING round trip %s\n", rep.Server, label,
+	ew.Printf("pelwarden consume benchmark, %s\n", rep.Started.UTC().Format(time.RFC3339))
+	ew.Printf("server: %s%s; idle CPU %s per second; PING round trip %s\n", rep.Server, label,
 		reclaimbench.FormatDuration(rep.IdleCPU), reclaimbench.FormatDuration(rep.RTT))
-	ew.printf("client: %s %s/%s, %d CPUs, GOMAXPROCS %d\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0))
-	ew.printf("entries: fields n and payload (%d bytes); heap = the whole bench process (peak HeapInuse sampled every 50ms, over a post-GC baseline)\n", cfg.PayloadBytes)
+	ew.Printf("client: %s %s/%s, %d CPUs, GOMAXPROCS %d\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	ew.Printf("entries: fields n and payload (%d bytes); heap = the whole bench process (peak HeapInuse sampled every 50ms, over a post-GC baseline)\n", cfg.PayloadBytes)
 
 	raw := find(rep.Main, func(r *Result) bool { return strings.HasPrefix(r.Method, "raw") })
 	wm := find(rep.Main, func(r *Result) bool { return r.Method == "watermill" })
 	if len(rep.Main) > 0 {
-		ew.printf("\n== main path: %d new entries per method, no-op handler ==\n", cfg.Entries)
+		ew.Printf("\n== main path: %d new entries per method, no-op handler ==\n", cfg.Entries)
 		tw := newTable(ew, "method\twall\tentries/s\tvs watermill\tvs raw\tround trips/entry\tserver CPU µs/entry\tpeak heap\tbaseline heap\talloc B/entry\tend state\t")
 		for i := range rep.Main {
 			r := &rep.Main[i]
@@ -211,7 +206,7 @@ func WriteTable(w io.Writer, rep Report) error {
 
 	claim := find(rep.Reclaim, func(r *Result) bool { return strings.HasPrefix(r.Method, "Claim") })
 	if len(rep.Reclaim) > 0 {
-		ew.printf("\n== reclaim path: a PEL of %d entries left by a dead consumer, idle past MinIdle %v ==\n", cfg.ReclaimEntries, reclaimMinIdle)
+		ew.Printf("\n== reclaim path: a PEL of %d entries left by a dead consumer, idle past MinIdle %v ==\n", cfg.ReclaimEntries, reclaimMinIdle)
 		tw := newTable(ew, "method\twall\tentries/s\tvs Claim+Ack loop\tround trips/entry\tclaim calls\tserver CPU µs/entry\tpeak heap\talloc B/entry\tend state\t")
 		for i := range rep.Reclaim {
 			r := &rep.Reclaim[i]
@@ -233,7 +228,7 @@ func WriteTable(w io.Writer, rep Report) error {
 
 	pel0 := find(rep.PEL, func(r *Result) bool { return r.PEL == 0 })
 	if len(rep.PEL) > 0 {
-		ew.printf("\n== memory as the PEL grows: %d new entries consumed while reclaim passes (every %v, page %d, MinIdle %v) walk a PEL that is not idle; each run lasts at least %v ==\n",
+		ew.Printf("\n== memory as the PEL grows: %d new entries consumed while reclaim passes (every %v, page %d, MinIdle %v) walk a PEL that is not idle; each run lasts at least %v ==\n",
 			cfg.PELNewEntries, reclaimInterval, cfg.ClaimCount, pelMinIdle, cfg.PELMinRun)
 		tw := newTable(ew, "PEL\tsetup\twall to last ack\tentries/s\tran\tidle checks\tclaim calls\tround trips\tserver CPU\tpeak heap\tvs PEL 0\tbaseline heap\talloc B/new entry\tend state\t")
 		for i := range rep.PEL {
@@ -260,48 +255,48 @@ func WriteTable(w io.Writer, rep Report) error {
 			continue
 		}
 		if wm != nil {
-			x := ratio(r.EntriesPerSecond(), wm.EntriesPerSecond())
-			lines = append(lines, fmt.Sprintf("  %s: entries/s >= %gx watermill-redisstream: %s  %s", r.Method, TargetVsWatermill, reclaimbench.FormatRatio(x), verdict(x >= TargetVsWatermill)))
+			x := reclaimbench.Ratio(r.EntriesPerSecond(), wm.EntriesPerSecond())
+			lines = append(lines, fmt.Sprintf("  %s: entries/s >= %gx watermill-redisstream: %s  %s", r.Method, TargetVsWatermill, reclaimbench.FormatRatio(x), reclaimbench.Verdict(x >= TargetVsWatermill)))
 		}
 		if raw != nil {
-			x := ratio(r.EntriesPerSecond(), raw.EntriesPerSecond())
-			lines = append(lines, fmt.Sprintf("  %s: entries/s >= %.0f%% of the raw loop: %.0f%%  %s", r.Method, TargetVsRaw*100, x*100, verdict(x >= TargetVsRaw)))
+			x := reclaimbench.Ratio(r.EntriesPerSecond(), raw.EntriesPerSecond())
+			lines = append(lines, fmt.Sprintf("  %s: entries/s >= %.0f%% of the raw loop: %.0f%%  %s", r.Method, TargetVsRaw*100, x*100, reclaimbench.Verdict(x >= TargetVsRaw)))
 		}
 	}
 	if d := find(rep.Reclaim, func(r *Result) bool { return strings.HasPrefix(r.Method, "driver") }); d != nil && claim != nil {
-		x := ratio(d.EntriesPerSecond(), claim.EntriesPerSecond())
-		lines = append(lines, fmt.Sprintf("  reclaim through the driver >= %.0f%% of the Claim+Ack loop: %.0f%%  %s", TargetReclaimVsClaim*100, x*100, verdict(x >= TargetReclaimVsClaim)))
+		x := reclaimbench.Ratio(d.EntriesPerSecond(), claim.EntriesPerSecond())
+		lines = append(lines, fmt.Sprintf("  reclaim through the driver >= %.0f%% of the Claim+Ack loop: %.0f%%  %s", TargetReclaimVsClaim*100, x*100, reclaimbench.Verdict(x >= TargetReclaimVsClaim)))
 	}
 	if pel0 != nil && len(rep.PEL) > 1 {
 		big := &rep.PEL[len(rep.PEL)-1]
-		x := ratio(float64(big.PeakHeapInuse), float64(pel0.PeakHeapInuse))
+		x := reclaimbench.Ratio(float64(big.PeakHeapInuse), float64(pel0.PeakHeapInuse))
 		lines = append(lines, fmt.Sprintf("  peak heap flat (PEL %s <= %gx PEL 0): %s vs %s (%s)  %s", reclaimbench.FormatCount(float64(big.PEL)), TargetHeapGrowth,
-			fmtBytes(big.PeakHeapInuse), fmtBytes(pel0.PeakHeapInuse), reclaimbench.FormatRatio(x), verdict(x <= TargetHeapGrowth)))
+			fmtBytes(big.PeakHeapInuse), fmtBytes(pel0.PeakHeapInuse), reclaimbench.FormatRatio(x), reclaimbench.Verdict(x <= TargetHeapGrowth)))
 	}
 	if len(lines) > 0 {
-		ew.printf("\ntargets (issue 3, benchmarks):\n%s\n", strings.Join(lines, "\n"))
+		ew.Printf("\ntargets (issue 3, benchmarks):\n%s\n", strings.Join(lines, "\n"))
 	}
 	var flat []string
 	for i := range rep.Reclaim {
 		r := &rep.Reclaim[i]
 		if x := r.HeapGrowth(); x > 0 {
 			flat = append(flat, fmt.Sprintf("  %s: heap flat while draining (peak of the second half <= %gx the first): %s  %s",
-				r.Method, TargetHeapGrowth, reclaimbench.FormatRatio(x), verdict(x <= TargetHeapGrowth)))
+				r.Method, TargetHeapGrowth, reclaimbench.FormatRatio(x), reclaimbench.Verdict(x <= TargetHeapGrowth)))
 		}
 	}
 	if len(flat) > 0 {
-		ew.printf("\ntargets (issue 5, resources):\n%s\n", strings.Join(flat, "\n"))
+		ew.Printf("\ntargets (issue 5, resources):\n%s\n", strings.Join(flat, "\n"))
 	}
-	return ew.err
+	return ew.Err
 }
 
 // writeHeapOverTime prints the heap of one run by tenths of its time.
-func writeHeapOverTime(ew *errWriter, r *Result) error {
+func writeHeapOverTime(ew *reclaimbench.ReportWriter, r *Result) error {
 	spans := r.HeapSpans(10)
 	if len(spans) == 0 {
 		return nil
 	}
-	ew.printf("\nheap over time, %s (tenths of the run; peak %s, last %s, baseline %s):\n", r.Method,
+	ew.Printf("\nheap over time, %s (tenths of the run; peak %s, last %s, baseline %s):\n", r.Method,
 		fmtBytes(r.PeakHeapInuse), fmtBytes(r.LastHeapInuse), fmtBytes(r.BaseHeapInuse))
 	tw := newTable(ew, "until\tentries acked\tmax HeapInuse\tmax live heap\t")
 	for _, sp := range spans {
@@ -320,10 +315,10 @@ func newTable(w io.Writer, header string) *tabwriter.Writer {
 	return tw
 }
 
-func problems(ew *errWriter, rs []Result) {
+func problems(ew *reclaimbench.ReportWriter, rs []Result) {
 	for i := range rs {
 		if p := rs[i].Problem; p != "" {
-			ew.printf("  %s: %s\n", rs[i].Method, p)
+			ew.Printf("  %s: %s\n", rs[i].Method, p)
 		}
 	}
 }
@@ -332,7 +327,7 @@ func vs(r, base *Result) string {
 	if base == nil {
 		return "-"
 	}
-	return reclaimbench.FormatRatio(ratio(r.EntriesPerSecond(), base.EntriesPerSecond()))
+	return reclaimbench.FormatRatio(reclaimbench.Ratio(r.EntriesPerSecond(), base.EntriesPerSecond()))
 }
 
 func state(r *Result) string {
@@ -340,20 +335,6 @@ func state(r *Result) string {
 		return "verified"
 	}
 	return "FAILED"
-}
-
-func verdict(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "MISSED"
-}
-
-func ratio(a, b float64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return a / b
 }
 
 func fmtBytes(b uint64) string {
@@ -377,20 +358,3 @@ func fmtCountShort(n int) string {
 		return fmt.Sprint(n)
 	}
 }
-
-// errWriter keeps the first write error.
-type errWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (e *errWriter) Write(p []byte) (int, error) {
-	if e.err != nil {
-		return 0, e.err
-	}
-	n, err := e.w.Write(p)
-	e.err = err
-	return n, err
-}
-
-func (e *errWriter) printf(format string, a ...any) { fmt.Fprintf(e, format, a...) }

@@ -105,28 +105,21 @@ func (r *Result) EntriesPerSecond() float64 {
 }
 
 // RoundTripsPerEntry is RoundTrips divided by Entries.
-func (r *Result) RoundTripsPerEntry() float64 { return perEntry(float64(r.RoundTrips), r.Entries) }
+func (r *Result) RoundTripsPerEntry() float64 { return PerEntry(float64(r.RoundTrips), r.Entries) }
 
 // CPUPerEntry is the server CPU time per entry, in microseconds.
 func (r *Result) CPUPerEntry() float64 {
-	return perEntry(float64(r.ServerCPU)/float64(time.Microsecond), r.Entries)
+	return PerEntry(float64(r.ServerCPU)/float64(time.Microsecond), r.Entries)
 }
 
 // NetCPUPerEntry is the server CPU time per entry without the idle share
 // (ServerCPU minus IdleCPU), in microseconds.
 func (r *Result) NetCPUPerEntry() float64 {
-	return perEntry(float64(max(r.ServerCPU-r.IdleCPU, 0))/float64(time.Microsecond), r.Entries)
+	return PerEntry(float64(max(r.ServerCPU-r.IdleCPU, 0))/float64(time.Microsecond), r.Entries)
 }
 
 // CommandStatsPerEntry is CommandStatsUsec per entry, in microseconds.
-func (r *Result) CommandStatsPerEntry() float64 { return perEntry(r.CommandStatsUsec, r.Entries) }
-
-func perEntry(v float64, n int) float64 {
-	if n <= 0 {
-		return 0
-	}
-	return v / float64(n)
-}
+func (r *Result) CommandStatsPerEntry() float64 { return PerEntry(r.CommandStatsUsec, r.Entries) }
 
 // Targets of issue 2, section 5.
 const (
@@ -141,30 +134,30 @@ const (
 // speed relative to the textbook loop, then pelwarden's ratios against the
 // textbook, watermill-style and pipelined loops, then the targets.
 func WriteTable(w io.Writer, rep Report) error {
-	ew := &errWriter{w: w}
+	ew := &ReportWriter{W: w}
 	cfg := rep.Config
 	label := ""
 	if cfg.ServerLabel != "" {
 		label = " [" + cfg.ServerLabel + "]"
 	}
-	ew.printf("pelwarden reclaim benchmark, %s\n", rep.Started.UTC().Format(time.RFC3339))
-	ew.printf("server: %s%s; server idle CPU %s per second (subtracted only in \"net of idle\")\n", rep.Server, label, fmtDuration(rep.IdleCPU))
-	ew.printf("client: %s %s/%s, %d CPUs\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
-	ew.printf("scenario: a PEL left by a dead consumer; %s at %d deliveries (poison, max deliveries %d), %s deleted while pending; min-idle %v\n",
+	ew.Printf("pelwarden reclaim benchmark, %s\n", rep.Started.UTC().Format(time.RFC3339))
+	ew.Printf("server: %s%s; server idle CPU %s per second (subtracted only in \"net of idle\")\n", rep.Server, label, fmtDuration(rep.IdleCPU))
+	ew.Printf("client: %s %s/%s, %d CPUs\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
+	ew.Printf("scenario: a PEL left by a dead consumer; %s at %d deliveries (poison, max deliveries %d), %s deleted while pending; min-idle %v\n",
 		every(cfg.PoisonEvery), cfg.MaxDeliveries, cfg.MaxDeliveries, every(cfg.DeletedEvery), cfg.MinIdle)
-	ew.printf("pages: pelwarden %d, textbook %d, watermill %d, pipelined %d\n",
+	ew.Printf("pages: pelwarden %d, textbook %d, watermill %d, pipelined %d\n",
 		cfg.PageSize, cfg.TextbookPageSize, cfg.WatermillPageSize, cfg.PageSize)
 
 	for i := range rep.Links {
 		l := &rep.Links[i]
-		ew.printf("\n== %s: %d entries per method, measured round trip %s", linkTitle(l), l.Entries, fmtDuration(l.RTT))
+		ew.Printf("\n== %s: %d entries per method, measured round trip %s", linkTitle(l), l.Entries, fmtDuration(l.RTT))
 		if l.Link == LinkProxied {
-			ew.printf(" (direct %s, proxy delay %s each way)", fmtDuration(l.BaseRTT), fmtDuration(l.ProxyDelay))
+			ew.Printf(" (direct %s, proxy delay %s each way)", fmtDuration(l.BaseRTT), fmtDuration(l.ProxyDelay))
 		}
 		if l.Link == LinkProxied && l.Entries < cfg.Entries {
-			ew.printf(" (fewer entries than on loopback: the per-entry loops take minutes at this latency)")
+			ew.Printf(" (fewer entries than on loopback: the per-entry loops take minutes at this latency)")
 		}
-		ew.printf(" ==\n")
+		ew.Printf(" ==\n")
 		base := l.Result(MethodTextbook)
 		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintf(tw, "method\twall\tentries/s\tvs textbook\tround trips/entry\tcommands/entry\tserver CPU µs/entry\tnet of idle\tcmdstats µs/entry\tdead-lettered\tpasses\tend state\t\n")
@@ -180,7 +173,7 @@ func WriteTable(w io.Writer, rep Report) error {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.4f\t%.4f\t%.2f\t%.2f\t%.2f\t%d\t%d\t%s\t\n",
 				r.Method, fmtDuration(r.Wall), fmtCount(r.EntriesPerSecond()), vs,
-				r.RoundTripsPerEntry(), perEntry(float64(r.Commands), r.Entries),
+				r.RoundTripsPerEntry(), PerEntry(float64(r.Commands), r.Entries),
 				r.CPUPerEntry(), r.NetCPUPerEntry(), r.CommandStatsPerEntry(), r.DeadLettered, r.Passes, state)
 		}
 		if err := tw.Flush(); err != nil {
@@ -188,7 +181,7 @@ func WriteTable(w io.Writer, rep Report) error {
 		}
 		for j := range l.Results {
 			if p := l.Results[j].Problem; p != "" {
-				ew.printf("  %s: %s\n", l.Results[j].Method, p)
+				ew.Printf("  %s: %s\n", l.Results[j].Method, p)
 			}
 		}
 		if pw := l.Result(MethodPelwarden); pw != nil {
@@ -197,10 +190,10 @@ func WriteTable(w io.Writer, rep Report) error {
 				if o == nil {
 					continue
 				}
-				ew.printf("pelwarden vs %-9s %s entries/s, %s round trips/entry, %s server CPU/entry\n", string(m)+":",
-					fmtRatio(ratio(pw.EntriesPerSecond(), o.EntriesPerSecond())),
-					fmtFewer(ratio(o.RoundTripsPerEntry(), pw.RoundTripsPerEntry())),
-					fmtRatio(ratio(pw.CPUPerEntry(), o.CPUPerEntry())))
+				ew.Printf("pelwarden vs %-9s %s entries/s, %s round trips/entry, %s server CPU/entry\n", string(m)+":",
+					fmtRatio(Ratio(pw.EntriesPerSecond(), o.EntriesPerSecond())),
+					fmtFewer(Ratio(o.RoundTripsPerEntry(), pw.RoundTripsPerEntry())),
+					fmtRatio(Ratio(pw.CPUPerEntry(), o.CPUPerEntry())))
 			}
 		}
 	}
@@ -212,20 +205,20 @@ func WriteTable(w io.Writer, rep Report) error {
 		if pw == nil || tb == nil {
 			continue
 		}
-		speed := ratio(pw.EntriesPerSecond(), tb.EntriesPerSecond())
+		speed := Ratio(pw.EntriesPerSecond(), tb.EntriesPerSecond())
 		target := float64(TargetLoopbackSpeedup)
 		if l.Link == LinkProxied {
 			target = TargetProxiedSpeedup
 		}
-		lines = append(lines, fmt.Sprintf("  %s: entries/s >= %gx textbook: %s  %s", linkTitle(l), target, fmtRatio(speed), verdict(speed >= target)))
-		cpu := ratio(pw.CPUPerEntry(), tb.CPUPerEntry())
+		lines = append(lines, fmt.Sprintf("  %s: entries/s >= %gx textbook: %s  %s", linkTitle(l), target, fmtRatio(speed), Verdict(speed >= target)))
+		cpu := Ratio(pw.CPUPerEntry(), tb.CPUPerEntry())
 		lines = append(lines, fmt.Sprintf("  %s: server CPU/entry <= textbook: %.2f vs %.2f µs (%s)  %s", linkTitle(l),
-			pw.CPUPerEntry(), tb.CPUPerEntry(), fmtRatio(cpu), verdict(cpu <= 1)))
+			pw.CPUPerEntry(), tb.CPUPerEntry(), fmtRatio(cpu), Verdict(cpu <= 1)))
 	}
 	if len(lines) > 0 {
-		ew.printf("\ntargets (issue 2, section 5):\n%s\n", strings.Join(lines, "\n"))
+		ew.Printf("\ntargets (issue 2, section 5):\n%s\n", strings.Join(lines, "\n"))
 	}
-	return ew.err
+	return ew.Err
 }
 
 func linkTitle(l *LinkReport) string {
@@ -240,20 +233,6 @@ func every(n int) string {
 		return "no entries"
 	}
 	return fmt.Sprintf("1 in %d entries (%.3g%%)", n, 100/float64(n))
-}
-
-func verdict(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "MISSED"
-}
-
-func ratio(a, b float64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return a / b
 }
 
 func fmtRatio(x float64) string {
@@ -305,20 +284,3 @@ func fmtDuration(d time.Duration) string {
 		return d.Round(time.Microsecond).String()
 	}
 }
-
-// errWriter keeps the first write error.
-type errWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (e *errWriter) Write(p []byte) (int, error) {
-	if e.err != nil {
-		return 0, e.err
-	}
-	n, err := e.w.Write(p)
-	e.err = err
-	return n, err
-}
-
-func (e *errWriter) printf(format string, a ...any) { fmt.Fprintf(e, format, a...) }
