@@ -299,7 +299,7 @@ func (b *bench) measureDriver(ctx context.Context, spec driverSpec) (*Result, er
 	wall := time.Since(p.start)
 	stopProfile()
 	if problem == nil && spec.minRun > wall {
-		_ = sleepCtx(ctx, spec.minRun-wall)
+		_ = reclaimbench.SleepCtx(ctx, spec.minRun-wall)
 	}
 	if err := p.end(ctx, r, wall); err != nil {
 		return r, err
@@ -586,7 +586,7 @@ func (b *bench) runClaimLoop(ctx context.Context) (*Result, error) {
 	if _, err := lib.Load(ctx); err != nil {
 		return nil, err
 	}
-	if err := sleepCtx(ctx, reclaimMinIdle+10*time.Millisecond); err != nil {
+	if err := reclaimbench.SleepCtx(ctx, reclaimMinIdle+10*time.Millisecond); err != nil {
 		return nil, err
 	}
 	b.cfg.logf("%s: reclaiming", method)
@@ -648,7 +648,7 @@ func (b *bench) runDriverReclaim(ctx context.Context) (*Result, error) {
 	if err := b.deadPEL(ctx, k.stream, n); err != nil {
 		return nil, fmt.Errorf("consumebench: %s: %w", method, err)
 	}
-	if err := sleepCtx(ctx, reclaimMinIdle+10*time.Millisecond); err != nil {
+	if err := reclaimbench.SleepCtx(ctx, reclaimMinIdle+10*time.Millisecond); err != nil {
 		return nil, err
 	}
 	b.cfg.logf("%s: reclaiming", method)
@@ -703,15 +703,4 @@ func (b *bench) runDriverPEL(ctx context.Context, size int) (*Result, error) {
 		}
 		return nil
 	})
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

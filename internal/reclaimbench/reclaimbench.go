@@ -431,7 +431,7 @@ func runOne(ctx context.Context, cfg Config, ctl, rdb *redis.Client, counter *ro
 		return nil, err
 	}
 	// Every entry must be idle at least MinIdle when the reclaim starts.
-	if err := sleepCtx(ctx, cfg.MinIdle+10*time.Millisecond); err != nil {
+	if err := SleepCtx(ctx, cfg.MinIdle+10*time.Millisecond); err != nil {
 		return nil, err
 	}
 
@@ -499,15 +499,4 @@ func calibrate(ctx context.Context, rdb *redis.Client, p *latencyProxy, base, ad
 		p.setDelay(p.Delay() + miss/2)
 	}
 	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -137,7 +137,7 @@ func idleCPU(ctx context.Context, rdb *redis.Client, over time.Duration) (time.D
 		return 0, fmt.Errorf("reclaimbench: %w", err)
 	}
 	start := time.Now()
-	if err := sleepCtx(ctx, over); err != nil {
+	if err := SleepCtx(ctx, over); err != nil {
 		return 0, err
 	}
 	after, err := snapshotServer(ctx, rdb)

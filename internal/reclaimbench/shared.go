@@ -1,11 +1,13 @@
 package reclaimbench
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"time"
 )
 
-// Helpers the benchmark reports share (this package's and consumebench's).
+// Helpers this package and consumebench share.
 
 // Verdict is "met" or "MISSED", for a target line.
 func Verdict(ok bool) string {
@@ -50,3 +52,15 @@ func (e *ReportWriter) Write(p []byte) (int, error) {
 
 // Printf formats to the report.
 func (e *ReportWriter) Printf(format string, a ...any) { fmt.Fprintf(e, format, a...) }
+
+// SleepCtx waits d, or until ctx is done (then it returns ctx's error).
+func SleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
