@@ -185,6 +185,7 @@ func (l *Library) Ack(ctx context.Context, a AckArgs) (*AckResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	boundsFirstLast(args[3:])
 	v, err := l.call(ctx, fn, []string{a.Stream}, args...)
 	if err != nil {
 		return nil, err
@@ -583,11 +584,17 @@ func checkNames(fn string, pairs ...string) error {
 // checkID validates a stream id ("ms-seq", both parts decimal uint64).
 // It is on the hot path (every id of every ack batch), so it parses by hand.
 func checkID(fn, arg, id string) error {
-	ms, seq, ok := strings.Cut(id, "-")
-	if !ok || !isUint64(ms) || !isUint64(seq) {
+	if !validID(id) {
 		return &Error{Function: fn, Message: fmt.Sprintf("%s: must be a stream id like 1700000000000-0, got %q", arg, clip(id)), Kind: ErrInvalidID}
 	}
 	return nil
+}
+
+// validID reports whether id is a stream id: "ms-seq", both decimal
+// numbers that fit in a uint64.
+func validID(id string) bool {
+	ms, seq, ok := strings.Cut(id, "-")
+	return ok && isUint64(ms) && isUint64(seq)
 }
 
 // isUint64 reports whether s is a decimal number that fits in a uint64.
@@ -644,12 +651,70 @@ func idArgs(fn string, ids []string, head ...any) ([]any, error) {
 	args := make([]any, 0, len(head)+len(ids))
 	args = append(args, head...)
 	for i, id := range ids {
-		if err := checkID(fn, fmt.Sprintf("IDs[%d]", i), id); err != nil {
-			return nil, err
+		if !validID(id) {
+			return nil, checkID(fn, fmt.Sprintf("IDs[%d]", i), id)
 		}
 		args = append(args, id)
 	}
 	return args, nil
+}
+
+// boundsFirstLast moves the lowest of the checked ids to the front and the
+// highest to the back, in place. The ack function reads the consumer's
+// pending entries between the first and the last id in one range read, so
+// it need not parse every id to find the bounds.
+func boundsFirstLast(ids []any) {
+	if len(ids) < 2 {
+		return
+	}
+	lo, hi := 0, 0
+	loID, hiID := splitID(ids[0].(string)), splitID(ids[0].(string))
+	for i := 1; i < len(ids); i++ {
+		id := splitID(ids[i].(string))
+		if id.less(loID) {
+			lo, loID = i, id
+		}
+		if hiID.less(id) {
+			hi, hiID = i, id
+		}
+	}
+	ids[0], ids[lo] = ids[lo], ids[0]
+	if hi == 0 {
+		hi = lo // the highest was at the front and has just moved
+	}
+	ids[len(ids)-1], ids[hi] = ids[hi], ids[len(ids)-1]
+}
+
+// idParts are the two numbers of a stream id that validID accepted, as
+// decimal strings without leading zeros, so that they compare without
+// being parsed.
+type idParts struct{ ms, seq string }
+
+func splitID(s string) idParts {
+	ms, seq, _ := strings.Cut(s, "-")
+	return idParts{trimZeros(ms), trimZeros(seq)}
+}
+
+func trimZeros(s string) string {
+	for len(s) > 1 && s[0] == '0' {
+		s = s[1:]
+	}
+	return s
+}
+
+// decimalLess compares decimal strings without leading zeros.
+func decimalLess(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
+}
+
+func (a idParts) less(b idParts) bool {
+	if a.ms != b.ms {
+		return decimalLess(a.ms, b.ms)
+	}
+	return decimalLess(a.seq, b.seq)
 }
 
 func clip(s string) string {

@@ -11,7 +11,8 @@ import (
 	"github.com/pelwarden/pelwarden"
 )
 
-// ackLoop batches acks: one fenced call per AckBatch ids or AckInterval.
+// ackLoop batches acks: one fenced call per AckBatch ids or AckInterval,
+// or at once when the consumer has drained what it had in hand.
 // Failed batches are kept and retried, never dropped. It returns when ackStop
 // is closed and everything is flushed, or when ctx is cancelled (the
 // shutdown bound), logging what stays pending.
@@ -68,6 +69,9 @@ func (c *Consumer) ackLoop(ctx context.Context) {
 			if len(pending) >= c.cfg.AckBatch {
 				flush(ctx)
 			}
+		case <-c.acks.drained:
+			pending = append(pending, c.acks.take()...)
+			flush(ctx)
 		case <-t.C:
 			pending = append(pending, c.acks.take()...)
 			flush(ctx)

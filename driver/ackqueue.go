@@ -18,14 +18,19 @@ type ackQueue struct {
 	closed bool
 
 	full chan struct{} // holds a token once batch ids are queued
-	room chan struct{} // holds a token after the ack loop took ids
-	gone chan struct{} // closed by close
+	// drained holds a token when the consumer has nothing in hand (no
+	// entry queued or running, and its last read found nothing new): no
+	// more acks are coming soon, so waiting for a fuller batch only delays
+	// them.
+	drained chan struct{}
+	room    chan struct{} // holds a token after the ack loop took ids
+	gone    chan struct{} // closed by close
 }
 
 func newAckQueue(batch, limit int) *ackQueue {
 	return &ackQueue{
 		batch: batch, limit: limit,
-		full: make(chan struct{}, 1), room: make(chan struct{}, 1), gone: make(chan struct{}),
+		full: make(chan struct{}, 1), drained: make(chan struct{}, 1), room: make(chan struct{}, 1), gone: make(chan struct{}),
 	}
 }
 

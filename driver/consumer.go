@@ -54,16 +54,23 @@ type Consumer struct {
 
 	slots *slotPool // free handler slots
 
+	// inHand counts entries dispatched and not yet settled (queued or
+	// running); readIdle is set while the last read found nothing new.
+	// Together they tell the ack loop when to flush without waiting for
+	// a full batch (see drained).
+	inHand   atomic.Int64
+	readIdle atomic.Bool
+
 	mu        sync.Mutex
 	inflight  map[string]*inflight // by entry id
 	delayed   map[string]time.Time // RetryAfter beyond MinIdle: id -> retry at
 	unstarted []string             // queued entries skipped at shutdown
 
-	// closed: shutdown began. Set under mu with close(work), so dispatch
-	// (under mu) never sends after it; the workers skip queued jobs.
+	// closed: shutdown began. Set under mu with jobs.close(), so dispatch
+	// (under mu) never pushes after it; the workers skip queued jobs.
 	closed atomic.Bool
 
-	work      chan job      // dispatched entries, to the handler workers
+	jobs      *jobQueue     // dispatched entries, to the handler workers
 	acks      *ackQueue     // ids to ack, from handlers to the ack loop
 	ackStop   chan struct{} // closed: no more acks are coming, flush and exit
 	ackerGone chan struct{} // closed when the ack loop has exited
@@ -154,6 +161,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.fatalErr = nil
 	c.closed.Store(false)
 	c.unstarted = nil
+	c.inHand.Store(0)
+	c.readIdle.Store(false)
 
 	if err := c.start(ctx); err != nil {
 		if ctx.Err() != nil && !permanent(err) {
@@ -186,13 +195,17 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer cancelHandlers()
 
 	// Concurrency long-lived handler workers. A job holds a slot from
-	// before its entry is read until its handler returns, so the work queue
-	// (one place per slot) never blocks a sender.
-	c.work = make(chan job, held)
+	// before its entry is read until its handler returns, so at most held
+	// jobs are queued.
+	c.jobs = newJobQueue(c.cfg.Concurrency)
 	var handlers sync.WaitGroup
 	for range c.cfg.Concurrency {
 		handlers.Go(func() {
-			for j := range c.work {
+			for {
+				j, ok := c.jobs.get()
+				if !ok {
+					return
+				}
 				if c.closed.Load() {
 					c.skip(j)
 					continue
@@ -223,7 +236,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	c.closed.Store(true) // no more dispatch; queued jobs are not started
-	close(c.work)        // the workers skip the queued jobs, then exit
+	c.jobs.close()       // the workers skip the queued jobs, then exit
 	c.mu.Unlock()
 
 	// Shutdown, phase 1: in-flight handlers get ShutdownTimeout to finish;
@@ -239,7 +252,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	// Queued entries no handler started (all of them, should every worker
 	// be stuck) go back to the group at once rather than after MinIdle.
-	for j := range c.work {
+	for _, j := range c.jobs.drain() {
 		c.skip(j)
 	}
 	c.releaseUnstarted(flushCtx)
@@ -356,29 +369,53 @@ func (c *Consumer) stop(err error) {
 	})
 }
 
-// dispatch queues m for a handler worker; the caller holds one handler slot
-// for it, released when the handler returns.
-func (c *Consumer) dispatch(handlerCtx context.Context, m *Message) {
+// dispatch queues msgs for the handler workers; the caller holds one
+// handler slot for each, released when its handler returns. A batch takes
+// the lock, the clock and its allocations once.
+func (c *Consumer) dispatch(handlerCtx context.Context, msgs []*Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	now := time.Now()
+	fs := make([]inflight, len(msgs))
+	ctxs := make([]entryContext, len(msgs))
+	jobs := make([]job, 0, len(msgs))
 	c.mu.Lock()
 	if c.closed.Load() {
 		c.mu.Unlock()
-		c.slots.release(1)
-		c.log.Warn("entry read during shutdown; it stays pending", "id", m.ID)
+		c.slots.release(len(msgs))
+		c.log.Warn("entries read during shutdown; they stay pending", "count", len(msgs), "ids", firstIDs(messageIDs(msgs)))
 		return
 	}
-	if _, busy := c.inflight[m.ID]; busy {
-		// Our own reclaim pass took back an entry whose handler still runs
-		// here (its lease lapsed): the running handler settles it.
-		c.mu.Unlock()
-		c.slots.release(1)
-		return
+	for i, m := range msgs {
+		if _, busy := c.inflight[m.ID]; busy {
+			// Our own reclaim pass took back an entry whose handler still
+			// runs here (its lease lapsed): the running handler settles it.
+			continue
+		}
+		f := &fs[i]
+		f.started = now
+		f.ctx = &ctxs[i]
+		f.ctx.parent = handlerCtx
+		c.inflight[m.ID] = f
+		if len(c.delayed) > 0 {
+			delete(c.delayed, m.ID)
+		}
+		jobs = append(jobs, job{m: m, f: f})
 	}
-	f := &inflight{started: time.Now(), ctx: newEntryContext(handlerCtx)}
-	c.inflight[m.ID] = f
-	delete(c.delayed, m.ID)
-	// Under c.mu, so never after close(c.work); never blocks (see Run).
-	c.work <- job{m: m, f: f}
+	// Under c.mu, so never after c.jobs.close().
+	c.inHand.Add(int64(len(jobs)))
+	c.jobs.push(jobs...)
 	c.mu.Unlock()
+	c.slots.release(len(msgs) - len(jobs))
+}
+
+func messageIDs(msgs []*Message) []string {
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return ids
 }
 
 // skip drops a queued job at shutdown without running its handler; its
@@ -389,8 +426,22 @@ func (c *Consumer) skip(j job) {
 	c.mu.Lock()
 	c.unstarted = append(c.unstarted, j.m.ID)
 	c.mu.Unlock()
+	c.settled()
 	c.slots.release(1)
 }
+
+// settled notes that an entry in hand was settled (or skipped).
+func (c *Consumer) settled() {
+	if c.inHand.Add(-1) == 0 && c.readIdle.Load() {
+		c.drained()
+	}
+}
+
+// drained tells the ack loop to flush now: nothing is queued or running
+// and the last read found nothing new, so no more acks are coming soon.
+// Under load this never happens and acks go out in full batches; after a
+// burst, its acks go out at once instead of after AckInterval.
+func (c *Consumer) drained() { signal(c.acks.drained) }
 
 // releaseUnstarted makes the entries skipped at shutdown claimable by other
 // consumers at once (a fenced release: entries taken over meanwhile are
@@ -418,6 +469,7 @@ func (c *Consumer) runJob(j job) {
 	if !c.settle(j.m, j.f, err, panicked) {
 		c.forget(j.m.ID)
 	}
+	c.settled()
 }
 
 func (c *Consumer) runHandler(ctx context.Context, m *Message) (err error, panicked bool) {

@@ -61,11 +61,13 @@ func (c *Consumer) readLoop(ctx, handlerCtx context.Context) {
 		}
 		attempt = 0
 		idle = len(msgs) == 0
+		c.readIdle.Store(idle)
+		if idle && c.inHand.Load() == 0 {
+			c.drained()
+		}
 		c.slots.release(n - len(msgs))
 		c.m.Count(EventRead, len(msgs))
-		for _, m := range msgs {
-			c.dispatch(handlerCtx, m)
-		}
+		c.dispatch(handlerCtx, msgs)
 	}
 }
 

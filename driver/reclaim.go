@@ -115,9 +115,13 @@ func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 			c.m.Count(EventDeletedFromPEL, len(page.Deleted))
 			c.log.Warn("pending entries were deleted from the stream; cleared from the PEL", "count", len(page.Deleted), "ids", firstIDs(page.Deleted))
 		}
-		for _, e := range page.Entries {
-			c.dispatch(handlerCtx, &Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: c.cfg.Stream, Group: c.cfg.Group})
+		msgs := make([]Message, len(page.Entries))
+		ptrs := make([]*Message, len(page.Entries))
+		for i, e := range page.Entries {
+			msgs[i] = Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: c.cfg.Stream, Group: c.cfg.Group}
+			ptrs[i] = &msgs[i]
 		}
+		c.dispatch(handlerCtx, ptrs)
 		if page.Done() || onePage {
 			return
 		}

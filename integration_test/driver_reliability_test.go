@@ -231,11 +231,14 @@ func TestDriverShutdownBoundedWhenServerHangs(t *testing.T) {
 		k := newKeys(t)
 		require.NoError(t, admin.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
 		ids := produce(t, ctx, admin, k, 20)
-		handled := make(chan string, 20)
+		started := make(chan string, 20)
+		gate := make(chan struct{})
 		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
-			handled <- m.ID
+			started <- m.ID
+			<-gate // the handlers succeed once the server hangs
 			return nil
 		}))
+		cfg.Concurrency = 20
 		cfg.AckInterval = time.Hour
 		cfg.AckBatch = 1000 // acks wait for the shutdown flush
 		cfg.ShutdownTimeout = 300 * time.Millisecond
@@ -243,10 +246,11 @@ func TestDriverShutdownBoundedWhenServerHangs(t *testing.T) {
 		cfg.Logger = nil
 		r := start(t, rdb, cfg)
 		for range ids {
-			<-handled
+			<-started
 		}
 		require.NoError(t, admin.Do(ctx, "CLIENT", "PAUSE", "20000", "ALL").Err())
 		t.Cleanup(func() { admin.Do(context.Background(), "CLIENT", "UNPAUSE") })
+		close(gate)
 		began := time.Now()
 		require.NoError(t, r.stop(t))
 		require.Less(t, time.Since(began), 10*time.Second, "Run returned while the server hung")

@@ -147,6 +147,30 @@ func TestDriverHandlesAndAcks(t *testing.T) {
 	})
 }
 
+// After a burst, acks go out as soon as the consumer has nothing left in
+// hand (its last read found nothing new and no handler runs), not after
+// AckInterval: here neither the interval (an hour) nor a full batch would
+// ever send them.
+func TestDriverAcksWhenDrained(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+		m := newCounts()
+		cfg := fastConfig(t, k, "worker", driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }))
+		cfg.Metrics = m
+		cfg.AckInterval = time.Hour
+		cfg.AckBatch = 1000
+		r := start(t, s.rdb, cfg)
+		for burst := 1; burst <= 3; burst++ {
+			produce(t, ctx, s.rdb, k, 10)
+			waitFor(t, fmt.Sprintf("burst %d acked", burst), func() bool { return m.get(driver.EventAcked) == 10*burst })
+			require.Zero(t, pelSize(t, ctx, s.rdb, k))
+		}
+		require.NoError(t, r.stop(t))
+	})
+}
+
 // Poison entries reach the handler at most MaxDeliveries times, then sit in
 // the dead-letter stream with reason max_deliveries; a DeadLetter outcome
 // parks an entry at once with its error text.

@@ -28,7 +28,7 @@ Conventions
   field data.
 ]]
 
-local LIBRARY_VERSION = '1.0.2'
+local LIBRARY_VERSION = '1.0.3'
 
 -- @@errors-begin (parsed by errors_test.go: keep one code per line)
 local ERRORS = {
@@ -288,17 +288,13 @@ local function checkidcount(ids)
   end
 end
 
--- The ids args[first..] like idlist, plus the smallest and largest of them,
--- in one pass that parses each id once (ack's hot path: one pattern match
--- per id instead of five).
-local function idrange(args, first)
-  local ids = {}
+-- The smallest and largest of ids, checking each, in one pass that parses
+-- each id once (one pattern match per id instead of five).
+local function idrange(ids)
   local lo, lom, los, hi, him, his
-  for i = first, #args do
-    local id = args[i]
+  for _, id in ipairs(ids) do
     local m, q = string.match(id, '^(%d+)%-(%d+)$')
     if not m then checkid(id, 'id') end
-    ids[#ids + 1] = id
     if lo == nil or (m ~= lom and numless(m, lom)) or (m == lom and numless(q, los)) then
       lo, lom, los = id, m, q
     end
@@ -306,8 +302,7 @@ local function idrange(args, first)
       hi, him, his = id, m, q
     end
   end
-  checkidcount(ids)
-  return ids, lo, hi
+  return lo, hi
 end
 
 -- Runs the command prefix..ids..suffix in chunks of ID_CHUNK ids (Lua's
@@ -520,7 +515,9 @@ end
 -- ARGV[1] group
 -- ARGV[2] consumer     only ids still owned by this consumer are acked
 -- ARGV[3] delete       "1": also XDEL the acked entries from the stream
--- ARGV[4..] ids        1..10000 ids
+-- ARGV[4..] ids        1..10000 ids, in any order; fastest with the lowest id
+--                      first and the highest last (one range read then
+--                      covers the batch without parsing every id)
 -- Reply: { acked (integer), { id, ... } not owned (ownership moved, or no
 --          longer pending) }
 -- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
@@ -530,22 +527,43 @@ local function ack(keys, args)
   local group = argname(args, 1, 'group')
   local consumer = argname(args, 2, 'consumer')
   local delete = argbool(args, 3, 'delete')
-  local ids, lo, hi = idrange(args, 4)
+  local ids = {}
+  for i = 4, #args do ids[#ids + 1] = args[i] end
+  checkidcount(ids)
+  local first, last = checkid(ids[1], 'id'), checkid(ids[#ids], 'id')
   local checks = {{'TYPE', stream}, {'XPENDING', stream, group}, {'XACK', stream, group, '0-0'}}
   if delete then checks[#checks + 1] = {'XDEL', stream, '0-0'} end
   allow(checks)
   needgroup(stream, group)
 
-  local owned, lost = {}, {}
-  local limit = #ids + 64
-  local rows = call('XPENDING', stream, group, lo, hi, limit, consumer)
+  -- Ownership comes from range reads of the consumer's own pending entries.
+  -- The first read takes the first and last ids as its bounds: callers put
+  -- the lowest id first and the highest last (the Go wrapper does), which
+  -- spares parsing every id on the hot path.
   local mine = {}
-  for _, r in ipairs(rows) do mine[r[1]] = true end
+  local function readmine(lo, hi, n)
+    for _, r in ipairs(call('XPENDING', stream, group, lo, hi, n + 64, consumer)) do
+      mine[r[1]] = true
+    end
+  end
+  readmine(first, last, #ids)
+  local missing = {}
   for _, id in ipairs(ids) do
-    -- One range read answers for the batch; an id it does not show (owned
-    -- elsewhere, cut off by the limit, or written unnormalised such as
-    -- "01-0") is checked on its own. Lost ownership is rare.
-    local ok = mine[id] or pendinginfo(stream, group, id) == consumer
+    if not mine[id] then missing[#missing + 1] = id end
+  end
+  if #missing > 16 then
+    -- Ids out of order, or rows cut off by the limit: one more range read,
+    -- over the true bounds of the rest.
+    local lo, hi = idrange(missing)
+    readmine(lo, hi, #missing)
+  end
+  local owned, lost = {}, {}
+  for _, id in ipairs(ids) do
+    -- An id no range read showed (owned elsewhere, no longer pending, or
+    -- written unnormalised such as "01-0") is checked on its own. Lost
+    -- ownership is rare. Every id a read showed is well formed; the others
+    -- are checked here, before anything is written.
+    local ok = mine[id] or pendinginfo(stream, group, checkid(id, 'id')) == consumer
     if ok then
       owned[#owned + 1] = id
     else
@@ -905,7 +923,7 @@ local function stats(keys, args)
 end
 
 ------------------------------------------------------------------------------
--- pelwarden_v1_version: the library's version, e.g. "1.0.2" (read only).
+-- pelwarden_v1_version: the library's version, e.g. "1.0.3" (read only).
 --
 -- KEYS: none. ARGV: none.
 -- Reply: the version string.

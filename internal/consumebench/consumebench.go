@@ -18,9 +18,12 @@
 package consumebench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -118,6 +121,43 @@ var DefaultDrivers = []DriverVariant{
 	{Concurrency: 512, AckMode: driver.AckPlain},
 }
 
+// ParseDrivers parses driver variants for Config.Drivers: a comma-separated
+// list of variants, each a slash-separated list of "c=N" (Concurrency,
+// required), "p=N" (Prefetch) and "plain" or "fenced" (AckMode), e.g.
+// "c=16,c=16/p=484/plain". "" or "default" means DefaultDrivers.
+func ParseDrivers(s string) ([]DriverVariant, error) {
+	if s = strings.TrimSpace(s); s == "" || s == "default" {
+		return append([]DriverVariant(nil), DefaultDrivers...), nil
+	}
+	var out []DriverVariant
+	for _, f := range strings.Split(s, ",") {
+		var v DriverVariant
+		for _, opt := range strings.Split(strings.TrimSpace(f), "/") {
+			name, val, hasVal := strings.Cut(opt, "=")
+			n, err := strconv.Atoi(val)
+			switch {
+			case name == "plain" && !hasVal:
+				v.AckMode = driver.AckPlain
+			case name == "fenced" && !hasVal:
+				v.AckMode = driver.AckFenced
+			case (name == "c" || name == "p") && hasVal && (err != nil || n < 0):
+				return nil, fmt.Errorf("consumebench: driver variant %q: %s wants a non-negative integer, got %q", f, name, val)
+			case name == "c":
+				v.Concurrency = n
+			case name == "p":
+				v.Prefetch = n
+			default:
+				return nil, fmt.Errorf("consumebench: driver variant %q: unknown option %q (want c=N, p=N, plain, fenced)", f, opt)
+			}
+		}
+		if v.Concurrency < 1 {
+			return nil, fmt.Errorf("consumebench: driver variant %q: c=N (Concurrency >= 1) is required", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
 // DefaultPELSizes is the default Config.PELSizes.
 var DefaultPELSizes = []int{0, 100_000, 1_000_000}
 
@@ -135,6 +175,12 @@ type Config struct {
 	// Drivers are the driver configurations measured in PartMain, one
 	// method each. Defaults to DefaultDrivers.
 	Drivers []DriverVariant
+	// Rounds: PartMain runs every driver variant and the raw loop this many
+	// times, interleaved (round 1 runs each method once, then round 2...),
+	// and reports for each method the round with the median entries/s,
+	// next to the range of all rounds. watermill-redisstream runs in the
+	// first round only. Defaults to 1.
+	Rounds int
 	// SkipWatermill leaves watermill-redisstream out of PartMain (it takes
 	// over a minute; useful while iterating on the driver). Optional.
 	SkipWatermill bool
@@ -192,6 +238,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.ReclaimEntries, DefaultReclaimEntries)
 	def(&c.ClaimCount, DefaultClaimCount)
 	def(&c.ReclaimConcurrency, DefaultReclaimConcurrency)
+	def(&c.Rounds, 1)
 	def(&c.PELNewEntries, DefaultPELNewEntries)
 	def(&c.PayloadBytes, DefaultPayloadBytes)
 	if c.PELMinRun == 0 {
@@ -227,6 +274,8 @@ func (c Config) validate() error {
 		return bad("Options", "is required")
 	case c.Entries < 1:
 		return bad("Entries", "must be positive, got %d", c.Entries)
+	case c.Rounds < 1 || c.Rounds > 99:
+		return bad("Rounds", "must be between 1 and 99, got %d", c.Rounds)
 	case c.RawCount < 1:
 		return bad("RawCount", "must be positive, got %d", c.RawCount)
 	case c.ReclaimEntries < 1:
@@ -314,22 +363,51 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return ctx.Err() == nil
 	}
 	if cfg.has(PartMain) {
-		for _, v := range cfg.Drivers {
-			r, err := b.runDriver(ctx, v)
-			if !add(&rep.Main, r, err) {
+		// rounds[i] holds method i's runs, methods in the order of the
+		// first round.
+		var rounds [][]Result
+		keep := func(i int, r *Result, err error) bool {
+			if r != nil {
+				if i == len(rounds) {
+					rounds = append(rounds, nil)
+				}
+				rounds[i] = append(rounds[i], *r)
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+			return ctx.Err() == nil
+		}
+		for round := 1; round <= cfg.Rounds; round++ {
+			if cfg.Rounds > 1 {
+				cfg.logf("main path: round %d of %d", round, cfg.Rounds)
+			}
+			i := 0
+			for _, v := range cfg.Drivers {
+				r, err := b.runDriver(ctx, v)
+				if !keep(i, r, err) {
+					rep.Main = medians(rounds)
+					return rep, errors.Join(errs...)
+				}
+				i++
+			}
+			if !cfg.SkipWatermill && round == 1 {
+				r, err := b.runWatermill(ctx)
+				if !keep(i, r, err) {
+					rep.Main = medians(rounds)
+					return rep, errors.Join(errs...)
+				}
+			}
+			if !cfg.SkipWatermill {
+				i++
+			}
+			r, err := b.runRaw(ctx)
+			if !keep(i, r, err) {
+				rep.Main = medians(rounds)
 				return rep, errors.Join(errs...)
 			}
 		}
-		if !cfg.SkipWatermill {
-			r, err := b.runWatermill(ctx)
-			if !add(&rep.Main, r, err) {
-				return rep, errors.Join(errs...)
-			}
-		}
-		r, err := b.runRaw(ctx)
-		if !add(&rep.Main, r, err) {
-			return rep, errors.Join(errs...)
-		}
+		rep.Main = medians(rounds)
 	}
 	if cfg.has(PartReclaim) {
 		r, err := b.runClaimLoop(ctx)
@@ -350,6 +428,36 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 	return rep, errors.Join(errs...)
+}
+
+// medians returns, for each method's runs, the run with the median entries/s
+// (the lower middle one for an even count), its Rates set to the entries/s
+// of every run in run order. A method whose run failed in some round is
+// represented by that failed run, so the failure is reported.
+func medians(rounds [][]Result) []Result {
+	out := make([]Result, 0, len(rounds))
+	for _, runs := range rounds {
+		rates := make([]float64, len(runs))
+		pick := -1
+		for i := range runs {
+			rates[i] = runs[i].EntriesPerSecond()
+			if runs[i].Problem != "" && pick < 0 {
+				pick = i
+			}
+		}
+		if pick < 0 {
+			order := make([]int, len(runs))
+			for i := range order {
+				order[i] = i
+			}
+			slices.SortFunc(order, func(a, b int) int { return cmp.Compare(rates[a], rates[b]) })
+			pick = order[(len(order)-1)/2]
+		}
+		r := runs[pick]
+		r.Rates = rates
+		out = append(out, r)
+	}
+	return out
 }
 
 // cloneOptions returns a copy of o that Run may change.

@@ -170,6 +170,7 @@ type phase struct {
 	h     *hook
 	mem   *memSampler
 	cpu0  time.Duration
+	self0 time.Duration
 	start time.Time
 }
 
@@ -180,7 +181,7 @@ func (b *bench) begin(ctx context.Context, h *hook, progress func() int64) (*pha
 	if err != nil {
 		return nil, err
 	}
-	p := &phase{b: b, h: h, cpu0: cpu}
+	p := &phase{b: b, h: h, cpu0: cpu, self0: processCPU()}
 	p.mem = startMem(progress)
 	p.start = time.Now()
 	return p, nil
@@ -189,6 +190,7 @@ func (b *bench) begin(ctx context.Context, h *hook, progress func() int64) (*pha
 // end fills r's measurements; wall is the time to the last ack.
 func (p *phase) end(ctx context.Context, r *Result, wall time.Duration) error {
 	r.Ran = time.Since(p.start)
+	r.ClientCPU = processCPU() - p.self0
 	r.Wall = wall
 	r.RoundTrips = p.h.roundTrips.Load()
 	r.Commands = p.h.commands.Load()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -63,6 +64,13 @@ type Result struct {
 	Read, Claimed, Acked int64
 	// ServerCPU is the server's used_cpu_user+used_cpu_sys delta over Ran.
 	ServerCPU time.Duration
+	// ClientCPU is the benchmark process's user+system CPU time over Ran
+	// (every goroutine: the method's client, the heap sampler, the
+	// watchers); 0 where the platform does not report it.
+	ClientCPU time.Duration
+	// Rates holds the entries/s of every round of this method (PartMain
+	// with Config.Rounds), in run order; this Result is the median one.
+	Rates []float64
 	// PeakHeapInuse is the highest runtime.MemStats.HeapInuse sampled every
 	// 50ms during Ran; BaseHeapInuse is HeapInuse after a GC just before.
 	// Both cover the whole benchmark process.
@@ -144,6 +152,12 @@ func (r *Result) CPUPerEntry() float64 {
 	return reclaimbench.PerEntry(float64(r.ServerCPU)/float64(time.Microsecond), r.Entries)
 }
 
+// ClientCPUPerEntry is the benchmark process's CPU time per entry, in
+// microseconds.
+func (r *Result) ClientCPUPerEntry() float64 {
+	return reclaimbench.PerEntry(float64(r.ClientCPU)/float64(time.Microsecond), r.Entries)
+}
+
 // AllocPerEntry is the bytes the process allocated per entry.
 func (r *Result) AllocPerEntry() float64 { return reclaimbench.PerEntry(float64(r.Alloc), r.Entries) }
 
@@ -161,6 +175,18 @@ const (
 	// largest PEL is at most this many times its peak with an empty PEL.
 	TargetHeapGrowth = 1.25
 )
+
+// fmtRates shows the entries/s of every round in thousands, "-" for one.
+func fmtRates(rates []float64) string {
+	if len(rates) < 2 {
+		return "-"
+	}
+	parts := make([]string, len(rates))
+	for i, x := range rates {
+		parts[i] = fmt.Sprintf("%.0fk", x/1000)
+	}
+	return strings.Join(parts, " ")
+}
 
 func find(rs []Result, pred func(*Result) bool) *Result {
 	for i := range rs {
@@ -189,13 +215,17 @@ func WriteTable(w io.Writer, rep Report) error {
 	raw := find(rep.Main, func(r *Result) bool { return strings.HasPrefix(r.Method, "raw") })
 	wm := find(rep.Main, func(r *Result) bool { return r.Method == "watermill" })
 	if len(rep.Main) > 0 {
-		ew.Printf("\n== main path: %d new entries per method, no-op handler ==\n", cfg.Entries)
-		tw := newTable(ew, "method\twall\tentries/s\tvs watermill\tvs raw\tround trips/entry\tserver CPU µs/entry\tpeak heap\tbaseline heap\talloc B/entry\tend state\t")
+		rounds := ""
+		if cfg.Rounds > 1 {
+			rounds = fmt.Sprintf(" (each row the median of %d interleaved rounds, vs raw the median of the ratios within a round; watermill ran once)", cfg.Rounds)
+		}
+		ew.Printf("\n== main path: %d new entries per method, no-op handler%s ==\n", cfg.Entries, rounds)
+		tw := newTable(ew, "method\twall\tentries/s\tall rounds\tvs watermill\tvs raw\tround trips/entry\tserver CPU µs/entry\tclient CPU µs/entry\tpeak heap\tbaseline heap\talloc B/entry\tend state\t")
 		for i := range rep.Main {
 			r := &rep.Main[i]
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.4f\t%.2f\t%s\t%s\t%.0f\t%s\t\n", r.Method,
-				reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatCount(r.EntriesPerSecond()),
-				vs(r, wm), vs(r, raw), r.RoundTripsPerEntry(), r.CPUPerEntry(),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.4f\t%.2f\t%.2f\t%s\t%s\t%.0f\t%s\t\n", r.Method,
+				reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatCount(r.EntriesPerSecond()), fmtRates(r.Rates),
+				vs(r, wm), vs(r, raw), r.RoundTripsPerEntry(), r.CPUPerEntry(), r.ClientCPUPerEntry(),
 				fmtBytes(r.PeakHeapInuse), fmtBytes(r.BaseHeapInuse), r.AllocPerEntry(), state(r))
 		}
 		if err := tw.Flush(); err != nil {
@@ -259,7 +289,7 @@ func WriteTable(w io.Writer, rep Report) error {
 			lines = append(lines, fmt.Sprintf("  %s: entries/s >= %gx watermill-redisstream: %s  %s", r.Method, TargetVsWatermill, reclaimbench.FormatRatio(x), reclaimbench.Verdict(x >= TargetVsWatermill)))
 		}
 		if raw != nil {
-			x := reclaimbench.Ratio(r.EntriesPerSecond(), raw.EntriesPerSecond())
+			x := ratioTo(r, raw)
 			lines = append(lines, fmt.Sprintf("  %s: entries/s >= %.0f%% of the raw loop: %.0f%%  %s", r.Method, TargetVsRaw*100, x*100, reclaimbench.Verdict(x >= TargetVsRaw)))
 		}
 	}
@@ -327,7 +357,23 @@ func vs(r, base *Result) string {
 	if base == nil {
 		return "-"
 	}
-	return reclaimbench.FormatRatio(reclaimbench.Ratio(r.EntriesPerSecond(), base.EntriesPerSecond()))
+	return reclaimbench.FormatRatio(ratioTo(r, base))
+}
+
+// ratioTo is r's entries/s over base's. With several rounds of both it is
+// the median of the ratios within each round (runs of one round are
+// neighbours in time, so a slow spell of a shared machine hits both),
+// otherwise the ratio of the two Results.
+func ratioTo(r, base *Result) float64 {
+	if len(r.Rates) < 2 || len(r.Rates) != len(base.Rates) {
+		return reclaimbench.Ratio(r.EntriesPerSecond(), base.EntriesPerSecond())
+	}
+	xs := make([]float64, len(r.Rates))
+	for i := range xs {
+		xs[i] = reclaimbench.Ratio(r.Rates[i], base.Rates[i])
+	}
+	slices.Sort(xs)
+	return xs[(len(xs)-1)/2]
 }
 
 func state(r *Result) string {

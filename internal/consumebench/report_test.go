@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pelwarden/pelwarden/driver"
 )
 
 func samples(inuse ...uint64) []HeapSample {
@@ -49,4 +51,47 @@ func TestWriteTableShowsHeapOverTime(t *testing.T) {
 	require.Contains(t, s, "heap over time, driver reclaim c=512, page 500 (tenths of the run; peak 70.0 MiB, last 65.0 MiB, baseline 1.0 MiB)")
 	require.Contains(t, s, "max live heap")
 	require.Contains(t, s, "targets (issue 5, resources):\n  driver reclaim c=512, page 500: heap flat while draining (peak of the second half <= 1.25x the first): 1.40x  MISSED")
+}
+
+func TestParseDrivers(t *testing.T) {
+	t.Parallel()
+	got, err := ParseDrivers("c=16, c=16/p=484/plain ,c=512/fenced")
+	require.NoError(t, err)
+	require.Equal(t, []DriverVariant{
+		{Concurrency: 16},
+		{Concurrency: 16, Prefetch: 484, AckMode: driver.AckPlain},
+		{Concurrency: 512, AckMode: driver.AckFenced},
+	}, got)
+	def, err := ParseDrivers("default")
+	require.NoError(t, err)
+	require.Equal(t, DefaultDrivers, def)
+	for _, bad := range []string{"p=4", "c=0", "c=x", "c=-1", "c=16/q=1", "c=16/plain=1", "c=16,", "c"} {
+		_, err := ParseDrivers(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+// medians keeps each method's median round and all its rates; ratioTo pairs
+// the rounds.
+func TestMediansAndPairedRatios(t *testing.T) {
+	t.Parallel()
+	run := func(method string, entries int, wall time.Duration) Result {
+		return Result{Method: method, Entries: entries, Wall: wall}
+	}
+	rounds := [][]Result{
+		{run("driver", 100, 1*time.Second), run("driver", 100, 4*time.Second), run("driver", 100, 2*time.Second)},
+		{run("raw", 100, 1*time.Second), run("raw", 100, 2*time.Second), run("raw", 100, 1*time.Second)},
+	}
+	ms := medians(rounds)
+	require.Len(t, ms, 2)
+	require.Equal(t, 2*time.Second, ms[0].Wall, "median of 100, 25 and 50 entries/s")
+	require.Equal(t, []float64{100, 25, 50}, ms[0].Rates)
+	require.Equal(t, time.Second, ms[1].Wall)
+	// Within each round: 1, 0.5, 0.5.
+	require.InDelta(t, 0.5, ratioTo(&ms[0], &ms[1]), 1e-9)
+
+	failed := run("driver", 100, time.Second)
+	failed.Problem = "boom"
+	ms = medians([][]Result{{run("driver", 100, time.Second), failed}})
+	require.Equal(t, "boom", ms[0].Problem, "a failed round is reported, not hidden by the median")
 }
