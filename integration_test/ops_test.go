@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +41,98 @@ func TestAckFenced(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 4, n, "Delete removed the two acked entries")
 	})
+}
+
+// The ack function is exact whatever the order of its ids. The Go wrapper
+// puts the lowest first and the highest last, so one range read of the
+// consumer's pending entries covers the batch; a raw FCALL may not (the
+// function then reads the range of the ids it did not see, and looks up
+// the rest one by one). A malformed id anywhere fails the call before
+// anything is acked.
+func TestAckAnyOrder(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		for _, via := range []string{"fcall", "wrapper"} {
+			k := newKeys(t)
+			ids := setup(t, ctx, s.rdb, k, 300)
+			deliver(t, ctx, s.rdb, k, "a", 300)
+			want := map[string]bool{} // id -> acked by this call
+			var moved []string
+			ackedBefore := 0
+			for i, id := range ids {
+				switch {
+				case i%7 == 3:
+					moved = append(moved, id)
+					want[id] = false
+				case i%11 == 5:
+					require.NoError(t, s.rdb.XAck(ctx, k.Stream, k.Group, id).Err())
+					ackedBefore++
+					want[id] = false
+				default:
+					want[id] = true
+				}
+			}
+			require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: moved}).Err())
+			batch := append([]string(nil), ids...)
+			rand.New(rand.NewPCG(uint64(len(via)), 7)).Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
+			// One owned id written unnormalised: "0" before its milliseconds.
+			for i, id := range batch {
+				if want[id] {
+					batch[i] = "0" + id
+					break
+				}
+			}
+
+			bad := append(append(append([]string(nil), batch[:150]...), "bogus"), batch[150:]...)
+			if via == "fcall" {
+				err := s.rdb.FCall(ctx, pelwarden.FunctionAck, []string{k.Stream}, append([]any{k.Group, "a", "0"}, anys(bad)...)...).Err()
+				require.True(t, redis.HasErrorPrefix(err, "PWBADID"), "got %v", err)
+			} else {
+				_, err := s.lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: bad})
+				require.ErrorIs(t, err, pelwarden.ErrInvalidID)
+			}
+			before := pelSize(t, ctx, s.rdb, k)
+			require.EqualValues(t, 300-ackedBefore, before, "nothing acked by the refused call")
+
+			var acked int64
+			var notOwned []string
+			if via == "fcall" {
+				v, err := s.rdb.FCall(ctx, pelwarden.FunctionAck, []string{k.Stream}, append([]any{k.Group, "a", "0"}, anys(batch)...)...).Slice()
+				require.NoError(t, err)
+				acked = v[0].(int64)
+				for _, x := range v[1].([]any) {
+					notOwned = append(notOwned, x.(string))
+				}
+			} else {
+				r, err := s.lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: batch})
+				require.NoError(t, err)
+				acked, notOwned = r.Acked, r.NotOwned
+			}
+			var wantAcked int64
+			var wantNotOwned []string
+			for _, id := range ids {
+				if want[id] {
+					wantAcked++
+				} else {
+					wantNotOwned = append(wantNotOwned, id)
+				}
+			}
+			require.Equal(t, wantAcked, acked, via)
+			require.ElementsMatch(t, wantNotOwned, notOwned, via)
+			require.EqualValues(t, len(moved), pelSize(t, ctx, s.rdb, k), "only b's entries stay pending")
+			for _, id := range moved {
+				require.Equal(t, "b", pendingOf(t, ctx, s.rdb, k, id).Consumer)
+			}
+		}
+	})
+}
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // DeadLetter is atomic, fenced and idempotent, and bounds the error text.

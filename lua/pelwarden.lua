@@ -310,6 +310,11 @@ end
 -- integers are summed, arrays concatenated.
 local ID_CHUNK = 1000
 local function callids(prefix, ids, suffix)
+  if suffix == nil and #ids <= ID_CHUNK then
+    -- One call, without copying the ids (the hot path of ack).
+    if #prefix == 2 then return call(prefix[1], prefix[2], unpack(ids)) end
+    if #prefix == 3 then return call(prefix[1], prefix[2], prefix[3], unpack(ids)) end
+  end
   local total, list = 0, nil
   for i = 1, #ids, ID_CHUNK do
     local cmd = {}
@@ -527,10 +532,10 @@ local function ack(keys, args)
   local group = argname(args, 1, 'group')
   local consumer = argname(args, 2, 'consumer')
   local delete = argbool(args, 3, 'delete')
-  local ids = {}
-  for i = 4, #args do ids[#ids + 1] = args[i] end
-  checkidcount(ids)
-  local first, last = checkid(ids[1], 'id'), checkid(ids[#ids], 'id')
+  local count = #args - 3
+  if count < 1 then fail(ERRORS.BADARG, 'at least one id is required') end
+  if count > MAX_COUNT then fail(ERRORS.BADARG, 'at most ' .. MAX_COUNT .. ' ids per call') end
+  local first, last = checkid(args[4], 'id'), checkid(args[#args], 'id')
   local checks = {{'TYPE', stream}, {'XPENDING', stream, group}, {'XACK', stream, group, '0-0'}}
   if delete then checks[#checks + 1] = {'XDEL', stream, '0-0'} end
   allow(checks)
@@ -542,14 +547,14 @@ local function ack(keys, args)
   -- spares parsing every id on the hot path.
   local mine = {}
   local function readmine(lo, hi, n)
-    for _, r in ipairs(call('XPENDING', stream, group, lo, hi, n + 64, consumer)) do
-      mine[r[1]] = true
-    end
+    local rows = call('XPENDING', stream, group, lo, hi, n + 64, consumer)
+    for i = 1, #rows do mine[rows[i][1]] = true end
   end
-  readmine(first, last, #ids)
-  local missing = {}
-  for _, id in ipairs(ids) do
-    if not mine[id] then missing[#missing + 1] = id end
+  readmine(first, last, count)
+  local owned, lost, missing = {}, {}, {}
+  for i = 4, #args do
+    local id = args[i]
+    if mine[id] then owned[#owned + 1] = id else missing[#missing + 1] = id end
   end
   if #missing > 16 then
     -- Ids out of order, or rows cut off by the limit: one more range read,
@@ -557,14 +562,12 @@ local function ack(keys, args)
     local lo, hi = idrange(missing)
     readmine(lo, hi, #missing)
   end
-  local owned, lost = {}, {}
-  for _, id in ipairs(ids) do
+  for _, id in ipairs(missing) do
     -- An id no range read showed (owned elsewhere, no longer pending, or
     -- written unnormalised such as "01-0") is checked on its own. Lost
     -- ownership is rare. Every id a read showed is well formed; the others
     -- are checked here, before anything is written.
-    local ok = mine[id] or pendinginfo(stream, group, checkid(id, 'id')) == consumer
-    if ok then
+    if mine[id] or pendinginfo(stream, group, checkid(id, 'id')) == consumer then
       owned[#owned + 1] = id
     else
       lost[#lost + 1] = id
