@@ -168,6 +168,30 @@ type AckResult struct {
 	// NotOwned ids were not acknowledged: another consumer owns them now, or
 	// they are no longer pending.
 	NotOwned []string
+	// NotPending are the NotOwned ids no consumer holds: they were acked
+	// already (for instance by an earlier attempt of a call retried after
+	// its connection dropped) or cleared from the group. The others in
+	// NotOwned are owned by another consumer. Empty from a server running a
+	// library older than 1.0.3.
+	NotPending []string
+}
+
+// OwnedElsewhere returns the NotOwned ids that another consumer holds now.
+func (r *AckResult) OwnedElsewhere() []string {
+	if len(r.NotPending) == 0 {
+		return r.NotOwned
+	}
+	gone := make(map[string]bool, len(r.NotPending))
+	for _, id := range r.NotPending {
+		gone[id] = true
+	}
+	var out []string
+	for _, id := range r.NotOwned {
+		if !gone[id] {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // Err returns an error wrapping ErrNotOwner that lists NotOwned, or nil.

@@ -49,3 +49,21 @@ func TestBoundsFirstLast(t *testing.T) {
 		}
 	}
 }
+
+// The ack reply of library 1.0.2 (two elements) and of 1.0.3 (with the ids
+// no longer pending) both decode; OwnedElsewhere is what is left of NotOwned.
+func TestDecodeAckAndOwnedElsewhere(t *testing.T) {
+	t.Parallel()
+	old, err := decodeAck([]any{int64(2), []any{"1-0", "2-0"}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"1-0", "2-0"}, old.OwnedElsewhere(), "without the third element every not-owned id counts")
+
+	r, err := decodeAck([]any{int64(1), []any{"1-0", "2-0", "3-0"}, []any{"2-0"}})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, r.Acked)
+	require.Equal(t, []string{"2-0"}, r.NotPending)
+	require.Equal(t, []string{"1-0", "3-0"}, r.OwnedElsewhere())
+
+	_, err = decodeAck([]any{int64(1), []any{}, int64(3)})
+	require.ErrorIs(t, err, ErrMalformedReply)
+}

@@ -145,6 +145,11 @@ func decodeAck(v any) (*AckResult, error) {
 	if r.NotOwned, err = asStrings(fn, "not-owned", a[1]); err != nil {
 		return nil, err
 	}
+	if len(a) > 2 { // library 1.0.3 and later
+		if r.NotPending, err = asStrings(fn, "not-pending", a[2]); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
 }
 

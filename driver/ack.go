@@ -46,10 +46,16 @@ func (c *Consumer) ackLoop(ctx context.Context) {
 			}
 			attempt = 0
 			c.m.Count(EventAcked, int(r.Acked))
-			if len(r.NotOwned) > 0 {
-				c.m.Count(EventLostOwnership, len(r.NotOwned))
+			if lost := r.OwnedElsewhere(); len(lost) > 0 {
+				c.m.Count(EventLostOwnership, len(lost))
 				c.log.Warn("acks refused: entries are owned by another consumer now (they will be handled again there)",
-					"count", len(r.NotOwned), "ids", firstIDs(r.NotOwned))
+					"count", len(lost), "ids", firstIDs(lost))
+			}
+			if len(r.NotPending) > 0 {
+				// Typically the retry of an ack whose first attempt was
+				// applied but whose reply was lost with the connection.
+				c.log.Info("acked entries were no longer pending (acked already, or cleared from the group)",
+					"count", len(r.NotPending), "ids", firstIDs(r.NotPending))
 			}
 			c.forget(batch...)
 			pending = pending[len(batch):]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -499,6 +500,57 @@ func TestDriverAckModes(t *testing.T) {
 
 // commandCounter counts one command by name, or with fn set, FCALLs of one
 // function (a go-redis hook).
+// loseFirstReply is a go-redis hook that lets the first call of fn reach
+// the server, then reports a dropped connection instead of its reply, as
+// when a connection is cut after the server applied the call.
+type loseFirstReply struct {
+	fn   string
+	done *atomic.Bool
+}
+
+func (h loseFirstReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h loseFirstReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if a := cmd.Args(); err == nil && len(a) > 1 && cmd.Name() == "fcall" && a[1] == h.fn && h.done.CompareAndSwap(false, true) {
+			cmd.SetErr(io.ErrUnexpectedEOF)
+			return io.ErrUnexpectedEOF
+		}
+		return err
+	}
+}
+func (h loseFirstReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// An ack retried after its reply was lost finds its entries acked already:
+// that is reported apart, not counted as lost ownership (no other consumer
+// took them).
+func TestDriverRetriedAckIsNotLostOwnership(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+		const n = 50
+		produce(t, ctx, s.rdb, k, n)
+		rdb := s.srv.Client()
+		defer rdb.Close()
+		var lost atomic.Bool
+		rdb.AddHook(loseFirstReply{fn: pelwarden.FunctionAck, done: &lost})
+		m := newCounts()
+		cfg := fastConfig(t, k, "worker", driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }))
+		cfg.Metrics = m
+		r := start(t, rdb, cfg)
+		waitFor(t, "every entry handled and the PEL empty", func() bool {
+			return m.get(driver.EventHandled) == n && pelSize(t, ctx, s.rdb, k) == 0
+		})
+		require.NoError(t, r.stop(t))
+		require.True(t, lost.Load(), "the first ack's reply was dropped")
+		require.GreaterOrEqual(t, m.get(driver.EventCommandError), 1, "the dropped reply counts as a command error")
+		require.Zero(t, m.get(driver.EventLostOwnership), "nobody else took the entries")
+	})
+}
+
 type commandCounter struct {
 	name, fn string
 	n        *atomic.Int64

@@ -27,7 +27,18 @@ func TestAckFenced(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 3, r.Acked)
 		require.ElementsMatch(t, ids[:3], r.NotOwned)
+		require.Equal(t, []string{ids[2]}, r.NotPending, "acked before: no consumer holds it")
+		require.ElementsMatch(t, ids[:2], r.OwnedElsewhere())
 		require.ErrorIs(t, r.Err(), pelwarden.ErrNotOwner)
+
+		// The same call again (a retry whose first attempt was applied):
+		// nothing acked, and every id is reported as no longer pending, not
+		// as taken over.
+		r, err = s.lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids[2:]})
+		require.NoError(t, err)
+		require.Zero(t, r.Acked)
+		require.ElementsMatch(t, ids[2:], r.NotPending)
+		require.Empty(t, r.OwnedElsewhere())
 		for _, id := range ids[:2] {
 			require.Equal(t, "b", pendingOf(t, ctx, s.rdb, k, id).Consumer, "b keeps %s", id)
 		}

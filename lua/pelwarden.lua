@@ -524,7 +524,10 @@ end
 --                      first and the highest last (one range read then
 --                      covers the batch without parsing every id)
 -- Reply: { acked (integer), { id, ... } not owned (ownership moved, or no
---          longer pending) }
+--          longer pending),
+--          { id, ... } no longer pending: the not-owned ids no consumer
+--                      holds (acked already, e.g. by an earlier attempt of a
+--                      retried call, or cleared; added in 1.0.3) }
 -- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
 local function ack(keys, args)
   local stream = keys[1]
@@ -551,7 +554,7 @@ local function ack(keys, args)
     for i = 1, #rows do mine[rows[i][1]] = true end
   end
   readmine(first, last, count)
-  local owned, lost, missing = {}, {}, {}
+  local owned, lost, gone, missing = {}, {}, {}, {}
   for i = 4, #args do
     local id = args[i]
     if mine[id] then owned[#owned + 1] = id else missing[#missing + 1] = id end
@@ -567,10 +570,13 @@ local function ack(keys, args)
     -- written unnormalised such as "01-0") is checked on its own. Lost
     -- ownership is rare. Every id a read showed is well formed; the others
     -- are checked here, before anything is written.
-    if mine[id] or pendinginfo(stream, group, checkid(id, 'id')) == consumer then
+    local owner = consumer
+    if not mine[id] then owner = pendinginfo(stream, group, checkid(id, 'id')) end
+    if owner == consumer then
       owned[#owned + 1] = id
     else
       lost[#lost + 1] = id
+      if owner == nil then gone[#gone + 1] = id end
     end
   end
   local n = 0
@@ -578,7 +584,7 @@ local function ack(keys, args)
     n = callids({'XACK', stream, group}, owned)
     if delete then callids({'XDEL', stream}, owned) end
   end
-  return {n, lost}
+  return {n, lost, gone}
 end
 
 ------------------------------------------------------------------------------
