@@ -19,6 +19,7 @@ const (
 	DefaultConcurrency     = 16
 	DefaultReadBlock       = 2 * time.Second
 	DefaultClaimCount      = 100
+	DefaultReadCount       = 500
 	DefaultAckBatch        = 500
 	DefaultAckInterval     = 20 * time.Millisecond
 	DefaultShutdownTimeout = 30 * time.Second
@@ -123,11 +124,20 @@ type Config struct {
 	// below the client's ReadTimeout (go-redis default 3s). Defaults to
 	// DefaultReadBlock.
 	ReadBlock time.Duration
+	// ReadCount is the most entries one XREADGROUP asks for; a read takes
+	// fewer when fewer handler slots are free. When Concurrency + Prefetch
+	// is at least twice ReadCount, the next read goes out while handlers
+	// work on the entries of the last one. Defaults to DefaultReadCount; at
+	// most pelwarden.MaxCount.
+	ReadCount int
 	// ClaimCount is the page size of a reclaim call (bounded by free
 	// handler slots). Defaults to DefaultClaimCount.
 	ClaimCount int
 	// AckBatch: acks are sent in one call per batch of this many, or every
-	// AckInterval, whichever comes first. Defaults to DefaultAckBatch.
+	// AckInterval, whichever comes first, and at once when the consumer has
+	// drained what it held (its last read found nothing new and no handler
+	// is queued or running: no more acks are coming soon). Defaults to
+	// DefaultAckBatch.
 	AckBatch int
 	// AckInterval: see AckBatch. Defaults to DefaultAckInterval.
 	AckInterval time.Duration
@@ -188,6 +198,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReadBlock == 0 {
 		c.ReadBlock = DefaultReadBlock
+	}
+	if c.ReadCount == 0 {
+		c.ReadCount = DefaultReadCount
 	}
 	if c.ClaimCount == 0 {
 		c.ClaimCount = DefaultClaimCount
@@ -276,6 +289,9 @@ func (c Config) validate() error {
 	}
 	if c.ReadBlock < time.Millisecond {
 		return bad("ReadBlock", "must be at least 1ms, got %v", c.ReadBlock)
+	}
+	if c.ReadCount < 0 || c.ReadCount > pelwarden.MaxCount {
+		return bad("ReadCount", "must be between 1 and %d, got %d", pelwarden.MaxCount, c.ReadCount)
 	}
 	if c.ClaimCount < 0 || c.ClaimCount > pelwarden.MaxCount {
 		return bad("ClaimCount", "must be between 1 and %d, got %d", pelwarden.MaxCount, c.ClaimCount)

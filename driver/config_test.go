@@ -42,6 +42,8 @@ func TestNewValidatesAndNamesTheField(t *testing.T) {
 		{"Concurrency", func(c *Config) { c.Concurrency = pelwarden.MaxCount + 1 }},
 		{"ReadBlock", func(c *Config) { c.ReadBlock = time.Microsecond }},
 		{"ClaimCount", func(c *Config) { c.ClaimCount = -3 }},
+		{"ReadCount", func(c *Config) { c.ReadCount = -1 }},
+		{"ReadCount", func(c *Config) { c.ReadCount = pelwarden.MaxCount + 1 }},
 		{"AckBatch", func(c *Config) { c.AckBatch = pelwarden.MaxCount + 1 }},
 		{"AckInterval", func(c *Config) { c.AckInterval = -1 }},
 		{"AckMode", func(c *Config) { c.AckMode = AckPlain + 1 }},

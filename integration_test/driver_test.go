@@ -500,6 +500,123 @@ func TestDriverAckModes(t *testing.T) {
 
 // commandCounter counts one command by name, or with fn set, FCALLs of one
 // function (a go-redis hook).
+// readCounts is a go-redis hook that records the COUNT of every XREADGROUP.
+type readCounts struct {
+	mu     *sync.Mutex
+	counts *[]int64
+}
+
+func (h readCounts) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h readCounts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); cmd.Name() == "xreadgroup" {
+			for i := 0; i+1 < len(a); i++ {
+				if s, _ := a[i].(string); strings.EqualFold(s, "COUNT") {
+					h.mu.Lock()
+					*h.counts = append(*h.counts, toInt64(a[i+1]))
+					h.mu.Unlock()
+				}
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h readCounts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func toInt64(v any) int64 {
+	switch n := v.(type) {
+	case int:
+		return int64(n)
+	case int64:
+		return n
+	}
+	return -1
+}
+
+// Prefetch and ReadCount: the consumer holds up to Concurrency + Prefetch
+// entries, runs at most Concurrency handlers, and asks each read for at most
+// ReadCount entries. At shutdown, queued entries no handler started are
+// released at once (claimable by other consumers), while the ones whose
+// handlers were cancelled stay pending with their lease.
+func TestDriverPrefetchAndReadCount(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := ctxFor(t)
+		k := newKeys(t)
+		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+		produce(t, ctx, s.rdb, k, 40)
+		rdb := s.srv.Client()
+		defer rdb.Close()
+		var mu sync.Mutex
+		var counts []int64
+		rdb.AddHook(readCounts{mu: &mu, counts: &counts})
+
+		gate := make(chan struct{})
+		var running, maxRunning, handled atomic.Int64
+		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
+			n := running.Add(1)
+			defer running.Add(-1)
+			for {
+				old := maxRunning.Load()
+				if n <= old || maxRunning.CompareAndSwap(old, n) {
+					break
+				}
+			}
+			select {
+			case <-gate:
+				handled.Add(1)
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}))
+		cfg.Concurrency, cfg.Prefetch, cfg.ReadCount = 2, 8, 4
+		cfg.MinIdle = 2 * time.Second // LeaseInterval 667ms
+		r := start(t, rdb, cfg)
+		waitFor(t, "the consumer holds Concurrency + Prefetch entries", func() bool {
+			return pelSize(t, ctx, s.rdb, k) == 10 && running.Load() == 2
+		})
+		time.Sleep(200 * time.Millisecond) // a read beyond the bound would show now
+		require.EqualValues(t, 10, pelSize(t, ctx, s.rdb, k), "holds no more than Concurrency + Prefetch")
+
+		close(gate)
+		waitFor(t, "every entry handled and acked", func() bool {
+			return handled.Load() == 40 && pelSize(t, ctx, s.rdb, k) == 0
+		})
+		require.LessOrEqual(t, maxRunning.Load(), int64(2), "at most Concurrency handlers at once")
+		mu.Lock()
+		for _, c := range counts {
+			require.LessOrEqual(t, c, int64(4), "a read asks for at most ReadCount entries")
+		}
+		mu.Unlock()
+		require.NoError(t, r.stop(t))
+
+		// Shutdown with entries queued: 2 running (cancelled at the timeout,
+		// they keep their lease) and 8 queued (released at once).
+		produce(t, ctx, s.rdb, k, 10)
+		block := make(chan struct{})
+		defer close(block)
+		cfg.Handler = driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
+			select {
+			case <-block:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		cfg.ShutdownTimeout = 100 * time.Millisecond
+		r = start(t, rdb, cfg)
+		waitFor(t, "10 held", func() bool { return pelSize(t, ctx, s.rdb, k) == 10 })
+		require.NoError(t, r.stop(t))
+		claimable, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: k.Stream, Group: k.Group,
+			Idle: cfg.MinIdle, Start: "-", End: "+", Count: 100}).Result()
+		require.NoError(t, err)
+		require.Len(t, claimable, 8, "the queued entries no handler started were released for other consumers")
+		require.EqualValues(t, 10, pelSize(t, ctx, s.rdb, k), "nothing acked that did not succeed")
+	})
+}
+
 // loseFirstReply is a go-redis hook that lets the first call of fn reach
 // the server, then reports a dropped connection instead of its reply, as
 // when a connection is cut after the server applied the call.

@@ -312,6 +312,7 @@ func TestHostileDriverConfig(t *testing.T) {
 		{"Concurrency", func(c *driver.Config) { c.Concurrency = math.MaxInt }},
 		{"ReadBlock", func(c *driver.Config) { c.ReadBlock = -1 }},
 		{"ClaimCount", func(c *driver.Config) { c.ClaimCount = pelwarden.MaxCount + 1 }},
+		{"ReadCount", func(c *driver.Config) { c.ReadCount = pelwarden.MaxCount + 1 }},
 		{"AckBatch", func(c *driver.Config) { c.AckBatch = -1 }},
 		{"AckInterval", func(c *driver.Config) { c.AckInterval = -1 }},
 		{"AckMode", func(c *driver.Config) { c.AckMode = -1 }},

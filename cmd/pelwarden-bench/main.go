@@ -55,7 +55,7 @@ func run() int {
 		consumeEntries = flag.Int("consume-entries", consumebench.DefaultEntries, "consume suite: stream size per method of the main path")
 		consumeParts   = flag.String("consume-parts", "all", "consume suite: comma-separated parts: main, reclaim, pel")
 		consumeDrivers = flag.String("consume-drivers", "default", "consume suite: driver configurations of the main path, comma-separated, each c=N[/p=N][/plain|/fenced] (Concurrency, Prefetch, AckMode)")
-		consumeRounds  = flag.Int("consume-rounds", 1, "consume suite: run the main path's driver variants and raw loop this many times, interleaved, and report the median of each (watermill runs once)")
+		consumeRounds  = flag.Int("consume-rounds", 5, "consume suite: run the main path's driver variants and raw loop this many times, interleaved, and report the median of each (watermill runs once)")
 		watermill      = flag.Bool("consume-watermill", true, "consume suite: include watermill-redisstream in the main path (over a minute)")
 		reclaimEntries = flag.Int("consume-reclaim-entries", consumebench.DefaultReclaimEntries, "consume suite: PEL size of the reclaim part (make bench-drain: 1000000)")
 		profileDir     = flag.String("consume-profile-dir", "", "consume suite: write a CPU profile of each driver run of the main path to this directory")

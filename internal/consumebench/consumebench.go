@@ -114,11 +114,14 @@ func (v DriverVariant) String() string {
 
 // DefaultDrivers is the default Config.Drivers: the driver's defaults
 // (Concurrency 16, fenced acks); Concurrency 16 holding up to 500 entries
-// (Prefetch 484); Concurrency 512; then the same three with plain acks.
+// (Prefetch 484: one read's worth, as much as the raw loop holds); holding
+// up to 1,000 (Prefetch 984: the next read of ReadCount 500 goes out while
+// handlers work on the last); Concurrency 512; then the same four with
+// plain acks.
 var DefaultDrivers = []DriverVariant{
-	{Concurrency: 16}, {Concurrency: 16, Prefetch: 484}, {Concurrency: 512},
+	{Concurrency: 16}, {Concurrency: 16, Prefetch: 484}, {Concurrency: 16, Prefetch: 984}, {Concurrency: 512},
 	{Concurrency: 16, AckMode: driver.AckPlain}, {Concurrency: 16, Prefetch: 484, AckMode: driver.AckPlain},
-	{Concurrency: 512, AckMode: driver.AckPlain},
+	{Concurrency: 16, Prefetch: 984, AckMode: driver.AckPlain}, {Concurrency: 512, AckMode: driver.AckPlain},
 }
 
 // ParseDrivers parses driver variants for Config.Drivers: a comma-separated
