@@ -94,9 +94,10 @@ const (
 
 // DriverVariant is one driver configuration measured in PartMain.
 type DriverVariant struct {
-	// Concurrency, Prefetch and AckMode are the driver's Config fields.
-	Concurrency, Prefetch int
-	AckMode               driver.AckMode
+	// Concurrency, Prefetch, ReadCount (0: the driver's default) and
+	// AckMode are the driver's Config fields.
+	Concurrency, Prefetch, ReadCount int
+	AckMode                          driver.AckMode
 }
 
 // String names the variant in the report, e.g. "driver c=16 prefetch 484
@@ -105,6 +106,9 @@ func (v DriverVariant) String() string {
 	s := fmt.Sprintf("driver c=%d", v.Concurrency)
 	if v.Prefetch > 0 {
 		s += fmt.Sprintf(" prefetch %d", v.Prefetch)
+	}
+	if v.ReadCount > 0 {
+		s += fmt.Sprintf(" reads of %d", v.ReadCount)
 	}
 	if v.AckMode != driver.AckFenced {
 		s += " " + v.AckMode.String() + " acks"
@@ -126,7 +130,8 @@ var DefaultDrivers = []DriverVariant{
 
 // ParseDrivers parses driver variants for Config.Drivers: a comma-separated
 // list of variants, each a slash-separated list of "c=N" (Concurrency,
-// required), "p=N" (Prefetch) and "plain" or "fenced" (AckMode), e.g.
+// required), "p=N" (Prefetch), "r=N" (ReadCount) and "plain" or "fenced"
+// (AckMode), e.g.
 // "c=16,c=16/p=484/plain". "" or "default" means DefaultDrivers.
 func ParseDrivers(s string) ([]DriverVariant, error) {
 	if s = strings.TrimSpace(s); s == "" || s == "default" {
@@ -143,14 +148,16 @@ func ParseDrivers(s string) ([]DriverVariant, error) {
 				v.AckMode = driver.AckPlain
 			case name == "fenced" && !hasVal:
 				v.AckMode = driver.AckFenced
-			case (name == "c" || name == "p") && hasVal && (err != nil || n < 0):
+			case (name == "c" || name == "p" || name == "r") && hasVal && (err != nil || n < 0):
 				return nil, fmt.Errorf("consumebench: driver variant %q: %s wants a non-negative integer, got %q", f, name, val)
 			case name == "c":
 				v.Concurrency = n
 			case name == "p":
 				v.Prefetch = n
+			case name == "r":
+				v.ReadCount = n
 			default:
-				return nil, fmt.Errorf("consumebench: driver variant %q: unknown option %q (want c=N, p=N, plain, fenced)", f, opt)
+				return nil, fmt.Errorf("consumebench: driver variant %q: unknown option %q (want c=N, p=N, r=N, plain, fenced)", f, opt)
 			}
 		}
 		if v.Concurrency < 1 {
@@ -297,8 +304,9 @@ func (c Config) validate() error {
 		return bad("Timeout", "must be positive, got %v", c.Timeout)
 	}
 	for i, v := range c.Drivers {
-		if v.Concurrency < 1 || v.Prefetch < 0 || v.Concurrency+v.Prefetch > 10000 {
-			return bad(fmt.Sprintf("Drivers[%d]", i), "needs Concurrency >= 1, Prefetch >= 0 and their sum at most 10000, got %d and %d", v.Concurrency, v.Prefetch)
+		if v.Concurrency < 1 || v.Prefetch < 0 || v.Concurrency+v.Prefetch > 10000 || v.ReadCount < 0 || v.ReadCount > 10000 {
+			return bad(fmt.Sprintf("Drivers[%d]", i), "needs Concurrency >= 1, Prefetch >= 0 and their sum at most 10000, and ReadCount between 0 and 10000, got %d, %d and %d",
+				v.Concurrency, v.Prefetch, v.ReadCount)
 		}
 	}
 	for i, n := range c.PELSizes {

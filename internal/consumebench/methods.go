@@ -236,7 +236,7 @@ func (m *counting) HandlerDuration(time.Duration) {}
 type driverSpec struct {
 	method                   string
 	ackMode                  driver.AckMode
-	prefetch                 int
+	prefetch, readCount      int
 	part                     Part
 	k                        keys
 	concurrency, claimCount  int
@@ -258,8 +258,8 @@ func (b *bench) measureDriver(ctx context.Context, spec driverSpec) (*Result, er
 		Stream: spec.k.stream, DeadLetterStream: spec.k.dlq, Group: benchGroup, Consumer: benchName,
 		Handler:     driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }),
 		CreateGroup: true, Concurrency: spec.concurrency, ClaimCount: spec.claimCount, AckMode: spec.ackMode,
-		Prefetch: spec.prefetch,
-		MinIdle:  spec.minIdle, ReclaimInterval: spec.reclaimInterval,
+		Prefetch: spec.prefetch, ReadCount: spec.readCount,
+		MinIdle: spec.minIdle, ReclaimInterval: spec.reclaimInterval,
 		ShutdownTimeout: 5 * time.Second,
 		Logger:          slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Metrics:         m,
@@ -328,7 +328,7 @@ func (b *bench) startProfile(spec driverSpec) (func(), error) {
 	if b.cfg.ProfileDir == "" || spec.part != PartMain {
 		return func() {}, nil
 	}
-	f, err := os.Create(filepath.Join(b.cfg.ProfileDir, fmt.Sprintf("driver-c%d-p%d-%s.pprof", spec.concurrency, spec.prefetch, spec.ackMode)))
+	f, err := os.Create(filepath.Join(b.cfg.ProfileDir, fmt.Sprintf("driver-c%d-p%d-r%d-%s.pprof", spec.concurrency, spec.prefetch, spec.readCount, spec.ackMode)))
 	if err != nil {
 		return nil, err
 	}
@@ -347,7 +347,7 @@ func (b *bench) startProfile(spec driverSpec) (func(), error) {
 // runDriver: PartMain, one driver variant.
 func (b *bench) runDriver(ctx context.Context, v DriverVariant) (*Result, error) {
 	method := v.String()
-	k := b.keys(fmt.Sprintf("driver-%d-%d-%s", v.Concurrency, v.Prefetch, v.AckMode))
+	k := b.keys(fmt.Sprintf("driver-%d-%d-%d-%s", v.Concurrency, v.Prefetch, v.ReadCount, v.AckMode))
 	defer b.cleanup(ctx, k)
 	n := b.cfg.Entries
 	b.cfg.logf("%s: preparing %d entries", method, n)
@@ -357,7 +357,7 @@ func (b *bench) runDriver(ctx context.Context, v DriverVariant) (*Result, error)
 	}
 	b.cfg.logf("%s: consuming", method)
 	r, err := b.measureDriver(ctx, driverSpec{method: method, part: PartMain, k: k,
-		concurrency: v.Concurrency, prefetch: v.Prefetch, ackMode: v.AckMode,
+		concurrency: v.Concurrency, prefetch: v.Prefetch, readCount: v.ReadCount, ackMode: v.AckMode,
 		claimCount: driver.DefaultClaimCount, minIdle: driver.DefaultMinIdle, reclaimInterval: driver.DefaultReclaimInterval,
 		target: int64(n)})
 	return b.finish(ctx, r, err, func() error { return b.checkConsumed(ctx, k.stream, last) })

@@ -55,17 +55,18 @@ func TestWriteTableShowsHeapOverTime(t *testing.T) {
 
 func TestParseDrivers(t *testing.T) {
 	t.Parallel()
-	got, err := ParseDrivers("c=16, c=16/p=484/plain ,c=512/fenced")
+	got, err := ParseDrivers("c=16, c=16/p=484/plain ,c=512/fenced/r=256")
 	require.NoError(t, err)
 	require.Equal(t, []DriverVariant{
 		{Concurrency: 16},
 		{Concurrency: 16, Prefetch: 484, AckMode: driver.AckPlain},
-		{Concurrency: 512, AckMode: driver.AckFenced},
+		{Concurrency: 512, ReadCount: 256, AckMode: driver.AckFenced},
 	}, got)
+	require.Equal(t, "driver c=512 reads of 256", got[2].String())
 	def, err := ParseDrivers("default")
 	require.NoError(t, err)
 	require.Equal(t, DefaultDrivers, def)
-	for _, bad := range []string{"p=4", "c=0", "c=x", "c=-1", "c=16/q=1", "c=16/plain=1", "c=16,", "c"} {
+	for _, bad := range []string{"p=4", "c=0", "c=x", "c=-1", "c=16/q=1", "c=16/plain=1", "c=16,", "c", "c=16/r=x"} {
 		_, err := ParseDrivers(bad)
 		require.Error(t, err, bad)
 	}
