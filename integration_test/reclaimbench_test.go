@@ -53,7 +53,9 @@ func TestReclaimbenchSmoke(t *testing.T) {
 			// The proxy holds every chunk its delay each way (a sleep never
 			// ends early); the total against AddedLatency depends on the
 			// direct round trip's noise, so it is reported, not asserted.
-			require.Positive(t, l.ProxyDelay)
+			// On a loaded machine the proxy's own hop can cost the whole
+			// AddedLatency, and calibration then sets the delay to 0.
+			require.Greater(t, l.RTT, l.BaseRTT, "the proxied link goes through the proxy")
 			require.GreaterOrEqual(t, l.RTT, 2*l.ProxyDelay, "the proxy adds its delay in both directions")
 		}
 	}
