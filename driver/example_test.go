@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,4 +141,57 @@ func ExampleRetryAfter() {
 	// attempt 2
 	// attempt 3
 	// dead-lettered after 3 deliveries: max_deliveries
+}
+
+// A high-volume stream with fast handlers: 16 handler goroutines, but up to
+// 1,000 entries held (Prefetch), so that while the handlers work on one
+// read's 500 entries (ReadCount) the next read is already on its way. Acks
+// stay fenced and batched. See "Tuning for throughput" in the README and
+// BENCHMARKS.md for what each knob buys.
+func Example_throughput() {
+	rdb := redis.NewClient(serverOptions)
+	defer rdb.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	const n = 5000
+	p := rdb.Pipeline()
+	for i := range n {
+		p.XAdd(ctx, &redis.XAddArgs{Stream: "{clicks}", Values: []any{"page", i % 7}})
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		panic(err)
+	}
+	var views [7]atomic.Int64
+	handled := make(chan struct{}, n)
+	c, err := driver.New(rdb, driver.Config{
+		Stream: "{clicks}", Group: "stats", CreateGroup: true,
+		Concurrency: 16, Prefetch: 984, ReadCount: 500,
+		Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
+			page, _ := m.Value("page")
+			i, err := strconv.Atoi(page)
+			if err != nil || i < 0 || i >= len(views) {
+				return driver.DeadLetter(fmt.Errorf("bad page %q", page))
+			}
+			views[i].Add(1)
+			handled <- struct{}{}
+			return nil
+		}),
+	})
+	if err != nil {
+		panic(err)
+	}
+	stopped := make(chan error)
+	go func() { stopped <- c.Run(ctx) }()
+	for range n {
+		<-handled
+	}
+	cancel()
+	if err := <-stopped; err != nil {
+		panic(err)
+	}
+	pending, _ := rdb.XPending(context.Background(), "{clicks}", "stats").Result()
+	fmt.Println("page 0 views:", views[0].Load(), "pending:", pending.Count)
+	// Output:
+	// page 0 views: 715 pending: 0
 }

@@ -26,6 +26,7 @@ func TestConsumebenchSmoke(t *testing.T) {
 		Drivers: []consumebench.DriverVariant{{Concurrency: 16}, {Concurrency: 16, Prefetch: 484},
 			{Concurrency: 512, AckMode: driver.AckPlain}},
 		ReclaimEntries: 2000,
+		AckEntries:     2000,
 		ClaimCount:     100, // several pages per pass
 		PELSizes:       []int{0, 3000},
 		PELNewEntries:  1000,
@@ -38,7 +39,8 @@ func TestConsumebenchSmoke(t *testing.T) {
 	require.Len(t, rep.Main, 5) // three driver variants, watermill, raw
 	require.Len(t, rep.Reclaim, 2)
 	require.Len(t, rep.PEL, 2)
-	for _, part := range [][]consumebench.Result{rep.Main, rep.Reclaim, rep.PEL} {
+	require.Len(t, rep.Ack, 3) // XACK, fenced in order, fenced shuffled
+	for _, part := range [][]consumebench.Result{rep.Main, rep.Reclaim, rep.PEL, rep.Ack} {
 		for _, r := range part {
 			require.True(t, r.Verified, "%s: %s", r.Method, r.Problem)
 			require.Empty(t, r.Problem, r.Method)
@@ -74,6 +76,7 @@ func TestConsumebenchSmoke(t *testing.T) {
 	require.NoError(t, consumebench.WriteTable(&out, rep))
 	require.Contains(t, out.String(), "vs watermill")
 	require.Contains(t, out.String(), "heap over time, driver reclaim")
+	require.Contains(t, out.String(), "fenced ack, ids shuffled")
 	require.NotContains(t, out.String(), "FAILED")
 	t.Log("\n" + out.String())
 }

@@ -53,7 +53,7 @@ func run() int {
 		pageSize       = flag.Int("page-size", reclaimbench.DefaultPageSize, "page size of pelwarden and the pipelined loop")
 		suite          = flag.String("suite", "reclaim", "benchmarks to run: reclaim, consume or all")
 		consumeEntries = flag.Int("consume-entries", consumebench.DefaultEntries, "consume suite: stream size per method of the main path")
-		consumeParts   = flag.String("consume-parts", "all", "consume suite: comma-separated parts: main, reclaim, pel")
+		consumeParts   = flag.String("consume-parts", "all", "consume suite: comma-separated parts: main, reclaim, pel, ack")
 		consumeDrivers = flag.String("consume-drivers", "default", "consume suite: driver configurations of the main path, comma-separated, each c=N[/p=N][/r=N][/plain|/fenced] (Concurrency, Prefetch, ReadCount, AckMode)")
 		consumeRounds  = flag.Int("consume-rounds", 5, "consume suite: run the main path's driver variants and raw loop this many times, interleaved, and report the median of each (watermill runs once)")
 		watermill      = flag.Bool("consume-watermill", true, "consume suite: include watermill-redisstream in the main path (over a minute)")

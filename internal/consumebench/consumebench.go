@@ -46,10 +46,15 @@ const (
 	// PartPEL: the driver consuming new entries while its reclaim passes
 	// walk a PEL of each of PELSizes entries that are not yet idle.
 	PartPEL Part = "pel"
+	// PartAck: what acknowledging costs the server: XACK against the fenced
+	// ack function, its ids in order (Library.Ack puts the lowest first and
+	// the highest last) and shuffled (a raw FCALL), AckEntries pending
+	// entries acked in batches of the driver's AckBatch.
+	PartAck Part = "ack"
 )
 
 // AllParts lists every part in the order Run uses by default.
-var AllParts = []Part{PartMain, PartReclaim, PartPEL}
+var AllParts = []Part{PartMain, PartReclaim, PartPEL, PartAck}
 
 // ParseParts parses a comma-separated list of parts ("" or "all" means
 // AllParts).
@@ -60,8 +65,8 @@ func ParseParts(s string) ([]Part, error) {
 	var out []Part
 	for _, f := range strings.Split(s, ",") {
 		p := Part(strings.TrimSpace(f))
-		if p != PartMain && p != PartReclaim && p != PartPEL {
-			return nil, fmt.Errorf("consumebench: unknown part %q (want main, reclaim, pel)", p)
+		if p != PartMain && p != PartReclaim && p != PartPEL && p != PartAck {
+			return nil, fmt.Errorf("consumebench: unknown part %q (want main, reclaim, pel, ack)", p)
 		}
 		out = append(out, p)
 	}
@@ -74,6 +79,8 @@ const (
 	DefaultEntries = 200_000
 	// DefaultReclaimEntries is the default Config.ReclaimEntries.
 	DefaultReclaimEntries = 100_000
+	// DefaultAckEntries is the default Config.AckEntries.
+	DefaultAckEntries = 200_000
 	// DefaultPELNewEntries is the default Config.PELNewEntries.
 	DefaultPELNewEntries = 100_000
 	// DefaultPELMinRun is the default Config.PELMinRun.
@@ -185,11 +192,12 @@ type Config struct {
 	// Drivers are the driver configurations measured in PartMain, one
 	// method each. Defaults to DefaultDrivers.
 	Drivers []DriverVariant
-	// Rounds: PartMain runs every driver variant and the raw loop this many
+	// Rounds: PartMain and PartReclaim run each of their methods this many
 	// times, interleaved (round 1 runs each method once, then round 2...),
-	// and reports for each method the round with the median entries/s,
-	// next to the range of all rounds. watermill-redisstream runs in the
-	// first round only. Defaults to 1.
+	// and report for each method the round with the median entries/s, next
+	// to the entries/s of every round; ratios between methods are the
+	// median of the ratios within a round. watermill-redisstream runs in
+	// the first round only. Defaults to 1.
 	Rounds int
 	// SkipWatermill leaves watermill-redisstream out of PartMain (it takes
 	// over a minute; useful while iterating on the driver). Optional.
@@ -200,6 +208,9 @@ type Config struct {
 	// ReclaimEntries is the PEL size of PartReclaim. Defaults to
 	// DefaultReclaimEntries (100,000).
 	ReclaimEntries int
+	// AckEntries is the PEL size of each method of PartAck. Defaults to
+	// DefaultAckEntries (200,000).
+	AckEntries int
 	// ClaimCount is the page of PartReclaim and PartPEL: the driver's
 	// ClaimCount and the Claim+Ack loop's Count. Defaults to
 	// DefaultClaimCount (500).
@@ -246,6 +257,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.Entries, DefaultEntries)
 	def(&c.RawCount, DefaultRawCount)
 	def(&c.ReclaimEntries, DefaultReclaimEntries)
+	def(&c.AckEntries, DefaultAckEntries)
 	def(&c.ClaimCount, DefaultClaimCount)
 	def(&c.ReclaimConcurrency, DefaultReclaimConcurrency)
 	def(&c.Rounds, 1)
@@ -288,6 +300,8 @@ func (c Config) validate() error {
 		return bad("Rounds", "must be between 1 and 99, got %d", c.Rounds)
 	case c.RawCount < 1:
 		return bad("RawCount", "must be positive, got %d", c.RawCount)
+	case c.AckEntries < 1:
+		return bad("AckEntries", "must be positive, got %d", c.AckEntries)
 	case c.ReclaimEntries < 1:
 		return bad("ReclaimEntries", "must be positive, got %d", c.ReclaimEntries)
 	case c.ClaimCount < 1 || c.ClaimCount > 10000:
@@ -374,59 +388,22 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return ctx.Err() == nil
 	}
 	if cfg.has(PartMain) {
-		// rounds[i] holds method i's runs, methods in the order of the
-		// first round.
-		var rounds [][]Result
-		keep := func(i int, r *Result, err error) bool {
-			if r != nil {
-				if i == len(rounds) {
-					rounds = append(rounds, nil)
-				}
-				rounds[i] = append(rounds[i], *r)
-			}
-			if err != nil {
-				errs = append(errs, err)
-			}
-			return ctx.Err() == nil
+		methods := make([]roundMethod, 0, len(cfg.Drivers)+2)
+		for _, v := range cfg.Drivers {
+			methods = append(methods, roundMethod{run: func(ctx context.Context) (*Result, error) { return b.runDriver(ctx, v) }})
 		}
-		for round := 1; round <= cfg.Rounds; round++ {
-			if cfg.Rounds > 1 {
-				cfg.logf("main path: round %d of %d", round, cfg.Rounds)
-			}
-			i := 0
-			for _, v := range cfg.Drivers {
-				r, err := b.runDriver(ctx, v)
-				if !keep(i, r, err) {
-					rep.Main = medians(rounds)
-					return rep, errors.Join(errs...)
-				}
-				i++
-			}
-			if !cfg.SkipWatermill && round == 1 {
-				r, err := b.runWatermill(ctx)
-				if !keep(i, r, err) {
-					rep.Main = medians(rounds)
-					return rep, errors.Join(errs...)
-				}
-			}
-			if !cfg.SkipWatermill {
-				i++
-			}
-			r, err := b.runRaw(ctx)
-			if !keep(i, r, err) {
-				rep.Main = medians(rounds)
-				return rep, errors.Join(errs...)
-			}
+		if !cfg.SkipWatermill {
+			methods = append(methods, roundMethod{run: b.runWatermill, once: true})
 		}
-		rep.Main = medians(rounds)
-	}
-	if cfg.has(PartReclaim) {
-		r, err := b.runClaimLoop(ctx)
-		if !add(&rep.Reclaim, r, err) {
+		methods = append(methods, roundMethod{run: b.runRaw})
+		var ok bool
+		if rep.Main, ok = b.rounds(ctx, "main path", methods, &errs); !ok {
 			return rep, errors.Join(errs...)
 		}
-		r, err = b.runDriverReclaim(ctx)
-		if !add(&rep.Reclaim, r, err) {
+	}
+	if cfg.has(PartReclaim) {
+		var ok bool
+		if rep.Reclaim, ok = b.rounds(ctx, "reclaim path", []roundMethod{{run: b.runClaimLoop}, {run: b.runDriverReclaim}}, &errs); !ok {
 			return rep, errors.Join(errs...)
 		}
 	}
@@ -438,7 +415,60 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			}
 		}
 	}
+	if cfg.has(PartAck) {
+		for _, m := range ackMethods {
+			r, err := b.runAck(ctx, m)
+			if !add(&rep.Ack, r, err) {
+				return rep, errors.Join(errs...)
+			}
+		}
+	}
 	return rep, errors.Join(errs...)
+}
+
+// roundMethod is one method of a part measured in rounds.
+type roundMethod struct {
+	run func(ctx context.Context) (*Result, error)
+	// once: run in the first round only (watermill: over a minute a run).
+	once bool
+}
+
+// rounds runs methods Config.Rounds times, interleaved (each round runs
+// every method once, in order), and returns each method's median run (see
+// medians). It reports false when ctx was cancelled; errors are appended to
+// errs.
+func (b *bench) rounds(ctx context.Context, part string, methods []roundMethod, errs *[]error) ([]Result, bool) {
+	runs := make([][]Result, len(methods))
+	done := func() []Result {
+		var got [][]Result
+		for _, r := range runs {
+			if len(r) > 0 {
+				got = append(got, r)
+			}
+		}
+		return medians(got)
+	}
+	for round := 1; round <= b.cfg.Rounds; round++ {
+		if b.cfg.Rounds > 1 {
+			b.cfg.logf("%s: round %d of %d", part, round, b.cfg.Rounds)
+		}
+		for i, m := range methods {
+			if m.once && round > 1 {
+				continue
+			}
+			r, err := m.run(ctx)
+			if r != nil {
+				runs[i] = append(runs[i], *r)
+			}
+			if err != nil {
+				*errs = append(*errs, err)
+			}
+			if ctx.Err() != nil {
+				return done(), false
+			}
+		}
+	}
+	return done(), true
 }
 
 // medians returns, for each method's runs, the run with the median entries/s

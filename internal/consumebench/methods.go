@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -705,4 +706,105 @@ func (b *bench) runDriverPEL(ctx context.Context, size int) (*Result, error) {
 		}
 		return nil
 	})
+}
+
+// ackMethod is one way of acknowledging in PartAck.
+type ackMethod struct {
+	name, slug string
+	// ack acks one batch (ids in the stream's order).
+	ack func(ctx context.Context, rdb *redis.Client, lib *pelwarden.Library, stream string, ids []string) (int64, error)
+}
+
+var ackMethods = []ackMethod{
+	{name: "XACK", slug: "xack", ack: func(ctx context.Context, rdb *redis.Client, _ *pelwarden.Library, stream string, ids []string) (int64, error) {
+		return rdb.XAck(ctx, stream, benchGroup, ids...).Result()
+	}},
+	{name: "fenced ack, ids in order", slug: "fenced", ack: func(ctx context.Context, _ *redis.Client, lib *pelwarden.Library, stream string, ids []string) (int64, error) {
+		r, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: stream, Group: benchGroup, Consumer: deadConsumer, IDs: ids})
+		if err != nil {
+			return 0, err
+		}
+		return r.Acked, r.Err()
+	}},
+	{name: "fenced ack, ids shuffled", slug: "shuffled", ack: func(ctx context.Context, rdb *redis.Client, _ *pelwarden.Library, stream string, ids []string) (int64, error) {
+		args := make([]any, 0, 3+len(ids))
+		args = append(args, benchGroup, deadConsumer, "0")
+		for _, i := range rand.Perm(len(ids)) {
+			args = append(args, ids[i])
+		}
+		v, err := rdb.FCall(ctx, pelwarden.FunctionAck, []string{stream}, args...).Slice()
+		if err != nil {
+			return 0, err
+		}
+		if len(v) < 2 {
+			return 0, fmt.Errorf("ack reply %v", v)
+		}
+		if lost, _ := v[1].([]any); len(lost) > 0 {
+			return 0, fmt.Errorf("%d ids not owned", len(lost))
+		}
+		n, _ := v[0].(int64)
+		return n, nil
+	}},
+}
+
+// runAck: PartAck, one method acking AckEntries entries pending at the dead
+// consumer, in batches of driver.DefaultAckBatch, on one connection.
+func (b *bench) runAck(ctx context.Context, m ackMethod) (*Result, error) {
+	k := b.keys("ack-" + m.slug)
+	defer b.cleanup(ctx, k)
+	n := b.cfg.AckEntries
+	b.cfg.logf("%s: preparing a PEL of %d entries", m.name, n)
+	if err := b.deadPEL(ctx, k.stream, n); err != nil {
+		return nil, fmt.Errorf("consumebench: %s: %w", m.name, err)
+	}
+	ids := make([]string, 0, n)
+	for start := "-"; len(ids) < n; {
+		page, err := b.ctl.XRangeN(ctx, k.stream, start, "+", 10_000).Result()
+		if err != nil {
+			return nil, fmt.Errorf("consumebench: %s: XRANGE: %w", m.name, err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, e := range page {
+			ids = append(ids, e.ID)
+		}
+		start = "(" + page[len(page)-1].ID
+	}
+	r := &Result{Method: m.name, Part: PartAck, Entries: n, PEL: n, Concurrency: 1}
+	o := b.clientOptions()
+	o.PoolSize = 1
+	rdb := redis.NewClient(o)
+	defer rdb.Close()
+	h := &hook{}
+	rdb.AddHook(h)
+	lib := pelwarden.NewLibrary(rdb)
+	if _, err := lib.Load(ctx); err != nil {
+		return nil, err
+	}
+	b.cfg.logf("%s: acking", m.name)
+	var acked atomic.Int64
+	p, err := b.begin(ctx, h, acked.Load)
+	if err != nil {
+		return nil, err
+	}
+	rerr := func() error {
+		for start := 0; start < len(ids); start += driver.DefaultAckBatch {
+			got, err := m.ack(ctx, rdb, lib, k.stream, ids[start:min(start+driver.DefaultAckBatch, len(ids))])
+			if err != nil {
+				return err
+			}
+			acked.Add(got)
+		}
+		return nil
+	}()
+	wall := time.Since(p.start)
+	if err := p.end(ctx, r, wall); err != nil {
+		return r, err
+	}
+	r.Acked = acked.Load()
+	if rerr == nil && r.Acked != int64(n) {
+		rerr = fmt.Errorf("%d entries acked, want %d", r.Acked, n)
+	}
+	return b.finish(ctx, r, rerr, func() error { return b.checkPEL(ctx, k.stream, 0) })
 }

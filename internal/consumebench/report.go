@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/pelwarden/pelwarden/driver"
 	"github.com/pelwarden/pelwarden/internal/reclaimbench"
 )
 
@@ -25,8 +26,9 @@ type Report struct {
 	IdleCPU time.Duration
 	// RTT is the median PING round trip before the methods ran.
 	RTT time.Duration
-	// Main, Reclaim and PEL hold the results of each part, in run order.
-	Main, Reclaim, PEL []Result
+	// Main, Reclaim, PEL and Ack hold the results of each part, in run
+	// order.
+	Main, Reclaim, PEL, Ack []Result
 }
 
 // Result is one method's run. The measurements cover the measured phase
@@ -176,6 +178,14 @@ const (
 	TargetHeapGrowth = 1.25
 )
 
+// roundsNote explains the rows of a part run in rounds ("" for one round).
+func roundsNote(rounds int) string {
+	if rounds < 2 {
+		return ""
+	}
+	return fmt.Sprintf(" (each row the median of %d interleaved rounds, ratios the median of the ratios within a round)", rounds)
+}
+
 // fmtRates shows the entries/s of every round in thousands, "-" for one.
 func fmtRates(rates []float64) string {
 	if len(rates) < 2 {
@@ -215,9 +225,9 @@ func WriteTable(w io.Writer, rep Report) error {
 	raw := find(rep.Main, func(r *Result) bool { return strings.HasPrefix(r.Method, "raw") })
 	wm := find(rep.Main, func(r *Result) bool { return r.Method == "watermill" })
 	if len(rep.Main) > 0 {
-		rounds := ""
-		if cfg.Rounds > 1 {
-			rounds = fmt.Sprintf(" (each row the median of %d interleaved rounds, vs raw the median of the ratios within a round; watermill ran once)", cfg.Rounds)
+		rounds := roundsNote(cfg.Rounds)
+		if cfg.Rounds > 1 && !cfg.SkipWatermill {
+			rounds = strings.TrimSuffix(rounds, ")") + "; watermill ran once)"
 		}
 		ew.Printf("\n== main path: %d new entries per method, no-op handler%s ==\n", cfg.Entries, rounds)
 		tw := newTable(ew, "method\twall\tentries/s\tall rounds\tvs watermill\tvs raw\tround trips/entry\tserver CPU µs/entry\tclient CPU µs/entry\tpeak heap\tbaseline heap\talloc B/entry\tend state\t")
@@ -236,12 +246,12 @@ func WriteTable(w io.Writer, rep Report) error {
 
 	claim := find(rep.Reclaim, func(r *Result) bool { return strings.HasPrefix(r.Method, "Claim") })
 	if len(rep.Reclaim) > 0 {
-		ew.Printf("\n== reclaim path: a PEL of %d entries left by a dead consumer, idle past MinIdle %v ==\n", cfg.ReclaimEntries, reclaimMinIdle)
-		tw := newTable(ew, "method\twall\tentries/s\tvs Claim+Ack loop\tround trips/entry\tclaim calls\tserver CPU µs/entry\tpeak heap\talloc B/entry\tend state\t")
+		ew.Printf("\n== reclaim path: a PEL of %d entries left by a dead consumer, idle past MinIdle %v%s ==\n", cfg.ReclaimEntries, reclaimMinIdle, roundsNote(cfg.Rounds))
+		tw := newTable(ew, "method\twall\tentries/s\tall rounds\tvs Claim+Ack loop\tround trips/entry\tclaim calls\tserver CPU µs/entry\tpeak heap\talloc B/entry\tend state\t")
 		for i := range rep.Reclaim {
 			r := &rep.Reclaim[i]
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.4f\t%d\t%.2f\t%s\t%.0f\t%s\t\n", r.Method,
-				reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatCount(r.EntriesPerSecond()),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.4f\t%d\t%.2f\t%s\t%.0f\t%s\t\n", r.Method,
+				reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatCount(r.EntriesPerSecond()), fmtRates(r.Rates),
 				vs(r, claim), r.RoundTripsPerEntry(), r.Claims, r.CPUPerEntry(),
 				fmtBytes(r.PeakHeapInuse), r.AllocPerEntry(), state(r))
 		}
@@ -278,6 +288,26 @@ func WriteTable(w io.Writer, rep Report) error {
 		problems(ew, rep.PEL)
 	}
 
+	xack := find(rep.Ack, func(r *Result) bool { return r.Method == "XACK" })
+	if len(rep.Ack) > 0 {
+		ew.Printf("\n== acks: %d pending entries acked in batches of %d, one connection ==\n", cfg.AckEntries, driver.DefaultAckBatch)
+		tw := newTable(ew, "method\twall\tentries/s\tround trips/entry\tserver CPU µs/entry\tvs XACK\tclient CPU µs/entry\tend state\t")
+		for i := range rep.Ack {
+			r := &rep.Ack[i]
+			x := "-"
+			if xack != nil && xack.CPUPerEntry() > 0 {
+				x = reclaimbench.FormatRatio(r.CPUPerEntry() / xack.CPUPerEntry())
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.4f\t%.2f\t%s\t%.2f\t%s\t\n", r.Method,
+				reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatCount(r.EntriesPerSecond()),
+				r.RoundTripsPerEntry(), r.CPUPerEntry(), x, r.ClientCPUPerEntry(), state(r))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		problems(ew, rep.Ack)
+	}
+
 	var lines []string
 	for i := range rep.Main {
 		r := &rep.Main[i]
@@ -294,7 +324,7 @@ func WriteTable(w io.Writer, rep Report) error {
 		}
 	}
 	if d := find(rep.Reclaim, func(r *Result) bool { return strings.HasPrefix(r.Method, "driver") }); d != nil && claim != nil {
-		x := reclaimbench.Ratio(d.EntriesPerSecond(), claim.EntriesPerSecond())
+		x := ratioTo(d, claim)
 		lines = append(lines, fmt.Sprintf("  reclaim through the driver >= %.0f%% of the Claim+Ack loop: %.0f%%  %s", TargetReclaimVsClaim*100, x*100, reclaimbench.Verdict(x >= TargetReclaimVsClaim)))
 	}
 	if pel0 != nil && len(rep.PEL) > 1 {
