@@ -177,16 +177,19 @@ type AckResult struct {
 }
 
 // OwnedElsewhere returns the NotOwned ids that another consumer holds now.
-func (r *AckResult) OwnedElsewhere() []string {
-	if len(r.NotPending) == 0 {
-		return r.NotOwned
+func (r *AckResult) OwnedElsewhere() []string { return without(r.NotOwned, r.NotPending) }
+
+// without returns ids minus drop, in order (ids itself when drop is empty).
+func without(ids, drop []string) []string {
+	if len(drop) == 0 {
+		return ids
 	}
-	gone := make(map[string]bool, len(r.NotPending))
-	for _, id := range r.NotPending {
+	gone := make(map[string]bool, len(drop))
+	for _, id := range drop {
 		gone[id] = true
 	}
 	var out []string
-	for _, id := range r.NotOwned {
+	for _, id := range ids {
 		if !gone[id] {
 			out = append(out, id)
 		}
@@ -247,7 +250,16 @@ type DeadLetterResult struct {
 	// 3,900) for the library to copy them to the dead-letter stream. They
 	// were left pending and owned by the consumer; nothing was written.
 	TooLarge []string
+	// NotPending are the NotOwned ids no consumer holds: dead-lettered or
+	// acked already (for instance by an earlier attempt of a call retried
+	// after its connection dropped). The others in NotOwned are owned by
+	// another consumer. Empty from a server running a library older than
+	// 1.0.3.
+	NotPending []string
 }
+
+// OwnedElsewhere returns the NotOwned ids that another consumer holds now.
+func (r *DeadLetterResult) OwnedElsewhere() []string { return without(r.NotOwned, r.NotPending) }
 
 // Err returns an error wrapping ErrNotOwner that lists NotOwned, or nil.
 func (r *DeadLetterResult) Err() error { return notOwnedErr(FunctionDeadLetter, r.NotOwned) }

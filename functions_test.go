@@ -67,3 +67,16 @@ func TestDecodeAckAndOwnedElsewhere(t *testing.T) {
 	_, err = decodeAck([]any{int64(1), []any{}, int64(3)})
 	require.ErrorIs(t, err, ErrMalformedReply)
 }
+
+// The dead-letter reply of 1.0.1 (four elements) and of 1.0.3 (with the ids
+// no longer pending) both decode.
+func TestDecodeDeadLetterNotPending(t *testing.T) {
+	t.Parallel()
+	old, err := decodeDeadLetter([]any{[]any{}, []any{"1-0"}, []any{}, []any{}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"1-0"}, old.OwnedElsewhere())
+	r, err := decodeDeadLetter([]any{[]any{}, []any{"1-0", "2-0"}, []any{}, []any{}, []any{"1-0"}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"1-0"}, r.NotPending)
+	require.Equal(t, []string{"2-0"}, r.OwnedElsewhere())
+}

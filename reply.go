@@ -174,6 +174,11 @@ func decodeDeadLetter(v any) (*DeadLetterResult, error) {
 			return nil, err
 		}
 	}
+	if len(a) > 4 { // library 1.0.3+
+		if r.NotPending, err = asStrings(fn, "not-pending", a[4]); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
 }
 

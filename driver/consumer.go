@@ -567,8 +567,8 @@ func (c *Consumer) deadLetter(ctx context.Context, m *Message, herr error) {
 			c.m.DeadLettered(pelwarden.ReasonHandler, len(r.DeadLettered))
 			c.log.Warn("dead-lettered entry on handler request", "id", m.ID, "err", text)
 		}
-		if len(r.NotOwned) > 0 {
-			c.m.Count(EventLostOwnership, len(r.NotOwned))
+		if lost := r.OwnedElsewhere(); len(lost) > 0 {
+			c.m.Count(EventLostOwnership, len(lost))
 		}
 		if len(r.Deleted) > 0 {
 			c.m.Count(EventDeletedFromPEL, len(r.Deleted))

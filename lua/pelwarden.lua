@@ -606,7 +606,10 @@ end
 --          { id, ... } deleted from the stream while pending (cleared),
 --          { id, ... } too large: owned, but with too many fields to be
 --                      copied by Lua (see MAX_CALL_VALUES); left pending and
---                      owned by the consumer, nothing written (added in 1.0.1) }
+--                      owned by the consumer, nothing written (added in 1.0.1),
+--          { id, ... } no longer pending: the not-owned ids no consumer
+--                      holds (dead-lettered already, e.g. by an earlier
+--                      attempt of a retried call; added in 1.0.3) }
 -- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
 local function deadletter(keys, args)
   local stream, dlq = keys[1], keys[2]
@@ -630,12 +633,13 @@ local function deadletter(keys, args)
   needgroup(stream, group)
   streamkey(dlq)
 
-  local dead, lost, deleted, toolarge = {}, {}, {}, {}
+  local dead, lost, deleted, toolarge, gone = {}, {}, {}, {}, {}
   local now = nowms()
   for _, id in ipairs(ids) do
     local owner, deliveries = pendinginfo(stream, group, id)
     if owner ~= consumer then
       lost[#lost + 1] = id
+      if owner == nil then gone[#gone + 1] = id end
     else
       local e = redis.call('XRANGE', stream, id, id)
       if #e == 0 then
@@ -652,7 +656,7 @@ local function deadletter(keys, args)
       end
     end
   end
-  return {dead, lost, deleted, toolarge}
+  return {dead, lost, deleted, toolarge, gone}
 end
 
 -- XCLAIMs the ids still owned by consumer to itself with the given idle
