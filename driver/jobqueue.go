@@ -36,8 +36,13 @@ func (q *jobQueue) push(jobs ...job) bool {
 		q.mu.Unlock()
 		return false
 	}
-	if q.head == len(q.jobs) {
-		q.jobs, q.head = q.jobs[:0], 0
+	if q.head > 0 && q.head >= len(q.jobs)/2 {
+		// Reuse the taken front: under steady load the queue may never be
+		// empty, and appending behind an ever-advancing head would grow
+		// the slice without bound.
+		n := copy(q.jobs, q.jobs[q.head:])
+		clear(q.jobs[n:])
+		q.jobs, q.head = q.jobs[:n], 0
 	}
 	q.jobs = append(q.jobs, jobs...)
 	wake := q.wakeOneLocked()

@@ -21,8 +21,8 @@ func waitParked(t *testing.T, q *jobQueue, n int) {
 	}, 10*time.Second, time.Millisecond)
 }
 
-// Every job is taken exactly once, in order per taker, by many workers
-// taking and pushers pushing at once.
+// Every job is taken exactly once by many workers taking and pushers
+// pushing at once.
 func TestJobQueueDeliversEveryJobOnce(t *testing.T) {
 	t.Parallel()
 	const workers, pushers, perPusher = 16, 4, 2000
@@ -66,6 +66,35 @@ func TestJobQueueDeliversEveryJobOnce(t *testing.T) {
 	for id, n := range seen {
 		require.Equal(t, 1, n, "job %s taken %d times", id, n)
 	}
+}
+
+// A queue that is never empty (pushes while jobs are still queued, as
+// under steady load with Prefetch) keeps its memory bounded, in order.
+func TestJobQueueNeverEmptyStaysBounded(t *testing.T) {
+	t.Parallel()
+	q := newJobQueue(1)
+	next, want := 0, 0
+	push := func(n int) {
+		batch := make([]job, n)
+		for i := range batch {
+			batch[i] = testJob(fmt.Sprint(next))
+			next++
+		}
+		require.True(t, q.push(batch...))
+	}
+	push(1000)
+	for range 300 {
+		push(500)
+		for range 500 {
+			j, ok := q.get()
+			if !ok || j.m.ID != fmt.Sprint(want) {
+				t.Fatalf("got %v (%v), want job %d: first in, first out", j.m, ok, want)
+			}
+			want++
+		}
+	}
+	require.LessOrEqual(t, cap(q.jobs), 4*1500, "the taken front is reused")
+	require.Len(t, q.drain(), 1000)
 }
 
 // A push wakes one parked worker, not one per job, and no second one while
