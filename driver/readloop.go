@@ -29,8 +29,8 @@ const readMargin = 2 * time.Second
 // handler slots nor ReadCount. Only a read for a single entry blocks (up to
 // ReadBlock): while entries keep coming, reads take every free slot (up to
 // ReadCount) without blocking; once one finds nothing new, the loop waits
-// for the next entry holding a single slot. A blocked read holding every free slot would starve the
-// reclaim pass for ReadBlock at a time.
+// for the next entry holding a single slot. A blocked read holding every
+// free slot would starve the reclaim pass for ReadBlock at a time.
 func (c *Consumer) readLoop(ctx, handlerCtx context.Context) {
 	idle := true // the last read found nothing new (or none ran yet)
 	for attempt := 0; ctx.Err() == nil; {
