@@ -138,8 +138,8 @@ var DefaultDrivers = []DriverVariant{
 // ParseDrivers parses driver variants for Config.Drivers: a comma-separated
 // list of variants, each a slash-separated list of "c=N" (Concurrency,
 // required), "p=N" (Prefetch), "r=N" (ReadCount) and "plain" or "fenced"
-// (AckMode), e.g.
-// "c=16,c=16/p=484/plain". "" or "default" means DefaultDrivers.
+// (AckMode), e.g. "c=16,c=16/p=484/plain". "" or "default" means
+// DefaultDrivers.
 func ParseDrivers(s string) ([]DriverVariant, error) {
 	if s = strings.TrimSpace(s); s == "" || s == "default" {
 		return append([]DriverVariant(nil), DefaultDrivers...), nil
