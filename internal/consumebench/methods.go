@@ -579,16 +579,11 @@ func (b *bench) runClaimLoop(ctx context.Context) (*Result, error) {
 		return nil, fmt.Errorf("consumebench: %s: %w", method, err)
 	}
 	r := &Result{Method: method, Part: PartReclaim, Entries: n, PEL: n, Concurrency: 1}
-	o := b.clientOptions()
-	o.PoolSize = 1
-	rdb := redis.NewClient(o)
-	defer rdb.Close()
-	h := &hook{}
-	rdb.AddHook(h)
-	lib := pelwarden.NewLibrary(rdb)
-	if _, err := lib.Load(ctx); err != nil {
+	rdb, h, lib, err := b.oneConnection(ctx)
+	if err != nil {
 		return nil, err
 	}
+	defer rdb.Close()
 	if err := reclaimbench.SleepCtx(ctx, reclaimMinIdle+10*time.Millisecond); err != nil {
 		return nil, err
 	}
@@ -708,6 +703,22 @@ func (b *bench) runDriverPEL(ctx context.Context, size int) (*Result, error) {
 	})
 }
 
+// oneConnection returns a method's client on one connection, counted by
+// the returned hook, and the library loaded through it.
+func (b *bench) oneConnection(ctx context.Context) (*redis.Client, *hook, *pelwarden.Library, error) {
+	o := b.clientOptions()
+	o.PoolSize = 1
+	rdb := redis.NewClient(o)
+	h := &hook{}
+	rdb.AddHook(h)
+	lib := pelwarden.NewLibrary(rdb)
+	if _, err := lib.Load(ctx); err != nil {
+		rdb.Close()
+		return nil, nil, nil, err
+	}
+	return rdb, h, lib, nil
+}
+
 // ackMethod is one way of acknowledging in PartAck.
 type ackMethod struct {
 	name, slug string
@@ -772,16 +783,11 @@ func (b *bench) runAck(ctx context.Context, m ackMethod) (*Result, error) {
 		start = "(" + page[len(page)-1].ID
 	}
 	r := &Result{Method: m.name, Part: PartAck, Entries: n, PEL: n, Concurrency: 1}
-	o := b.clientOptions()
-	o.PoolSize = 1
-	rdb := redis.NewClient(o)
-	defer rdb.Close()
-	h := &hook{}
-	rdb.AddHook(h)
-	lib := pelwarden.NewLibrary(rdb)
-	if _, err := lib.Load(ctx); err != nil {
+	rdb, h, lib, err := b.oneConnection(ctx)
+	if err != nil {
 		return nil, err
 	}
+	defer rdb.Close()
 	b.cfg.logf("%s: acking", m.name)
 	var acked atomic.Int64
 	p, err := b.begin(ctx, h, acked.Load)
