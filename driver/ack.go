@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/ctxwait"
 )
 
 // ackLoop batches acks: one fenced call per AckBatch ids or AckInterval,
@@ -42,7 +43,7 @@ func (c *Consumer) ackLoop(ctx context.Context) {
 					return false
 				}
 				attempt++
-				return sleep(ctx, backoff(attempt))
+				return ctxwait.Sleep(ctx, backoff(attempt))
 			}
 			attempt = 0
 			c.m.Count(EventAcked, int(r.Acked))

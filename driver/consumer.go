@@ -35,6 +35,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/ctxwait"
 )
 
 // ErrAlreadyRunning is returned by Run when the Consumer is already running,
@@ -291,7 +292,7 @@ func (c *Consumer) start(ctx context.Context) error {
 			return fmt.Errorf("pelwarden/driver: load library: %w", err)
 		}
 		c.commandError("load library", err, attempt)
-		if !sleep(ctx, backoff(attempt)) {
+		if !ctxwait.Sleep(ctx, backoff(attempt)) {
 			return fmt.Errorf("pelwarden/driver: load library: %w", ctx.Err())
 		}
 	}
@@ -304,7 +305,7 @@ func (c *Consumer) start(ctx context.Context) error {
 			return err
 		}
 		c.commandError("check group", err, attempt)
-		if !sleep(ctx, backoff(attempt)) {
+		if !ctxwait.Sleep(ctx, backoff(attempt)) {
 			return fmt.Errorf("pelwarden/driver: check group: %w", ctx.Err())
 		}
 	}
@@ -625,7 +626,7 @@ func (c *Consumer) withRetry(ctx context.Context, what string, op func(context.C
 			c.groupMissing(ctx, err)
 			return
 		}
-		if permanent(err) || !sleep(ctx, backoff(attempt)) {
+		if permanent(err) || !ctxwait.Sleep(ctx, backoff(attempt)) {
 			c.log.Error(what+" gave up; the entry stays pending", "err", err)
 			return
 		}
@@ -697,18 +698,6 @@ func waitOrTimeout(ch <-chan struct{}, d time.Duration) bool {
 	case <-ch:
 		return true
 	case <-t.C:
-		return false
-	}
-}
-
-// sleep waits d or until ctx is done; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
 		return false
 	}
 }

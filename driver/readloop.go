@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/ctxwait"
 )
 
 // How long acquire waits for more slots once it has one: briefly for reads
@@ -55,7 +56,7 @@ func (c *Consumer) readLoop(ctx, handlerCtx context.Context) {
 				continue
 			}
 			c.commandError("read", err, attempt)
-			sleep(ctx, backoff(attempt))
+			ctxwait.Sleep(ctx, backoff(attempt))
 			attempt++
 			continue
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/ctxwait"
 )
 
 // reclaimLoop runs a reclaim pass at start and every ReclaimInterval, when
@@ -94,7 +95,7 @@ func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 			if attempt >= 5 {
 				return // give up this pass; the next one starts over
 			}
-			sleep(ctx, backoff(attempt))
+			ctxwait.Sleep(ctx, backoff(attempt))
 			attempt++
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/ctxwait"
 	"github.com/pelwarden/pelwarden/internal/testserver"
 )
 
@@ -94,7 +95,7 @@ func (in *chaosInjector) run(ctx context.Context, set chaosFault) {
 			return
 		}
 		wg.Go(func() {
-			for sleepCtx(ctx, lo+rand.N(hi-lo)) {
+			for ctxwait.Sleep(ctx, lo+rand.N(hi-lo)) {
 				if err := inject(ctx); err != nil && ctx.Err() == nil {
 					in.fail("%v", err)
 				}
@@ -134,7 +135,7 @@ func (in *chaosInjector) toxicRound(ctx context.Context) error {
 	if err := in.proxy.setToxics(ctx, ts); err != nil {
 		return err
 	}
-	sleepCtx(ctx, 300*time.Millisecond+rand.N(1200*time.Millisecond))
+	ctxwait.Sleep(ctx, 300*time.Millisecond+rand.N(1200*time.Millisecond))
 	return in.proxy.setToxics(context.WithoutCancel(ctx), nil)
 }
 
@@ -251,7 +252,7 @@ func (in *chaosInjector) restartServer(ctx context.Context) error {
 	}
 	deadline := time.Now().Add(time.Minute)
 	for in.admin.Ping(ctx).Err() != nil {
-		if time.Now().After(deadline) || !sleepCtx(ctx, 100*time.Millisecond) {
+		if time.Now().After(deadline) || !ctxwait.Sleep(ctx, 100*time.Millisecond) {
 			return fmt.Errorf("restart: server not answering after a minute")
 		}
 	}
@@ -284,7 +285,7 @@ func (in *chaosInjector) waitAdminOnly(ctx context.Context) error {
 		if others == 0 {
 			return nil
 		}
-		if time.Now().After(deadline) || !sleepCtx(ctx, 20*time.Millisecond) {
+		if time.Now().After(deadline) || !ctxwait.Sleep(ctx, 20*time.Millisecond) {
 			return fmt.Errorf("restart: %d client connections still open 30s after the proxy closed them:\n%s", others, list)
 		}
 	}
@@ -298,16 +299,4 @@ func chaosLibraryVersion(ctx context.Context, rdb redis.Cmdable) (string, error)
 		return "", nil
 	}
 	return v, err
-}
-
-// sleepCtx waits d or until ctx is done; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/ctxwait"
 	"github.com/pelwarden/pelwarden/internal/testserver"
 )
 
@@ -172,7 +173,7 @@ func runChaos(t *testing.T, set chaosSettings, name string, faults chaosFault) {
 		if st, err := chaosProgress(ctx, admin, k); err == nil && st.delivered {
 			break
 		}
-		if !sleepCtx(ctx, 100*time.Millisecond) {
+		if !ctxwait.Sleep(ctx, 100*time.Millisecond) {
 			break
 		}
 	}
@@ -197,7 +198,7 @@ func runChaos(t *testing.T, set chaosSettings, name string, faults chaosFault) {
 				break
 			}
 		}
-		sleepCtx(ctx, 200*time.Millisecond)
+		ctxwait.Sleep(ctx, 200*time.Millisecond)
 	}
 	// The library comes back by itself after a FUNCTION FLUSH: the
 	// consumers' next call loads it (a reclaim pass runs every 250ms).
@@ -206,7 +207,7 @@ func runChaos(t *testing.T, set chaosSettings, name string, faults chaosFault) {
 	libraryBy := time.Now().Add(time.Minute)
 	for {
 		library, libErr = chaosLibraryVersion(ctx, admin)
-		if library == pelwarden.LibraryVersion || time.Now().After(libraryBy) || !sleepCtx(ctx, 100*time.Millisecond) {
+		if library == pelwarden.LibraryVersion || time.Now().After(libraryBy) || !ctxwait.Sleep(ctx, 100*time.Millisecond) {
 			break
 		}
 	}

@@ -279,11 +279,11 @@ local function numless(a, b)
 end
 
 -- Fails unless 1..MAX_COUNT ids were given.
-local function checkidcount(ids)
-  if #ids == 0 then
+local function checkidcount(n)
+  if n == 0 then
     fail(ERRORS.BADARG, 'at least one id is required')
   end
-  if #ids > MAX_COUNT then
+  if n > MAX_COUNT then
     fail(ERRORS.BADARG, 'at most ' .. MAX_COUNT .. ' ids per call')
   end
 end
@@ -338,7 +338,7 @@ local function idlist(args, first)
   for i = first, #args do
     ids[#ids + 1] = checkid(args[i], 'id')
   end
-  checkidcount(ids)
+  checkidcount(#ids)
   return ids
 end
 
@@ -536,8 +536,7 @@ local function ack(keys, args)
   local consumer = argname(args, 2, 'consumer')
   local delete = argbool(args, 3, 'delete')
   local count = #args - 3
-  if count < 1 then fail(ERRORS.BADARG, 'at least one id is required') end
-  if count > MAX_COUNT then fail(ERRORS.BADARG, 'at most ' .. MAX_COUNT .. ' ids per call') end
+  checkidcount(count)
   local first, last = checkid(args[4], 'id'), checkid(args[#args], 'id')
   local checks = {{'TYPE', stream}, {'XPENDING', stream, group}, {'XACK', stream, group, '0-0'}}
   if delete then checks[#checks + 1] = {'XDEL', stream, '0-0'} end

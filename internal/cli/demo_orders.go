@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/internal/ctxwait"
 )
 
 // The demo's orders and their handler. Four kinds of order, told apart by
@@ -163,7 +164,7 @@ func (s *demoState) handler(c *demoConsumer) driver.Handler {
 		if items, _ := m.Value("items"); items == bulkItems {
 			work = demoSlowWork
 		}
-		if !sleepCtx(ctx, work) {
+		if !ctxwait.Sleep(ctx, work) {
 			// Killed, or the entry was taken over: it stays pending.
 			return context.Cause(ctx)
 		}
@@ -202,17 +203,6 @@ func (s *demoState) started(c *demoConsumer, id string) {
 		if s.orphansTaken == len(s.orphans) {
 			s.allTakenAt = time.Now()
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

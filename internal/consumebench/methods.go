@@ -21,6 +21,7 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/internal/ctxwait"
 	"github.com/pelwarden/pelwarden/internal/reclaimbench"
 )
 
@@ -302,7 +303,7 @@ func (b *bench) measureDriver(ctx context.Context, spec driverSpec) (*Result, er
 	wall := time.Since(p.start)
 	stopProfile()
 	if problem == nil && spec.minRun > wall {
-		_ = reclaimbench.SleepCtx(ctx, spec.minRun-wall)
+		ctxwait.Sleep(ctx, spec.minRun-wall)
 	}
 	if err := p.end(ctx, r, wall); err != nil {
 		return r, err
@@ -584,8 +585,8 @@ func (b *bench) runClaimLoop(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	defer rdb.Close()
-	if err := reclaimbench.SleepCtx(ctx, reclaimMinIdle+10*time.Millisecond); err != nil {
-		return nil, err
+	if !ctxwait.Sleep(ctx, reclaimMinIdle+10*time.Millisecond) {
+		return nil, ctx.Err()
 	}
 	b.cfg.logf("%s: reclaiming", method)
 	var acked atomic.Int64 // r.Acked, readable by the heap sampler
@@ -646,8 +647,8 @@ func (b *bench) runDriverReclaim(ctx context.Context) (*Result, error) {
 	if err := b.deadPEL(ctx, k.stream, n); err != nil {
 		return nil, fmt.Errorf("consumebench: %s: %w", method, err)
 	}
-	if err := reclaimbench.SleepCtx(ctx, reclaimMinIdle+10*time.Millisecond); err != nil {
-		return nil, err
+	if !ctxwait.Sleep(ctx, reclaimMinIdle+10*time.Millisecond) {
+		return nil, ctx.Err()
 	}
 	b.cfg.logf("%s: reclaiming", method)
 	r, err := b.measureDriver(ctx, driverSpec{method: method, part: PartReclaim, k: k,

@@ -30,6 +30,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pelwarden/pelwarden/internal/ctxwait"
 )
 
 // Method is one way of reclaiming a PEL.
@@ -431,8 +433,8 @@ func runOne(ctx context.Context, cfg Config, ctl, rdb *redis.Client, counter *ro
 		return nil, err
 	}
 	// Every entry must be idle at least MinIdle when the reclaim starts.
-	if err := SleepCtx(ctx, cfg.MinIdle+10*time.Millisecond); err != nil {
-		return nil, err
+	if !ctxwait.Sleep(ctx, cfg.MinIdle+10*time.Millisecond) {
+		return nil, ctx.Err()
 	}
 
 	cfg.logf("%s/%s: reclaiming", link, m)

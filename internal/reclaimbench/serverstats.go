@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pelwarden/pelwarden/internal/ctxwait"
 )
 
 // serverSnapshot is what INFO cpu and INFO commandstats say at one moment.
@@ -137,8 +139,8 @@ func idleCPU(ctx context.Context, rdb *redis.Client, over time.Duration) (time.D
 		return 0, fmt.Errorf("reclaimbench: %w", err)
 	}
 	start := time.Now()
-	if err := SleepCtx(ctx, over); err != nil {
-		return 0, err
+	if !ctxwait.Sleep(ctx, over) {
+		return 0, ctx.Err()
 	}
 	after, err := snapshotServer(ctx, rdb)
 	if err != nil {

@@ -1,10 +1,8 @@
 package reclaimbench
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"time"
 )
 
 // Helpers this package and consumebench share.
@@ -52,15 +50,3 @@ func (e *ReportWriter) Write(p []byte) (int, error) {
 
 // Printf formats to the report.
 func (e *ReportWriter) Printf(format string, a ...any) { fmt.Fprintf(e, format, a...) }
-
-// SleepCtx waits d, or until ctx is done (then it returns ctx's error).
-func SleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
