@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/pelwarden/pelwarden"
-	"github.com/pelwarden/pelwarden/internal/ctxwait"
 )
 
 // ackLoop batches acks: one fenced call per AckBatch ids or AckInterval,
@@ -17,81 +16,91 @@ import (
 // Failed batches are kept and retried, never dropped. It returns when ackStop
 // is closed and everything is flushed, or when ctx is cancelled (the
 // shutdown bound), logging what stays pending.
-func (c *Consumer) ackLoop(ctx context.Context) {
+func (r *run) ackLoop(ctx context.Context) {
 	var pending []string
-	t := time.NewTimer(c.cfg.AckInterval)
+	t := time.NewTimer(r.cfg.AckInterval)
 	defer t.Stop()
-	attempt := 0
+	// live ends at ackStop, so a flush retrying on a server that does not
+	// answer gives way to the final, bounded flush.
+	live, stopLive := context.WithCancel(ctx)
+	defer stopLive()
+	go func() {
+		select {
+		case <-r.ackStop:
+			stopLive()
+		case <-live.Done():
+		}
+	}()
+	failed := func(err error, attempt int) { r.commandError("ack", err, attempt) }
 	flush := func(ctx context.Context) bool {
 		for len(pending) > 0 {
-			batch := pending[:min(len(pending), c.cfg.AckBatch)]
-			r, err := c.ack(ctx, batch)
-			if err != nil {
-				if ctx.Err() != nil {
-					return false
-				}
-				c.commandError("ack", err, attempt)
-				if errors.Is(err, pelwarden.ErrNoGroup) {
-					// The group and its PEL are gone: nothing left to ack.
-					c.groupMissing(ctx, err)
-					c.forget(batch...)
-					pending = pending[len(batch):]
-					continue
-				}
-				if permanent(err) {
-					c.stop(fmt.Errorf("pelwarden/driver: ack: %w", err))
-					return false
-				}
-				attempt++
-				return ctxwait.Sleep(ctx, backoff(attempt))
+			batch := pending[:min(len(pending), r.cfg.AckBatch)]
+			var res pelwarden.AckResult
+			err := retry(ctx, onPermanent, failed, func(ctx context.Context) error {
+				var err error
+				res, err = r.ack(ctx, batch)
+				return err
+			})
+			switch {
+			case err == nil:
+			case ctx.Err() != nil:
+				return false
+			case errors.Is(err, pelwarden.ErrNoGroup):
+				// The group and its PEL are gone: nothing left to ack.
+				r.groupMissing(ctx, err)
+				r.held.forget(batch...)
+				pending = pending[len(batch):]
+				continue
+			default: // permanent
+				r.stop(fmt.Errorf("pelwarden/driver: ack: %w", err))
+				return false
 			}
-			attempt = 0
-			c.m.Count(EventAcked, int(r.Acked))
-			if lost := r.OwnedElsewhere(); len(lost) > 0 {
-				c.m.Count(EventLostOwnership, len(lost))
-				c.log.Warn("acks refused: entries are owned by another consumer now (they will be handled again there)",
+			r.m.Count(EventAcked, int(res.Acked))
+			if lost := res.OwnedElsewhere(); len(lost) > 0 {
+				r.m.Count(EventLostOwnership, len(lost))
+				r.log.Warn("acks refused: entries are owned by another consumer now (they will be handled again there)",
 					"count", len(lost), "ids", firstIDs(lost))
 			}
-			if len(r.NotPending) > 0 {
+			if len(res.NotPending) > 0 {
 				// Typically the retry of an ack whose first attempt was
 				// applied but whose reply was lost with the connection.
-				c.log.Info("acked entries were no longer pending (acked already, or cleared from the group)",
-					"count", len(r.NotPending), "ids", firstIDs(r.NotPending))
+				r.log.Info("acked entries were no longer pending (acked already, or cleared from the group)",
+					"count", len(res.NotPending), "ids", firstIDs(res.NotPending))
 			}
-			c.forget(batch...)
+			r.held.forget(batch...)
 			pending = pending[len(batch):]
 		}
 		return true
 	}
 	report := func() {
-		c.forget(pending...)
+		r.held.forget(pending...)
 		if len(pending) > 0 {
-			c.log.Error("shutdown: acks not sent; these entries stay pending and will be handled again", "count", len(pending), "ids", firstIDs(pending))
+			r.log.Error("shutdown: acks not sent; these entries stay pending and will be handled again", "count", len(pending), "ids", firstIDs(pending))
 		}
 	}
 	for {
 		select {
-		case <-c.acks.full:
-			pending = append(pending, c.acks.take()...)
-			if len(pending) >= c.cfg.AckBatch {
-				flush(ctx)
+		case <-r.acks.full:
+			pending = append(pending, r.acks.take()...)
+			if len(pending) >= r.cfg.AckBatch {
+				flush(live)
 			}
-		case <-c.acks.drained:
-			pending = append(pending, c.acks.take()...)
-			flush(ctx)
+		case <-r.acks.drained:
+			pending = append(pending, r.acks.take()...)
+			flush(live)
 		case <-t.C:
-			pending = append(pending, c.acks.take()...)
-			flush(ctx)
-			t.Reset(c.cfg.AckInterval)
-		case <-c.ackStop:
+			pending = append(pending, r.acks.take()...)
+			flush(live)
+			t.Reset(r.cfg.AckInterval)
+		case <-r.ackStop:
 			// Handlers that return from now on (after the shutdown timeout)
 			// are not acked: their entries stay pending.
-			pending = append(pending, c.acks.close()...)
+			pending = append(pending, r.acks.close()...)
 			// The final flush is bounded by ShutdownTimeout (a deadline, so
 			// clients with ContextTimeoutEnabled stop waiting on a hung server).
-			fctx, cancel := context.WithTimeout(ctx, c.cfg.ShutdownTimeout)
+			fctx, cancel := context.WithTimeout(ctx, r.cfg.ShutdownTimeout)
 			for len(pending) > 0 && fctx.Err() == nil {
-				if !flush(fctx) && c.stopping() {
+				if !flush(fctx) && r.stopping() {
 					break // a permanent error: retrying cannot help
 				}
 			}
@@ -99,7 +108,7 @@ func (c *Consumer) ackLoop(ctx context.Context) {
 			report()
 			return
 		case <-ctx.Done():
-			pending = append(pending, c.acks.close()...)
+			pending = append(pending, r.acks.close()...)
 			report()
 			return
 		}
@@ -107,17 +116,17 @@ func (c *Consumer) ackLoop(ctx context.Context) {
 }
 
 // ack acks ids the configured way (Config.AckMode).
-func (c *Consumer) ack(ctx context.Context, ids []string) (pelwarden.AckResult, error) {
-	if c.cfg.AckMode == AckPlain {
-		n, err := c.rdb.XAck(ctx, c.cfg.Stream, c.cfg.Group, ids...).Result()
+func (r *run) ack(ctx context.Context, ids []string) (pelwarden.AckResult, error) {
+	if r.cfg.AckMode == AckPlain {
+		n, err := r.rdb.XAck(ctx, r.cfg.Stream, r.cfg.Group, ids...).Result()
 		if err != nil {
 			return pelwarden.AckResult{}, fmt.Errorf("pelwarden/driver: XACK: %w", err)
 		}
 		return pelwarden.AckResult{Acked: n}, nil
 	}
-	r, err := c.lib.Ack(ctx, pelwarden.AckArgs{Stream: c.cfg.Stream, Group: c.cfg.Group, Consumer: c.cfg.Consumer, IDs: ids})
+	res, err := r.lib.Ack(ctx, pelwarden.AckArgs{Stream: r.cfg.Stream, Group: r.cfg.Group, Consumer: r.cfg.Consumer, IDs: ids})
 	if err != nil {
 		return pelwarden.AckResult{}, err
 	}
-	return *r, nil
+	return *res, nil
 }

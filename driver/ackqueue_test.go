@@ -68,33 +68,3 @@ func TestAckQueueClose(t *testing.T) {
 	require.False(t, q.push("3-0"))
 	require.Nil(t, q.close())
 }
-
-// acquire takes what is free at once, waits for the first slot, and leaves
-// slots it did not take to the other loop.
-func TestSlotPool(t *testing.T) {
-	t.Parallel()
-	p := newSlotPool(3)
-	ctx := t.Context()
-	require.Equal(t, 2, p.acquire(ctx, 2, 0))
-	require.Equal(t, 1, p.acquire(ctx, 5, time.Millisecond), "takes the last free slot after lingering")
-
-	got := make(chan int)
-	go func() { got <- p.acquire(ctx, 4, 0) }()
-	select {
-	case n := <-got:
-		t.Fatalf("acquired %d slots while none were free", n)
-	case <-time.After(20 * time.Millisecond):
-	}
-	p.release(3)
-	require.Equal(t, 3, <-got)
-
-	// Two waiters, one release for both: the first leaves the rest to the
-	// second instead of stranding them.
-	a, b := make(chan int), make(chan int)
-	go func() { a <- p.acquire(ctx, 1, 0) }()
-	go func() { b <- p.acquire(ctx, 1, 0) }()
-	time.Sleep(20 * time.Millisecond)
-	p.release(2)
-	require.Equal(t, 1, <-a)
-	require.Equal(t, 1, <-b)
-}

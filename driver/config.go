@@ -18,8 +18,10 @@ const (
 	DefaultReclaimInterval = 30 * time.Second
 	DefaultConcurrency     = 16
 	DefaultReadBlock       = 2 * time.Second
-	DefaultClaimCount      = 100
+	DefaultClaimCount      = 500
 	DefaultReadCount       = 500
+	DefaultMaxInHand       = 2000
+	DefaultMaxInHandBytes  = 32 << 20
 	DefaultAckBatch        = 500
 	DefaultAckInterval     = 20 * time.Millisecond
 	DefaultShutdownTimeout = 30 * time.Second
@@ -107,31 +109,44 @@ type Config struct {
 	// Backoff[min(n, len(Backoff))-1] (and at least MinIdle).
 	Backoff []time.Duration
 
-	// Concurrency is the number of handlers run at once; the consumer never
-	// holds more unstarted entries than free handler slots (plus Prefetch).
-	// Defaults to DefaultConcurrency.
+	// Concurrency is the number of handlers run at once. Defaults to
+	// DefaultConcurrency.
 	Concurrency int
-	// Prefetch is how many entries beyond Concurrency the consumer may hold
-	// queued for the next free handler. With 0 (the default) it holds no
-	// more entries than it runs, so a read takes at most Concurrency
-	// entries. Fast handlers with a small Concurrency gain from a larger
-	// Prefetch: one read then takes a larger batch (see BENCHMARKS.md).
-	// Queued entries are leased like running ones, and at shutdown those not
-	// yet started are released at once for other consumers. Concurrency +
-	// Prefetch is at most pelwarden.MaxCount.
+	// MaxInHand bounds the entries the consumer holds: queued for a handler
+	// or running. Within it the consumer sizes its window by itself,
+	// starting at Concurrency: the window grows while handlers run out of
+	// work before the next read arrives (fast handlers: reads of hundreds
+	// go out while the handlers work on the last batch), and shrinks when
+	// queued entries wait longer than they take to handle (slow handlers:
+	// it holds little more than it runs, leaving the rest to other
+	// consumers). Queued entries are leased like running ones, and at
+	// shutdown those not yet started are released at once for other
+	// consumers. Defaults to DefaultMaxInHand; at least Concurrency.
+	MaxInHand int
+	// MaxInHandBytes bounds the field data (names and values) of the
+	// entries in hand; reads and claim pages also follow the observed entry
+	// size, each fetching a few MiB at most (min(4 MiB, MaxInHandBytes/2)),
+	// so large entries are read a few at a time. The first read takes at
+	// most Concurrency entries. An entry larger than the bound is still
+	// taken, alone. Defaults to DefaultMaxInHandBytes.
+	MaxInHandBytes int64
+	// Prefetch, when set, fixes the window at Concurrency + Prefetch
+	// entries instead of sizing it automatically (MaxInHand is then
+	// ignored): the consumer holds up to Prefetch entries queued beyond its
+	// running handlers. Leave it 0 unless measurements say otherwise.
+	// Concurrency + Prefetch is at most pelwarden.MaxCount.
 	Prefetch int
 	// ReadBlock is how long one XREADGROUP waits for new entries. Keep it
 	// below the client's ReadTimeout (go-redis default 3s). Defaults to
 	// DefaultReadBlock.
 	ReadBlock time.Duration
 	// ReadCount is the most entries one XREADGROUP asks for; a read takes
-	// fewer when fewer handler slots are free. When Concurrency + Prefetch
-	// is at least twice ReadCount, the next read goes out while handlers
-	// work on the entries of the last one. Defaults to DefaultReadCount; at
-	// most pelwarden.MaxCount.
+	// fewer when the window has less room or the entries are large.
+	// Defaults to DefaultReadCount; at most pelwarden.MaxCount.
 	ReadCount int
-	// ClaimCount is the page size of a reclaim call (bounded by free
-	// handler slots). Defaults to DefaultClaimCount.
+	// ClaimCount is the most entries one reclaim call claims; a page takes
+	// fewer when the window has less room or the entries are large.
+	// Defaults to DefaultClaimCount; at most pelwarden.MaxCount.
 	ClaimCount int
 	// AckBatch: acks are sent in one call per batch of this many, or every
 	// AckInterval, whichever comes first, and at once when the consumer has
@@ -204,6 +219,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ClaimCount == 0 {
 		c.ClaimCount = DefaultClaimCount
+	}
+	if c.MaxInHand == 0 {
+		c.MaxInHand = max(DefaultMaxInHand, c.Concurrency)
+	}
+	if c.MaxInHandBytes == 0 {
+		c.MaxInHandBytes = DefaultMaxInHandBytes
 	}
 	if c.AckBatch == 0 {
 		c.AckBatch = DefaultAckBatch
@@ -286,6 +307,12 @@ func (c Config) validate() error {
 	}
 	if c.Prefetch < 0 || c.Prefetch > pelwarden.MaxCount-c.Concurrency {
 		return bad("Prefetch", "must be between 0 and %d (MaxCount - Concurrency), got %d", pelwarden.MaxCount-c.Concurrency, c.Prefetch)
+	}
+	if c.MaxInHand < c.Concurrency {
+		return bad("MaxInHand", "must be at least Concurrency (%d), got %d", c.Concurrency, c.MaxInHand)
+	}
+	if c.MaxInHandBytes < 0 {
+		return bad("MaxInHandBytes", "must be positive, got %d", c.MaxInHandBytes)
 	}
 	if c.ReadBlock < time.Millisecond {
 		return bad("ReadBlock", "must be at least 1ms, got %v", c.ReadBlock)

@@ -58,33 +58,55 @@ type HandlerFunc func(ctx context.Context, m *Message) error
 // Handle calls f.
 func (f HandlerFunc) Handle(ctx context.Context, m *Message) error { return f(ctx, m) }
 
-// deadLetterError is returned by DeadLetter.
-type deadLetterError struct{ err error }
+// ErrLostOwnership is the cause (context.Cause) of a handler's cancelled
+// context when another consumer took its entry over (its lease lapsed and
+// a reclaim pass elsewhere claimed it). The entry's outcome here is
+// dropped; it runs again there.
+var ErrLostOwnership = errors.New("pelwarden/driver: entry ownership lost to another consumer")
 
-func (e *deadLetterError) Error() string { return "dead-letter: " + errText(e.err) }
-func (e *deadLetterError) Unwrap() error { return e.err }
+// DeadLetterError is the outcome DeadLetter returns: the entry goes to the
+// dead-letter stream at once, with Err's text. Middleware can recognise it
+// with errors.As.
+type DeadLetterError struct {
+	// Err is the failure recorded in the dead-letter record.
+	Err error
+}
+
+// Error returns "dead-letter: " and Err's text.
+func (e *DeadLetterError) Error() string { return "dead-letter: " + errText(e.Err) }
+
+// Unwrap returns Err.
+func (e *DeadLetterError) Unwrap() error { return e.Err }
 
 // DeadLetter marks a permanent failure: the entry is moved to the dead-letter
-// stream at once, with err's text, and acknowledged, in one atomic step.
-func DeadLetter(err error) error { return &deadLetterError{err: err} }
+// stream at once, with err's text, and acknowledged, in one atomic step. It
+// returns a *DeadLetterError.
+func DeadLetter(err error) error { return &DeadLetterError{Err: err} }
 
-// retryAfterError is returned by RetryAfter.
-type retryAfterError struct {
-	delay time.Duration
-	err   error
+// RetryAfterError is the outcome RetryAfter returns: the entry stays
+// pending and is not redelivered before Delay. Middleware can recognise it
+// with errors.As.
+type RetryAfterError struct {
+	// Delay before the entry may be delivered again.
+	Delay time.Duration
+	// Err is the failure that asked for the retry.
+	Err error
 }
 
-func (e *retryAfterError) Error() string {
-	return fmt.Sprintf("retry after %v: %s", e.delay, errText(e.err))
+// Error returns "retry after <Delay>: " and Err's text.
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("retry after %v: %s", e.Delay, errText(e.Err))
 }
-func (e *retryAfterError) Unwrap() error { return e.err }
+
+// Unwrap returns Err.
+func (e *RetryAfterError) Unwrap() error { return e.Err }
 
 // RetryAfter leaves the entry pending and keeps it from being redelivered
 // before d. A delay up to MinIdle is recorded on the server (any consumer
 // honours it); a longer one is held by this consumer's lease heartbeat while
 // it runs, and cut to MinIdle if it stops first. Zero or negative d retries
-// at the next reclaim pass.
-func RetryAfter(d time.Duration, err error) error { return &retryAfterError{delay: d, err: err} }
+// at the next reclaim pass. It returns a *RetryAfterError.
+func RetryAfter(d time.Duration, err error) error { return &RetryAfterError{Delay: d, Err: err} }
 
 func errText(err error) string {
 	if err == nil {
@@ -107,13 +129,13 @@ func classify(err error) (outcome, time.Duration) {
 	if err == nil {
 		return outcomeAck, 0
 	}
-	var dl *deadLetterError
+	var dl *DeadLetterError
 	if errors.As(err, &dl) {
 		return outcomeDeadLetter, 0
 	}
-	var ra *retryAfterError
+	var ra *RetryAfterError
 	if errors.As(err, &ra) {
-		return outcomeRetry, ra.delay
+		return outcomeRetry, ra.Delay
 	}
 	return outcomeError, 0
 }

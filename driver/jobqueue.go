@@ -1,6 +1,9 @@
 package driver
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // jobQueue hands dispatched entries to the handler workers, first in first
 // out.
@@ -21,11 +24,15 @@ type jobQueue struct {
 	parked  int  // workers waiting in get
 	waking  bool // a wake-up is in flight: its worker has not looked yet
 	wakeups chan struct{}
+	// starved is set whenever a worker finds the queue empty and parks
+	// (the window's signal to grow).
+	starved *atomic.Bool
 }
 
-// newJobQueue returns a queue for at most workers concurrent getters.
-func newJobQueue(workers int) *jobQueue {
-	return &jobQueue{wakeups: make(chan struct{}, workers)}
+// newJobQueue returns a queue for at most workers concurrent getters; it
+// sets starved whenever a worker runs out of jobs.
+func newJobQueue(workers int, starved *atomic.Bool) *jobQueue {
+	return &jobQueue{wakeups: make(chan struct{}, workers), starved: starved}
 }
 
 // push queues jobs. It never blocks. It reports false, queueing nothing,
@@ -91,6 +98,9 @@ func (q *jobQueue) get() (job, bool) {
 		}
 		q.parked++
 		q.mu.Unlock()
+		if !q.starved.Load() {
+			q.starved.Store(true)
+		}
 		<-q.wakeups
 		woken = true
 		q.mu.Lock()

@@ -3,6 +3,7 @@ package driver
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +27,7 @@ func waitParked(t *testing.T, q *jobQueue, n int) {
 func TestJobQueueDeliversEveryJobOnce(t *testing.T) {
 	t.Parallel()
 	const workers, pushers, perPusher = 16, 4, 2000
-	q := newJobQueue(workers)
+	q := newJobQueue(workers, new(atomic.Bool))
 	var mu sync.Mutex
 	seen := map[string]int{}
 	var wg sync.WaitGroup
@@ -72,7 +73,7 @@ func TestJobQueueDeliversEveryJobOnce(t *testing.T) {
 // under steady load with Prefetch) keeps its memory bounded, in order.
 func TestJobQueueNeverEmptyStaysBounded(t *testing.T) {
 	t.Parallel()
-	q := newJobQueue(1)
+	q := newJobQueue(1, new(atomic.Bool))
 	next, want := 0, 0
 	push := func(n int) {
 		batch := make([]job, n)
@@ -102,7 +103,7 @@ func TestJobQueueNeverEmptyStaysBounded(t *testing.T) {
 // TestJobQueueStartsEveryWorkerForBlockingJobs).
 func TestJobQueueWakesOneAtATime(t *testing.T) {
 	t.Parallel()
-	q := newJobQueue(8)
+	q := newJobQueue(8, new(atomic.Bool))
 	q.parked = 8 // as if 8 workers waited in get
 	jobs := make([]job, 100)
 	for i := range jobs {
@@ -126,7 +127,7 @@ func TestJobQueueWakesOneAtATime(t *testing.T) {
 func TestJobQueueStartsEveryWorkerForBlockingJobs(t *testing.T) {
 	t.Parallel()
 	const workers = 32
-	q := newJobQueue(workers)
+	q := newJobQueue(workers, new(atomic.Bool))
 	var running sync.WaitGroup
 	running.Add(workers)
 	allRunning := make(chan struct{})
@@ -162,7 +163,7 @@ func TestJobQueueStartsEveryWorkerForBlockingJobs(t *testing.T) {
 // are still handed out (the consumer's workers skip them) or drained.
 func TestJobQueueClose(t *testing.T) {
 	t.Parallel()
-	q := newJobQueue(2)
+	q := newJobQueue(2, new(atomic.Bool))
 	require.True(t, q.push(testJob("a"), testJob("b")))
 	q.close()
 	q.close() // idempotent
@@ -176,7 +177,7 @@ func TestJobQueueClose(t *testing.T) {
 	_, ok = q.get()
 	require.False(t, ok, "closed and empty")
 
-	parked := newJobQueue(3)
+	parked := newJobQueue(3, new(atomic.Bool))
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 3 {

@@ -36,12 +36,17 @@ const (
 	// fields to copy from a server-side function (see pelwarden.ClaimPage's
 	// TooLarge); they stay pending, untouched, for an operator.
 	EventTooLarge
+	// EventPaused: times the consumer stopped taking new entries because
+	// the server refused a write for lack of memory (it resumes by itself
+	// once a refused call succeeds).
+	EventPaused
 	numEvents
 )
 
 var eventNames = [numEvents]string{
 	"read", "handled", "handler_error", "handler_panic", "claimed", "deleted_from_pel",
 	"acked", "lost_ownership", "lease_extended", "reaped", "command_error", "too_large",
+	"paused",
 }
 
 // String returns the event's snake_case name, e.g. "deleted_from_pel".

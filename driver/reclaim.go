@@ -12,15 +12,19 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pelwarden/pelwarden"
-	"github.com/pelwarden/pelwarden/internal/ctxwait"
 )
+
+// reclaimAttempts: a claim call failing this many times in a row (for
+// another reason than a full server) ends the pass; the next one starts
+// over.
+const reclaimAttempts = 6
 
 // reclaimLoop runs a reclaim pass at start and every ReclaimInterval, when
 // something is idle. At start it calls the claim function at least once,
 // idle entries or not (one page when nothing is idle): the library checks
 // the ACL for every command a claim can need, so a consumer that may not,
 // say, XACK stops at start instead of at its first poison entry.
-func (c *Consumer) reclaimLoop(ctx, handlerCtx context.Context) {
+func (r *run) reclaimLoop(ctx, handlerCtx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for first := true; ; first = false {
@@ -29,13 +33,13 @@ func (c *Consumer) reclaimLoop(ctx, handlerCtx context.Context) {
 			return
 		case <-t.C:
 		}
-		if idle := c.anythingIdle(ctx); idle || first {
-			c.reclaimPass(ctx, handlerCtx, !idle)
+		if idle := r.anythingIdle(ctx); idle || first {
+			r.reclaimPass(ctx, handlerCtx, !idle)
 		}
-		if c.cfg.ReapIdle > 0 && ctx.Err() == nil {
-			c.reap(ctx)
+		if r.cfg.ReapIdle > 0 && ctx.Err() == nil {
+			r.reap(ctx)
 		}
-		t.Reset(c.cfg.ReclaimInterval)
+		t.Reset(r.cfg.ReclaimInterval)
 	}
 }
 
@@ -46,12 +50,12 @@ func (c *Consumer) reclaimLoop(ctx, handlerCtx context.Context) {
 // in the server's own code and stops at the first idle entry (75 ms for
 // 1,000,000 entries with nothing idle, microseconds for a small PEL). An
 // error is logged and the pass runs anyway.
-func (c *Consumer) anythingIdle(ctx context.Context) bool {
-	p, err := c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: c.cfg.Stream, Group: c.cfg.Group,
-		Idle: c.cfg.MinIdle, Start: "-", End: "+", Count: 1}).Result()
+func (r *run) anythingIdle(ctx context.Context) bool {
+	p, err := r.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: r.cfg.Stream, Group: r.cfg.Group,
+		Idle: r.cfg.MinIdle, Start: "-", End: "+", Count: 1}).Result()
 	if err != nil {
 		if ctx.Err() == nil && !redis.HasErrorPrefix(err, "NOGROUP") {
-			c.commandError("check for idle entries", err, 0)
+			r.commandError("check for idle entries", err, 0)
 		}
 		return true
 	}
@@ -59,70 +63,65 @@ func (c *Consumer) anythingIdle(ctx context.Context) bool {
 }
 
 // reclaimPass walks the PEL page by page with the claim function until the
-// cursor returns to 0-0 (after the first page with onePage).
-func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
-	maxDeliveries := c.cfg.MaxDeliveries
+// cursor returns to 0-0 (after the first page with onePage). Each page
+// takes the room the window offers (waiting for room while the handlers
+// are busy, never for more than can come), up to ClaimCount entries and
+// about the window's batch of bytes. What the pass dead-lettered, found
+// deleted or could not dead-letter is logged once at its end.
+func (r *run) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
+	maxDeliveries := r.cfg.MaxDeliveries
 	if maxDeliveries == NoDeliveryLimit {
 		maxDeliveries = 0
 	}
+	rep := passReport{maxDeliveries: maxDeliveries}
+	defer rep.log(r)
 	cursor := "0-0"
-	for attempt := 0; ctx.Err() == nil; {
-		n := c.slots.acquire(ctx, c.cfg.ClaimCount, reclaimLinger)
+	for ctx.Err() == nil {
+		res := r.flow.reserve(ctx, partyReclaim, r.cfg.ClaimCount)
+		n := res.n
 		if n == 0 {
 			return
 		}
-		page, err := c.lib.Claim(ctx, pelwarden.ClaimArgs{
-			Stream: c.cfg.Stream, DeadLetterStream: c.cfg.DeadLetterStream, Group: c.cfg.Group,
-			Consumer: c.cfg.Consumer, MinIdle: c.cfg.MinIdle, Cursor: cursor, Count: n,
-			MaxDeliveries: maxDeliveries, Backoff: c.cfg.Backoff,
+		var page *pelwarden.ClaimPage
+		var rtt time.Duration
+		err := retry(ctx, claimGiveUp, func(err error, attempt int) {
+			if !errors.Is(err, pelwarden.ErrNoGroup) && !permanent(err) {
+				r.commandError("reclaim", err, attempt)
+			}
+		}, func(ctx context.Context) error {
+			began := time.Now()
+			var err error
+			page, err = r.lib.Claim(ctx, pelwarden.ClaimArgs{
+				Stream: r.cfg.Stream, DeadLetterStream: r.cfg.DeadLetterStream, Group: r.cfg.Group,
+				Consumer: r.cfg.Consumer, MinIdle: r.cfg.MinIdle, Cursor: cursor, Count: n,
+				MaxDeliveries: maxDeliveries, Backoff: r.cfg.Backoff, MaxBytes: int(r.flow.pageBytes()),
+			})
+			rtt = time.Since(began)
+			return err
 		})
 		if err != nil {
-			c.slots.release(n)
-			if ctx.Err() != nil {
-				return
-			}
-			if errors.Is(err, pelwarden.ErrNoGroup) {
-				if !c.groupMissing(ctx, err) {
-					return
+			r.flow.giveBack(res)
+			switch {
+			case ctx.Err() != nil:
+			case errors.Is(err, pelwarden.ErrNoGroup):
+				if r.groupMissing(ctx, err) {
+					continue
 				}
-				continue
+			case permanent(err):
+				r.stop(fmt.Errorf("pelwarden/driver: reclaim: %w", err))
 			}
-			if permanent(err) {
-				c.stop(fmt.Errorf("pelwarden/driver: reclaim: %w", err))
-				return
-			}
-			c.commandError("reclaim", err, attempt)
-			if attempt >= 5 {
-				return // give up this pass; the next one starts over
-			}
-			ctxwait.Sleep(ctx, backoff(attempt))
-			attempt++
-			continue
+			return // the next pass starts over
 		}
-		attempt = 0
-		c.slots.release(n - len(page.Entries))
-		c.m.Count(EventClaimed, len(page.Entries))
-		if len(page.DeadLettered) > 0 {
-			c.m.DeadLettered(pelwarden.ReasonMaxDeliveries, len(page.DeadLettered))
-			c.log.Warn("dead-lettered entries delivered too often", "count", len(page.DeadLettered),
-				"max_deliveries", maxDeliveries, "ids", firstIDs(page.DeadLettered))
-		}
-		if len(page.TooLarge) > 0 {
-			c.m.Count(EventTooLarge, len(page.TooLarge))
-			c.log.Error("entries at MaxDeliveries have too many fields to dead-letter atomically; they stay pending for an operator",
-				"count", len(page.TooLarge), "ids", firstIDs(page.TooLarge))
-		}
-		if len(page.Deleted) > 0 {
-			c.m.Count(EventDeletedFromPEL, len(page.Deleted))
-			c.log.Warn("pending entries were deleted from the stream; cleared from the PEL", "count", len(page.Deleted), "ids", firstIDs(page.Deleted))
-		}
+		r.memoryFreed("reclaim")
+		r.m.Count(EventClaimed, len(page.Entries))
+		rep.add(r, page)
 		msgs := make([]Message, len(page.Entries))
 		ptrs := make([]*Message, len(page.Entries))
 		for i, e := range page.Entries {
-			msgs[i] = Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: c.cfg.Stream, Group: c.cfg.Group}
+			msgs[i] = Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: r.cfg.Stream, Group: r.cfg.Group}
 			ptrs[i] = &msgs[i]
 		}
-		c.dispatch(handlerCtx, ptrs)
+		r.dispatch(handlerCtx, ptrs, res, rtt, !page.Done())
 		if page.Done() || onePage {
 			return
 		}
@@ -130,19 +129,80 @@ func (c *Consumer) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 	}
 }
 
-func (c *Consumer) reap(ctx context.Context) {
-	r, err := c.lib.Reap(ctx, pelwarden.ReapArgs{Stream: c.cfg.Stream, Group: c.cfg.Group, Idle: c.cfg.ReapIdle, Keep: []string{c.cfg.Consumer}})
+// claimGiveUp ends a pass at errors retrying cannot fix and after
+// reclaimAttempts failures, but never while the server is out of memory:
+// the claim is then the probe that ends the pause (see memoryFull).
+func claimGiveUp(err error, attempt int) bool {
+	if outOfMemory(err) {
+		return false
+	}
+	return permanent(err) || attempt+1 >= reclaimAttempts
+}
+
+// passReport sums up what a reclaim pass did besides claiming, for one log
+// record per kind at the end of the pass (and the metrics, page by page).
+type passReport struct {
+	maxDeliveries int
+	deadLettered  idList
+	tooLarge      idList
+	deleted       idList
+}
+
+// idList counts ids and keeps the first few.
+type idList struct {
+	n     int
+	first []string
+}
+
+func (l *idList) add(ids []string) {
+	l.n += len(ids)
+	if room := 10 - len(l.first); room > 0 {
+		l.first = append(l.first, ids[:min(room, len(ids))]...)
+	}
+}
+
+func (p *passReport) add(r *run, page *pelwarden.ClaimPage) {
+	if len(page.DeadLettered) > 0 {
+		r.m.DeadLettered(pelwarden.ReasonMaxDeliveries, len(page.DeadLettered))
+		p.deadLettered.add(page.DeadLettered)
+	}
+	if len(page.TooLarge) > 0 {
+		r.m.Count(EventTooLarge, len(page.TooLarge))
+		p.tooLarge.add(page.TooLarge)
+	}
+	if len(page.Deleted) > 0 {
+		r.m.Count(EventDeletedFromPEL, len(page.Deleted))
+		p.deleted.add(page.Deleted)
+	}
+}
+
+func (p *passReport) log(r *run) {
+	if p.deadLettered.n > 0 {
+		r.log.Warn("reclaim pass dead-lettered entries delivered too often", "count", p.deadLettered.n,
+			"max_deliveries", p.maxDeliveries, "first_ids", p.deadLettered.first)
+	}
+	if p.tooLarge.n > 0 {
+		r.log.Error("entries at MaxDeliveries have too many fields to dead-letter atomically; they stay pending for an operator",
+			"count", p.tooLarge.n, "first_ids", p.tooLarge.first)
+	}
+	if p.deleted.n > 0 {
+		r.log.Warn("pending entries were deleted from the stream; cleared from the PEL", "count", p.deleted.n, "first_ids", p.deleted.first)
+	}
+}
+
+func (r *run) reap(ctx context.Context) {
+	res, err := r.lib.Reap(ctx, pelwarden.ReapArgs{Stream: r.cfg.Stream, Group: r.cfg.Group, Idle: r.cfg.ReapIdle, Keep: []string{r.cfg.Consumer}})
 	if err != nil {
 		if ctx.Err() == nil {
-			c.commandError("reap", err, 0)
+			r.commandError("reap", err, 0)
 		}
 		return
 	}
-	if len(r.Deleted) > 0 {
-		c.m.Count(EventReaped, len(r.Deleted))
-		c.log.Info("reaped idle consumers that owned nothing", "consumers", r.Deleted)
+	if len(res.Deleted) > 0 {
+		r.m.Count(EventReaped, len(res.Deleted))
+		r.log.Info("reaped idle consumers that owned nothing", "consumers", res.Deleted)
 	}
-	for _, k := range r.Kept {
-		c.log.Debug("idle consumer kept: it still owns pending entries", "idle_consumer", k.Name, "pending", k.Pending)
+	for _, k := range res.Kept {
+		r.log.Debug("idle consumer kept: it still owns pending entries", "idle_consumer", k.Name, "pending", k.Pending)
 	}
 }

@@ -537,7 +537,9 @@ func toInt64(v any) int64 {
 
 // Prefetch and ReadCount: the consumer holds up to Concurrency + Prefetch
 // entries, runs at most Concurrency handlers, and asks each read for at most
-// ReadCount entries. At shutdown, queued entries no handler started are
+// ReadCount entries. (It tops the window up once half its queue part is
+// free: with reads of 1 (idle), 4 and 4 it holds 9 of its 10 places while
+// every handler is blocked.) At shutdown, queued entries no handler started are
 // released at once (claimable by other consumers), while the ones whose
 // handlers were cancelled stay pending with their lease.
 func TestDriverPrefetchAndReadCount(t *testing.T) {
@@ -574,11 +576,11 @@ func TestDriverPrefetchAndReadCount(t *testing.T) {
 		cfg.Concurrency, cfg.Prefetch, cfg.ReadCount = 2, 8, 4
 		cfg.MinIdle = 2 * time.Second // LeaseInterval 667ms
 		r := start(t, rdb, cfg)
-		waitFor(t, "the consumer holds Concurrency + Prefetch entries", func() bool {
-			return pelSize(t, ctx, s.rdb, k) == 10 && running.Load() == 2
+		waitFor(t, "the consumer fills its Concurrency + Prefetch window", func() bool {
+			return pelSize(t, ctx, s.rdb, k) >= 9 && running.Load() == 2
 		})
 		time.Sleep(200 * time.Millisecond) // a read beyond the bound would show now
-		require.EqualValues(t, 10, pelSize(t, ctx, s.rdb, k), "holds no more than Concurrency + Prefetch")
+		require.LessOrEqual(t, pelSize(t, ctx, s.rdb, k), int64(10), "holds no more than Concurrency + Prefetch")
 
 		close(gate)
 		waitFor(t, "every entry handled and acked", func() bool {
@@ -607,13 +609,14 @@ func TestDriverPrefetchAndReadCount(t *testing.T) {
 		})
 		cfg.ShutdownTimeout = 100 * time.Millisecond
 		r = start(t, rdb, cfg)
-		waitFor(t, "10 held", func() bool { return pelSize(t, ctx, s.rdb, k) == 10 })
+		waitFor(t, "9 held", func() bool { return pelSize(t, ctx, s.rdb, k) == 9 })
+		time.Sleep(100 * time.Millisecond)
 		require.NoError(t, r.stop(t))
 		claimable, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: k.Stream, Group: k.Group,
 			Idle: cfg.MinIdle, Start: "-", End: "+", Count: 100}).Result()
 		require.NoError(t, err)
-		require.Len(t, claimable, 8, "the queued entries no handler started were released for other consumers")
-		require.EqualValues(t, 10, pelSize(t, ctx, s.rdb, k), "nothing acked that did not succeed")
+		require.Len(t, claimable, 7, "the queued entries no handler started were released for other consumers")
+		require.EqualValues(t, 9, pelSize(t, ctx, s.rdb, k), "nothing acked that did not succeed")
 	})
 }
 

@@ -28,7 +28,7 @@ Conventions
   field data.
 ]]
 
-local LIBRARY_VERSION = '1.0.3'
+local LIBRARY_VERSION = '1.0.4'
 
 -- @@errors-begin (parsed by errors_test.go: keep one code per line)
 local ERRORS = {
@@ -90,6 +90,10 @@ local function call(...)
       fail(ERRORS.WRONGTYPE, 'a key holds a value that is not a stream')
     elseif string.find(e, 'Invalid stream ID') or string.find(e, 'invalid start ID') or string.find(e, 'invalid end ID') then
       fail(ERRORS.BADID, 'malformed stream id')
+    elseif string.find(e, '^OOM') then
+      -- The server is at maxmemory (only reachable under EVALSHA, where
+      -- scripts have no flags): keep its own code, as for any command.
+      return error({err = e})
     end
     fail(ERRORS.SERVER, (select(1, ...)) .. ': ' .. e)
   end
@@ -935,7 +939,7 @@ local function stats(keys, args)
 end
 
 ------------------------------------------------------------------------------
--- pelwarden_v1_version: the library's version, e.g. "1.0.3" (read only).
+-- pelwarden_v1_version: the library's version, e.g. "1.0.4" (read only).
 --
 -- KEYS: none. ARGV: none.
 -- Reply: the version string.
@@ -944,13 +948,21 @@ local function version(keys, args)
 end
 
 -- @@register (everything below is replaced by lua/shim.lua under EVALSHA)
+--
+-- allow-oom (since 1.0.4): ack, extend, release and reap only acknowledge,
+-- re-time or delete what is already there, so they run on a server at
+-- maxmemory (noeviction) too: a full server must not keep a consumer from
+-- settling the entries it holds. claim (it may dead-letter), deadletter and
+-- redrive add entries and stay refused there. Under EVALSHA no script has
+-- flags: the server then refuses only commands that grow memory (XADD), so
+-- the same split holds.
 local FUNCTIONS = {
   {name = 'pelwarden_v1_claim', fn = claim, flags = {}},
-  {name = 'pelwarden_v1_ack', fn = ack, flags = {}},
+  {name = 'pelwarden_v1_ack', fn = ack, flags = {'allow-oom'}},
   {name = 'pelwarden_v1_deadletter', fn = deadletter, flags = {}},
-  {name = 'pelwarden_v1_extend', fn = extend, flags = {}},
-  {name = 'pelwarden_v1_release', fn = release, flags = {}},
-  {name = 'pelwarden_v1_reap', fn = reap, flags = {}},
+  {name = 'pelwarden_v1_extend', fn = extend, flags = {'allow-oom'}},
+  {name = 'pelwarden_v1_release', fn = release, flags = {'allow-oom'}},
+  {name = 'pelwarden_v1_reap', fn = reap, flags = {'allow-oom'}},
   {name = 'pelwarden_v1_redrive', fn = redrive, flags = {}},
   {name = 'pelwarden_v1_stats', fn = stats, flags = {'no-writes'}},
   {name = 'pelwarden_v1_version', fn = version, flags = {'no-writes'}},

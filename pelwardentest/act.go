@@ -3,8 +3,9 @@ package pelwardentest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
-	"reflect"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -139,7 +140,9 @@ type ReclaimArgs struct {
 	DeleteDeadLettered bool
 	// Handler, when set, receives each claimed entry, as the driver would
 	// hand it: nil acks it (fenced), driver.DeadLetter(err) dead-letters it
-	// with err's text (reason handler), any other error leaves it pending.
+	// with err's text (reason handler), driver.RetryAfter(d, err) releases
+	// it for a retry after d, any other error leaves it pending. A panic in
+	// the Handler fails the test (with the stack) instead of crashing it.
 	// Without a Handler, claimed entries stay pending, owned by Consumer.
 	Handler driver.Handler
 }
@@ -152,31 +155,16 @@ type ReclaimResult struct {
 	DeadLettered []string
 	// Acked ids: the Handler returned nil.
 	Acked []string
+	// Retried ids: the Handler returned driver.RetryAfter; they were
+	// released (stay pending, claimable again after the delay, cut to
+	// MinIdle, as the driver does for delays up to MinIdle).
+	Retried []string
 	// Failed ids: the Handler returned another error; they stay pending.
 	Failed []string
 	// Deleted ids were pending but gone from the stream.
 	Deleted []string
 	// Pages is the number of Claim calls.
 	Pages int
-}
-
-// deadLetterType is the dynamic type of driver.DeadLetter's errors, which
-// the driver does not export; Reclaim recognises them by it.
-var deadLetterType = reflect.TypeOf(driver.DeadLetter(errors.New("")))
-
-// asDeadLetter finds a driver.DeadLetter error in err's chain and returns
-// the text the driver would store.
-func asDeadLetter(err error) (string, bool) {
-	for err != nil {
-		if reflect.TypeOf(err) == deadLetterType {
-			if inner := errors.Unwrap(err); inner != nil {
-				return inner.Error(), true
-			}
-			return "<nil>", true
-		}
-		err = errors.Unwrap(err)
-	}
-	return "", false
 }
 
 // Reclaim runs one whole reclaim pass over the fixture's PEL with
@@ -219,10 +207,17 @@ func (f *Fixture) Reclaim(a ReclaimArgs) ReclaimResult {
 func (f *Fixture) handle(a ReclaimArgs, e pelwarden.Entry, res *ReclaimResult) {
 	f.t.Helper()
 	m := &driver.Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: f.Stream, Group: f.Group}
-	herr := a.Handler.Handle(f.ctx, m)
+	herr, panicked := callHandler(f.ctx, a.Handler, m)
+	if panicked != nil {
+		f.fatalf("Reclaim: the handler panicked on %s: %v", e.ID, panicked)
+		return
+	}
 	ctx, cancel := f.cmdCtx()
 	defer cancel()
-	if herr == nil {
+	var dl *driver.DeadLetterError
+	var ra *driver.RetryAfterError
+	switch {
+	case herr == nil:
 		r, err := f.srv.lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: a.Consumer, IDs: []string{e.ID}})
 		if err == nil {
 			err = r.Err()
@@ -231,20 +226,39 @@ func (f *Fixture) handle(a ReclaimArgs, e pelwarden.Entry, res *ReclaimResult) {
 			f.fatalf("Reclaim: ack %s: %v", e.ID, err)
 		}
 		res.Acked = append(res.Acked, e.ID)
-		return
-	}
-	text, ok := asDeadLetter(herr)
-	if !ok {
+	case errors.As(herr, &dl):
+		text := "<nil>"
+		if dl.Err != nil {
+			text = dl.Err.Error()
+		}
+		r, err := f.srv.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream,
+			Group: f.Group, Consumer: a.Consumer, IDs: []string{e.ID}, Reason: pelwarden.ReasonHandler, Error: text})
+		if err == nil {
+			err = r.Err()
+		}
+		if err != nil {
+			f.fatalf("Reclaim: dead-letter %s: %v", e.ID, err)
+		}
+		res.DeadLettered = append(res.DeadLettered, e.ID)
+	case errors.As(herr, &ra):
+		_, err := f.srv.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: f.Stream, Group: f.Group, Consumer: a.Consumer,
+			IDs: []string{e.ID}, MinIdle: a.MinIdle, Delay: max(ra.Delay, 0)})
+		if err != nil {
+			f.fatalf("Reclaim: release %s for a retry: %v", e.ID, err)
+		}
+		res.Retried = append(res.Retried, e.ID)
+	default:
 		res.Failed = append(res.Failed, e.ID)
-		return
 	}
-	r, err := f.srv.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream,
-		Group: f.Group, Consumer: a.Consumer, IDs: []string{e.ID}, Reason: pelwarden.ReasonHandler, Error: text})
-	if err == nil {
-		err = r.Err()
-	}
-	if err != nil {
-		f.fatalf("Reclaim: dead-letter %s: %v", e.ID, err)
-	}
-	res.DeadLettered = append(res.DeadLettered, e.ID)
+}
+
+// callHandler runs h, turning a panic into a value for the caller to
+// report as a test failure.
+func callHandler(ctx context.Context, h driver.Handler, m *driver.Message) (err error, panicked any) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked = fmt.Sprintf("%v\n%s", p, debug.Stack())
+		}
+	}()
+	return h.Handle(ctx, m), nil
 }

@@ -252,3 +252,41 @@ func entryIDs(es []pelwarden.Entry) []string {
 	}
 	return out
 }
+
+// Reclaim treats driver.RetryAfter as the driver does (the entry is
+// released for a retry after the delay), and a panicking Handler fails the
+// test with the panic instead of crashing the test binary.
+func TestReclaimRetryAfterAndPanic(t *testing.T) {
+	t.Parallel()
+	f := pelwardentest.Start(t).NewFixture(t)
+	ids := f.Produce(2, nil)
+	f.LeavePending("crashed", 2)
+	res := f.Reclaim(pelwardentest.ReclaimArgs{MinIdle: time.Hour, Count: 10,
+		Handler: driver.HandlerFunc(func(_ context.Context, m *driver.Message) error {
+			if m.ID == ids[0] {
+				return driver.RetryAfter(time.Minute, errors.New("busy"))
+			}
+			return nil
+		})})
+	require.Empty(t, res.Claimed, "nothing idle for an hour")
+	res = f.Reclaim(pelwardentest.ReclaimArgs{MinIdle: 0, Count: 10,
+		Handler: driver.HandlerFunc(func(_ context.Context, m *driver.Message) error {
+			if m.ID == ids[0] {
+				return driver.RetryAfter(time.Minute, errors.New("busy"))
+			}
+			return nil
+		})})
+	require.Equal(t, []string{ids[0]}, res.Retried)
+	require.Equal(t, []string{ids[1]}, res.Acked)
+	f.RequirePending(ids[0], pelwardentest.Pending{Consumer: "reclaimer", Deliveries: 2})
+
+	rec := &recorder{name: t.Name()}
+	defer rec.finish()
+	g := f.WithT(rec)
+	msg := rec.run(func() {
+		g.Reclaim(pelwardentest.ReclaimArgs{MinIdle: 0, Count: 10,
+			Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { panic("handler bug") })})
+	})
+	require.Contains(t, msg, "panicked")
+	require.Contains(t, msg, "handler bug")
+}

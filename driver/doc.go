@@ -1,0 +1,60 @@
+// Package driver is pelwarden's consumer runtime: it reads new entries of a
+// Redis stream through a consumer group, runs business handlers on them with
+// bounded concurrency, acknowledges in fenced batches, and reclaims entries
+// abandoned by dead consumers through the pelwarden function library, which
+// dead-letters poison entries atomically.
+//
+//	c, err := driver.New(rdb, driver.Config{
+//		Stream: "{orders}", Group: "billing",
+//		Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
+//			return bill(ctx, m)
+//		}),
+//	})
+//	if err != nil { ... }
+//	err = c.Run(ctx) // until ctx is cancelled and in-flight work is settled
+//
+// Delivery is at least once: a handler can see an entry again (after a
+// crash, or when its lease was lost), so handlers must be idempotent; the
+// stream id is the natural key. Tracing of Redis commands comes from
+// go-redis hooks (redisotel); the driver adds logs (log/slog) and the
+// Metrics hook.
+//
+// # Flow control
+//
+// The defaults are meant to be kept. A consumer holds a window of entries
+// (queued for a handler or running) that it sizes by itself between
+// Concurrency and MaxInHand: fast handlers get reads of hundreds of
+// entries, the next one on its way while the handlers work on the last;
+// slow handlers hold little more than they run, so other consumers of the
+// group get the rest. Reads and claim pages also follow the entry size
+// (MaxInHandBytes). New and reclaimed entries share the window and take
+// turns in it.
+//
+// # How it runs
+//
+// One Run starts these goroutines (run.go); arrows are the queues between
+// them:
+//
+//		read loop ──XREADGROUP──┐                      ┌─> ack loop ──ack fn / XACK──> Redis
+//		reclaim loop ──claim fn─┼─> tracker + job queue ─> Concurrency workers (handlers)
+//		lease loop ──extend fn──┘   (window: room)        └─> dead-letter / release fns
+//
+//	  - read loop (readloop.go): XREADGROUP ">" for as many entries as the
+//	    window offers; blocks for one entry when the stream is idle.
+//	  - reclaim loop (reclaim.go): at start and every ReclaimInterval, when
+//	    something is idle, a pass of claim-function pages until the cursor
+//	    returns; the function dead-letters entries delivered MaxDeliveries
+//	    times. Also reaps dead consumers (ReapIdle).
+//	  - workers (work.go): run handlers from the job queue (jobqueue.go) and
+//	    settle each outcome: success to the ack queue (ackqueue.go), the
+//	    rest through the dead-letter or release functions.
+//	  - ack loop (ack.go): batched, fenced acks.
+//	  - lease loop (lease.go): extends the lease of entries held longer than
+//	    LeaseInterval, cancels handlers whose entry was taken over, holds
+//	    long RetryAfter delays.
+//
+// The tracker (tracker.go) owns the entries in hand; the window
+// (window.go) decides how many more the loops may fetch, and pauses them
+// while the server refuses writes for lack of memory. Every Redis call is
+// retried by one helper (retry.go) with its own give-up rule.
+package driver

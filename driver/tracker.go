@@ -1,0 +1,174 @@
+package driver
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// tracker owns the entries a consumer holds: dispatched to the handler
+// workers and not yet settled (queued or running, or succeeded with the
+// ack not yet sent), entries held back by a RetryAfter delay beyond MinIdle,
+// and queued entries skipped at shutdown. The lease loop asks it which
+// entries are due for a lease extension; every other part goes through it
+// to add, settle or give entries back.
+type tracker struct {
+	mu        sync.Mutex
+	entries   map[string]*inflight // by entry id
+	delayed   map[string]time.Time // RetryAfter beyond MinIdle: id -> retry at
+	unstarted []string             // queued entries skipped at shutdown
+	closed    bool                 // shutdown began: add refuses
+}
+
+// inflight is one entry in hand.
+type inflight struct {
+	queued time.Duration // dispatch time, since monoEpoch
+	ctx    *entryContext // the handler's context
+	bytes  int64         // field bytes, counted in the window
+	lost   atomic.Bool   // another consumer took it over
+}
+
+// job is one entry handed to a handler worker.
+type job struct {
+	m *Message
+	f *inflight
+}
+
+func newTracker() *tracker {
+	return &tracker{entries: map[string]*inflight{}, delayed: map[string]time.Time{}}
+}
+
+// monoEpoch anchors handler timings: time.Since of a time with a monotonic
+// reading reads one clock, where time.Now reads two (a handler that does
+// nothing costs less than the clock reads around it).
+var monoEpoch = time.Now()
+
+// add tracks msgs and queues them on q for the workers, in one locked step
+// (so nothing is queued after close). An entry already held is skipped: a
+// reclaim pass took back an entry whose handler still runs here (its lease
+// lapsed), and the running handler settles it. It returns the skipped
+// messages (all of them after close: they stay pending), so the caller
+// gives their places back.
+func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64, q *jobQueue) (skipped []*Message, closed bool) {
+	now := time.Since(monoEpoch)
+	fs := make([]inflight, len(msgs))
+	ctxs := make([]entryContext, len(msgs))
+	jobs := make([]job, 0, len(msgs))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return msgs, true
+	}
+	for i, m := range msgs {
+		if _, busy := t.entries[m.ID]; busy {
+			skipped = append(skipped, m)
+			continue
+		}
+		f := &fs[i]
+		f.queued = now
+		f.bytes = sizes[i]
+		f.ctx = &ctxs[i]
+		f.ctx.parent = handlerCtx
+		t.entries[m.ID] = f
+		if len(t.delayed) > 0 {
+			delete(t.delayed, m.ID)
+		}
+		jobs = append(jobs, job{m: m, f: f})
+	}
+	q.push(jobs...)
+	return skipped, false
+}
+
+// close refuses further adds and closes q under the same lock.
+func (t *tracker) close(q *jobQueue) {
+	t.mu.Lock()
+	t.closed = true
+	q.close()
+	t.mu.Unlock()
+}
+
+// forget stops tracking ids.
+func (t *tracker) forget(ids ...string) {
+	t.mu.Lock()
+	for _, id := range ids {
+		delete(t.entries, id)
+	}
+	t.mu.Unlock()
+}
+
+// delay holds id back until at (a RetryAfter beyond MinIdle): the lease
+// loop keeps it ours until then.
+func (t *tracker) delay(id string, at time.Time) {
+	t.mu.Lock()
+	t.delayed[id] = at
+	t.mu.Unlock()
+}
+
+// skipped records a queued entry skipped at shutdown, for takeUnstarted.
+func (t *tracker) skipped(id string) {
+	t.mu.Lock()
+	delete(t.entries, id)
+	t.unstarted = append(t.unstarted, id)
+	t.mu.Unlock()
+}
+
+// takeUnstarted returns and clears the entries skipped at shutdown.
+func (t *tracker) takeUnstarted() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ids := t.unstarted
+	t.unstarted = nil
+	return ids
+}
+
+// leaseDue returns the entries whose lease to extend now: held for at
+// least every (heartbeat true) and delayed ones whose retry time is more
+// than MinIdle-every away. Delayed entries due sooner are removed and
+// returned in release, with the longest delay left among them, to be
+// released with that delay.
+func (t *tracker) leaseDue(heartbeat bool, every, minIdle time.Duration) (extend, release []string, releaseDelay time.Duration) {
+	now := time.Now()
+	since := time.Since(monoEpoch)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if heartbeat {
+		for id, f := range t.entries {
+			if since-f.queued >= every && !f.lost.Load() {
+				extend = append(extend, id)
+			}
+		}
+	}
+	for id, at := range t.delayed {
+		left := at.Sub(now)
+		if left <= minIdle-every {
+			release = append(release, id)
+			releaseDelay = max(releaseDelay, left)
+			delete(t.delayed, id)
+		} else {
+			extend = append(extend, id)
+		}
+	}
+	return extend, release, max(releaseDelay, 0)
+}
+
+// lost marks ids as taken over by another consumer: their handlers are
+// cancelled with ErrLostOwnership and their outcome will be dropped.
+func (t *tracker) lost(ids []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, id := range ids {
+		if f, ok := t.entries[id]; ok {
+			f.lost.Store(true)
+			f.ctx.cancelWith(ErrLostOwnership)
+		}
+		delete(t.delayed, id)
+	}
+}
+
+// count returns how many entries are tracked as in hand.
+func (t *tracker) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.entries)
+}

@@ -1,0 +1,362 @@
+package driver
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// party is a taker of room in the window: the read loop or the reclaim
+// loop.
+type party int
+
+const (
+	partyRead party = iota
+	partyReclaim
+	numParties
+)
+
+// window is the consumer's flow control. It counts the entries in hand
+// (queued for a handler or running, plus those a read or claim call in
+// flight may return) and their bytes of field data, and decides how many
+// the next call may fetch.
+//
+// Its size (limit) adapts between Concurrency and MaxInHand:
+//   - it grows by half when a handler worker ran out of work while a call
+//     was in flight that the window had limited and that found as many
+//     entries as it asked for (not counting the call that first fills the
+//     room of the last growth): handlers empty the queue faster than reads
+//     refill it, and a larger window lets the next read go out while they
+//     work. It stops growing once its queue part holds what the handlers
+//     handle in coverRoundTrips round trips (a 40 ms handler waits 0.3 ms
+//     for a read at most: growing would only hoard);
+//   - it shrinks by a quarter when queued entries wait longer than they
+//     take to handle, longer than a few calls' round trips and longer than
+//     hoardMinWait: the consumer hoards entries another consumer could run
+//     sooner, and a smaller queue still covers the next read's round trip.
+//
+// With Config.Prefetch set the size is fixed at Concurrency + Prefetch.
+//
+// A taker waits until the room is worth a call (half the queue part of the
+// window, or what it asked for if less), so a fast consumer reads large
+// batches and a slow one reads as soon as a handler is free. When both
+// takers wait, they take turns, so neither new nor reclaimed entries
+// starve. While the server refuses writes for lack of memory (see pause),
+// nothing is taken.
+type window struct {
+	floor, ceil int   // bounds of limit: Concurrency, MaxInHand
+	fixed       bool  // Prefetch set: limit stays ceil
+	maxBytes    int64 // MaxInHandBytes
+	batchBytes  int64 // a call fetches about this many bytes at most
+
+	mu    sync.Mutex
+	limit int // current size in entries
+	held  int // entries in hand plus reservations of calls in flight
+	// bytes of field data in hand. Calls in flight are not counted: with
+	// at most one read and one claim in flight, each under batchBytes, the
+	// bytes in hand exceed maxBytes by at most two batches.
+	bytes    int64
+	perEntry float64 // mean field bytes per entry seen (0: none yet)
+	rtt      float64 // mean round trip of a call, in seconds
+	run      float64 // mean handling time of an entry, in seconds
+	last     party   // the last taker, for turns
+	calls    uint64  // reservations made so far: each call's ticket
+	grownAt  uint64  // tickets up to this one may not grow the window
+	waiters  [numParties]*waiter
+	paused   bool
+	resumed  chan struct{} // closed when a pause ends
+
+	// Handler timings since the last resize, added by the workers without
+	// the lock: queue wait (dispatch to start) and handling time, in ns.
+	waitSum, runSum, timed atomic.Int64
+	// starved is set when a handler worker found no job queued.
+	starved atomic.Bool
+}
+
+type waiter struct {
+	need int
+	wake chan struct{}
+}
+
+// Bounds of the window's measurements.
+const (
+	// batchBytesTarget: a read or claim fetches about this many bytes of
+	// field data at most (a few MiB keep one XREADGROUP of large entries
+	// well under 100 ms of server time).
+	batchBytesTarget = 4 << 20
+	// hoardRoundTrips: queued entries may wait this many call round trips
+	// before the window counts as hoarding.
+	hoardRoundTrips = 4
+	// hoardMinWait: a queue wait below this is never hoarding (another
+	// consumer could not have started the entry much sooner).
+	hoardMinWait = 5 * time.Millisecond
+	// coverRoundTrips: the window grows until its queue part covers this
+	// many call round trips of handling.
+	coverRoundTrips = 4
+	// minTimed: handler timings needed before the window may shrink.
+	minTimed = 16
+)
+
+func newWindow(floor, ceil int, fixed bool, maxBytes int64) *window {
+	w := &window{
+		floor: floor, ceil: ceil, fixed: fixed, maxBytes: maxBytes,
+		batchBytes: min(batchBytesTarget, max(maxBytes/2, 1)),
+		limit:      floor,
+	}
+	if fixed {
+		w.limit = ceil
+	}
+	return w
+}
+
+// reservation is a call's place in the window, from reserve to fill.
+type reservation struct {
+	n      int    // entries the call may fetch
+	bound  bool   // the window's room, not want or the batch size, set n
+	ticket uint64 // the call's number
+}
+
+// reserve waits for room and reserves it for one call of p fetching at most
+// want entries; the reservation's n is at least 1, or 0 when ctx is done.
+// The caller reports the call's result with fill (or giveBack).
+func (w *window) reserve(ctx context.Context, p party, want int) reservation {
+	for {
+		w.mu.Lock()
+		n, need, bound := w.offerLocked(p, want)
+		if n > 0 {
+			w.held += n
+			w.last = p
+			w.calls++
+			// Workers that run out of work from now on ran out while this
+			// call was in flight.
+			w.starved.Store(false)
+			w.wakeLocked()
+			ticket := w.calls
+			w.mu.Unlock()
+			return reservation{n: n, bound: bound, ticket: ticket}
+		}
+		var wake <-chan struct{}
+		if w.paused {
+			wake = w.resumed
+		} else {
+			wt := &waiter{need: need, wake: make(chan struct{})}
+			w.waiters[p] = wt
+			wake = wt.wake
+		}
+		w.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			w.mu.Lock()
+			if w.waiters[p] != nil && w.waiters[p].wake == wake {
+				w.waiters[p] = nil
+			}
+			w.mu.Unlock()
+			return reservation{}
+		}
+	}
+}
+
+// offerLocked returns how many entries p may fetch now (0: it must wait),
+// the room it waits for, and whether the room set n.
+func (w *window) offerLocked(p party, want int) (n, need int, bound bool) {
+	size := want
+	if w.perEntry > 0 {
+		// Follow the observed entry size: a call stays under batchBytes
+		// and within the bytes left in the window.
+		size = min(size, max(int(float64(w.batchBytes)/w.perEntry), 1))
+		size = min(size, max(int(float64(w.maxBytes-w.bytes)/w.perEntry), 1))
+	} else {
+		// Nothing seen yet: the first call takes at most one entry per
+		// handler.
+		size = min(size, w.floor)
+	}
+	room := w.limit - w.held
+	need = max(1, min(size, (w.limit-w.floor)/2))
+	if w.paused {
+		return 0, need, false
+	}
+	if w.held > 0 && w.bytes >= w.maxBytes {
+		return 0, need, false // wait for bytes to settle (one entry always fits)
+	}
+	if room < need {
+		return 0, need, false
+	}
+	if other := w.waiters[1-p]; other != nil && w.last == p && room >= other.need {
+		return 0, need, false // the other taker's turn
+	}
+	if room <= size {
+		return room, need, true
+	}
+	return size, need, false
+}
+
+// wakeLocked wakes a waiter whose room has come: the one whose turn it
+// is first (the one that did not take last). A woken taker that leaves
+// room behind wakes the other (see reserve).
+func (w *window) wakeLocked() {
+	room := w.limit - w.held
+	if w.paused || room <= 0 || (w.held > 0 && w.bytes >= w.maxBytes) {
+		return
+	}
+	first := 1 - w.last
+	for _, p := range [2]party{first, 1 - first} {
+		if wt := w.waiters[p]; wt != nil && room >= wt.need {
+			close(wt.wake)
+			w.waiters[p] = nil
+			return
+		}
+	}
+}
+
+// fill reports the result of the call of reservation r: it fetched got
+// entries, with bytes of field data, in rtt; more says the source had at
+// least as many entries as the call asked for. It resizes the window and
+// returns the new size when it changed (0 when not).
+func (w *window) fill(r reservation, got int, bytes int64, rtt time.Duration, more bool) (resized int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	was := w.limit
+	defer func() {
+		if w.limit != was {
+			resized = w.limit
+		}
+	}()
+	w.held -= r.n - got
+	w.bytes += bytes
+	if got > 0 {
+		per := float64(bytes) / float64(got)
+		if w.perEntry == 0 {
+			w.perEntry = per
+		} else {
+			w.perEntry += (per - w.perEntry) / 4
+		}
+	}
+	if s := rtt.Seconds(); s <= 0 {
+		// not measured (a read that waited for entries)
+	} else if w.rtt == 0 {
+		w.rtt = s
+	} else {
+		w.rtt += (s - w.rtt) / 8
+	}
+	w.resizeLocked(r, more)
+	w.wakeLocked()
+	return 0 // resized by the deferred check
+}
+
+// resizeLocked applies the sizing rule of window's doc after the call of r.
+// Growth needs a call limited by the window, not by the source, and
+// reserved after the first call that used the last growth: workers run
+// out of work while that first call fills the new room, which says nothing
+// about whether the new size suffices.
+func (w *window) resizeLocked(r reservation, more bool) {
+	if w.fixed {
+		return
+	}
+	if n := w.timed.Load(); n >= minTimed {
+		wait := float64(w.waitSum.Swap(0)) / float64(n) / 1e9
+		run := float64(w.runSum.Swap(0)) / float64(n) / 1e9
+		w.timed.Store(0)
+		if w.run == 0 {
+			w.run = run
+		} else {
+			w.run += (run - w.run) / 4
+		}
+		if wait > run && wait > max(hoardRoundTrips*w.rtt, hoardMinWait.Seconds()) && w.limit > w.floor {
+			w.limit = max(w.floor, w.limit-w.limit/4)
+			return
+		}
+	}
+	if r.bound && more && r.ticket > w.grownAt && w.starved.Load() && float64(w.limit) < w.enoughLocked() {
+		w.limit = min(w.ceil, max(w.limit+1, w.limit*3/2))
+		w.grownAt = w.calls + 1 // the calls in flight and the next one
+	}
+}
+
+// enoughLocked is the window beyond which growing cannot help: the running
+// handlers plus what they handle in coverRoundTrips calls' round trips.
+// Without measurements yet, it is unbounded.
+func (w *window) enoughLocked() float64 {
+	if w.run == 0 || w.rtt == 0 {
+		return math.Inf(1)
+	}
+	return float64(w.floor) * (1 + coverRoundTrips*w.rtt/w.run)
+}
+
+// giveBack returns the places of a call that failed.
+func (w *window) giveBack(r reservation) {
+	w.mu.Lock()
+	w.held -= r.n
+	w.wakeLocked()
+	w.mu.Unlock()
+}
+
+// pageBytes is the most bytes of field data one call should fetch.
+func (w *window) pageBytes() int64 { return w.batchBytes }
+
+// settle gives back one entry's place and bytes once its handler returned
+// (or it was dropped).
+func (w *window) settle(bytes int64) {
+	w.mu.Lock()
+	w.held--
+	w.bytes -= bytes
+	if w.waiters[0] != nil || w.waiters[1] != nil {
+		w.wakeLocked()
+	}
+	w.mu.Unlock()
+}
+
+// timing records one handler's queue wait and handling time.
+func (w *window) timing(wait, run time.Duration) {
+	w.waitSum.Add(int64(wait))
+	w.runSum.Add(int64(run))
+	w.timed.Add(1)
+}
+
+// pause stops all taking until resume; it reports whether this call paused
+// (false: already paused).
+func (w *window) pause() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.paused {
+		return false
+	}
+	w.paused = true
+	w.resumed = make(chan struct{})
+	for p, wt := range w.waiters {
+		if wt != nil {
+			close(wt.wake) // they wait on resumed from now on
+			w.waiters[p] = nil
+		}
+	}
+	return true
+}
+
+// resume ends a pause; it reports whether there was one.
+func (w *window) resume() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.paused {
+		return false
+	}
+	w.paused = false
+	close(w.resumed)
+	return true
+}
+
+// isPaused reports whether taking is paused.
+func (w *window) isPaused() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.paused
+}
+
+// size returns the window's current size and the entries in hand (with
+// reservations).
+func (w *window) size() (limit, held int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.limit, w.held
+}

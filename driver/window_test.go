@@ -1,0 +1,240 @@
+package driver
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The first call takes at most one entry per handler; later calls take what
+// the window has room for.
+func TestWindowFirstCallTakesConcurrency(t *testing.T) {
+	t.Parallel()
+	w := newWindow(16, 2000, false, 32<<20)
+	r := w.reserve(t.Context(), partyRead, 500)
+	require.Equal(t, 16, r.n)
+	require.True(t, r.bound, "the window's room set the size")
+}
+
+// Workers that ran out of work during a full call that the window limited
+// double the window, up to its cap, but not during the call that first
+// fills the room of the last growth; a call that found fewer entries than
+// it asked for (the stream ran dry) does not grow it.
+func TestWindowGrowsWhenHandlersStarve(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	w := newWindow(16, 100, false, 32<<20)
+	call := func(w *window, got int, more, starved bool) {
+		r := w.reserve(ctx, partyRead, 500)
+		if starved {
+			w.starved.Store(true) // a worker parked while the call was in flight
+		}
+		w.fill(r, min(got, r.n), int64(min(got, r.n))*100, time.Millisecond, more)
+		for range min(got, r.n) {
+			w.settle(100)
+		}
+	}
+	call(w, 500, true, true)
+	limit, held := w.size()
+	require.Equal(t, 24, limit)
+	require.Zero(t, held)
+	call(w, 500, true, true)
+	limit, _ = w.size()
+	require.Equal(t, 24, limit, "the call filling the new room does not count")
+	call(w, 500, true, true)
+	limit, _ = w.size()
+	require.Equal(t, 36, limit)
+	for range 10 {
+		call(w, 500, true, true)
+	}
+	limit, _ = w.size()
+	require.Equal(t, 100, limit, "capped at MaxInHand")
+
+	// Slow handlers: the queue already covers the round trips.
+	slow := newWindow(16, 100, false, 32<<20)
+	for range minTimed {
+		slow.timing(0, 40*time.Millisecond)
+	}
+	for range 10 {
+		call(slow, 500, true, true)
+	}
+	limit, _ = slow.size()
+	require.Equal(t, 24, limit, "grows once: 16 handlers of 40 ms cover 4 round trips of 1 ms with 1.6 entries")
+
+	// Source ran dry: no growth.
+	w2 := newWindow(16, 100, false, 32<<20)
+	call(w2, 3, false, true)
+	call(w2, 3, false, true)
+	limit, _ = w2.size()
+	require.Equal(t, 16, limit)
+
+	// Not starved: no growth.
+	w3 := newWindow(16, 100, false, 32<<20)
+	call(w3, 500, true, false)
+	call(w3, 500, true, false)
+	limit, _ = w3.size()
+	require.Equal(t, 16, limit)
+}
+
+// Queued entries that wait longer than they take to handle (and longer
+// than hoardMinWait) shrink the window, never below Concurrency; a
+// Prefetch window never moves.
+func TestWindowShrinksWhenEntriesWait(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	w := newWindow(16, 100, false, 32<<20)
+	w.limit = 64
+	for range minTimed {
+		w.timing(80*time.Millisecond, 40*time.Millisecond)
+	}
+	r := w.reserve(ctx, partyRead, 1)
+	w.fill(r, r.n, 10, time.Millisecond, true)
+	w.settle(10)
+	limit, _ := w.size()
+	require.Equal(t, 48, limit)
+
+	// Waits shorter than the handling time: no change.
+	for range minTimed {
+		w.timing(20*time.Millisecond, 40*time.Millisecond)
+	}
+	r = w.reserve(ctx, partyRead, 1)
+	w.fill(r, r.n, 10, time.Millisecond, true)
+	w.settle(10)
+	limit, _ = w.size()
+	require.Equal(t, 48, limit)
+
+	for range 20 {
+		for range minTimed {
+			w.timing(time.Second, time.Millisecond)
+		}
+		r = w.reserve(ctx, partyRead, 1)
+		w.fill(r, r.n, 10, time.Millisecond, true)
+		w.settle(10)
+	}
+	limit, _ = w.size()
+	require.Equal(t, 16, limit, "never below Concurrency")
+
+	fixed := newWindow(4, 12, true, 32<<20)
+	for range minTimed {
+		fixed.timing(time.Second, time.Millisecond)
+	}
+	r = fixed.reserve(ctx, partyRead, 500)
+	require.Equal(t, 4, r.n, "the first call still takes at most Concurrency")
+	fixed.starved.Store(true)
+	fixed.fill(r, r.n, 10, time.Millisecond, true)
+	limit, _ = fixed.size()
+	require.Equal(t, 12, limit, "Prefetch: fixed")
+}
+
+// Calls follow the observed entry size: with 1 MiB entries a call fetches
+// about batchBytes of them, and the bytes in hand stop further calls until
+// entries settle.
+func TestWindowFollowsEntrySize(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	const mib = 1 << 20
+	w := newWindow(16, 2000, false, 16*mib)
+	require.EqualValues(t, 4*mib, w.pageBytes())
+	r := w.reserve(ctx, partyRead, 500)
+	require.Equal(t, 16, r.n)
+	w.fill(r, 2, 2*mib, time.Millisecond, false)
+	r = w.reserve(ctx, partyRead, 500)
+	require.Equal(t, 4, r.n, "4 MiB of 1 MiB entries")
+	w.fill(r, 4, 4*mib, time.Millisecond, true)
+	for range 2 {
+		r = w.reserve(ctx, partyRead, 500)
+		require.Equal(t, 4, r.n)
+		w.fill(r, r.n, int64(r.n)*mib, time.Millisecond, true)
+	}
+	r = w.reserve(ctx, partyRead, 500)
+	require.Equal(t, 2, r.n, "14 MiB in hand: room for 2 MiB")
+	w.fill(r, r.n, int64(r.n)*mib, time.Millisecond, true)
+	_, held := w.size()
+	require.Equal(t, 16, held)
+
+	got := make(chan int)
+	go func() { got <- w.reserve(ctx, partyRead, 500).n }()
+	select {
+	case n := <-got:
+		t.Fatalf("reserved %d entries with the byte cap reached", n)
+	case <-time.After(20 * time.Millisecond):
+	}
+	w.settle(mib)
+	require.Equal(t, 1, <-got, "room for one more MiB")
+}
+
+// Both takers waiting: they take turns, so neither starves.
+func TestWindowTakersTakeTurns(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	w := newWindow(4, 4, true, 32<<20)
+	r := w.reserve(ctx, partyRead, 4)
+	require.Equal(t, 4, r.n)
+	w.fill(r, r.n, 40, time.Millisecond, true)
+
+	reads, claims := make(chan reservation, 1), make(chan reservation, 1)
+	go func() { claims <- w.reserve(ctx, partyReclaim, 4) }()
+	waitWaiter(t, w, partyReclaim)
+	go func() { reads <- w.reserve(ctx, partyRead, 4) }()
+	waitWaiter(t, w, partyRead)
+	w.settle(10) // one place: the read loop took last, so the claim goes first
+	c := <-claims
+	require.Equal(t, 1, c.n)
+	w.fill(c, 1, 10, time.Millisecond, true)
+	w.settle(10)
+	require.Equal(t, 1, (<-reads).n)
+}
+
+func waitWaiter(t *testing.T, w *window, p party) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.waiters[p] != nil
+	}, time.Second, time.Millisecond)
+}
+
+// A pause stops every taker until resume; reserve still ends with its
+// context.
+func TestWindowPause(t *testing.T) {
+	t.Parallel()
+	w := newWindow(4, 8, false, 32<<20)
+	require.True(t, w.pause())
+	require.False(t, w.pause(), "already paused")
+	got := make(chan int)
+	go func() { got <- w.reserve(t.Context(), partyRead, 4).n }()
+	select {
+	case n := <-got:
+		t.Fatalf("reserved %d while paused", n)
+	case <-time.After(20 * time.Millisecond):
+	}
+	require.True(t, w.resume())
+	require.Equal(t, 4, <-got)
+
+	w.pause()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	require.Zero(t, w.reserve(ctx, partyRead, 4).n)
+}
+
+func TestLogLimiter(t *testing.T) {
+	t.Parallel()
+	l := newLogLimiter(3, 0.000001)
+	for range 3 {
+		ok, n := l.allow()
+		require.True(t, ok)
+		require.Zero(t, n)
+	}
+	for range 5 {
+		ok, _ := l.allow()
+		require.False(t, ok)
+	}
+	l.mu.Lock()
+	l.tokens = 1
+	l.mu.Unlock()
+	ok, n := l.allow()
+	require.True(t, ok)
+	require.Equal(t, 5, n, "reports what it suppressed")
+}
