@@ -3,7 +3,9 @@
 // loop, a watermill-style loop and the pipelined floor, on loopback and
 // through a proxy adding latency. With --suite consume (or all) it also
 // measures the driver's main path against watermill-redisstream and a raw
-// go-redis loop, its reclaim path and its memory as the PEL grows. See
+// go-redis loop, its reclaim path against the claim function's page loop
+// and the textbook loop, two consumers with slow handlers, large entries
+// against the server's slow log, and its memory as the PEL grows. See
 // BENCHMARKS.md and packages internal/reclaimbench and internal/consumebench.
 //
 // Without --redis it starts a throwaway server container from the image
@@ -53,9 +55,9 @@ func run() int {
 		pageSize       = flag.Int("page-size", reclaimbench.DefaultPageSize, "page size of pelwarden and the pipelined loop")
 		suite          = flag.String("suite", "reclaim", "benchmarks to run: reclaim, consume or all")
 		consumeEntries = flag.Int("consume-entries", consumebench.DefaultEntries, "consume suite: stream size per method of the main path")
-		consumeParts   = flag.String("consume-parts", "all", "consume suite: comma-separated parts: main, reclaim, pel, ack")
-		consumeDrivers = flag.String("consume-drivers", "default", "consume suite: driver configurations of the main path, comma-separated, each c=N[/p=N][/r=N][/plain|/fenced] (Concurrency, Prefetch, ReadCount, AckMode)")
-		consumeRounds  = flag.Int("consume-rounds", 5, "consume suite: run the main path's driver variants and raw loop this many times, interleaved, and report the median of each (watermill runs once)")
+		consumeParts   = flag.String("consume-parts", "all", "consume suite: comma-separated parts: main, reclaim, pel, ack, slow, large")
+		consumeDrivers = flag.String("consume-drivers", consumebench.DefaultDriversSpec, "consume suite: driver configurations of the main path, comma-separated, each \"default\" (every field at its default) or options joined by /: c=N, p=N, r=N, plain or fenced (Concurrency, Prefetch, ReadCount, AckMode; an option left out keeps the default)")
+		consumeRounds  = flag.Int("consume-rounds", 5, "consume suite: run the methods of the main and reclaim parts this many times, interleaved, and report the median of each (watermill runs once); the slow part runs this many times")
 		watermill      = flag.Bool("consume-watermill", true, "consume suite: include watermill-redisstream in the main path (over a minute)")
 		reclaimEntries = flag.Int("consume-reclaim-entries", consumebench.DefaultReclaimEntries, "consume suite: PEL size of the reclaim part (make bench-drain: 1000000)")
 		profileDir     = flag.String("consume-profile-dir", "", "consume suite: write a CPU profile of each driver run of the main path to this directory")

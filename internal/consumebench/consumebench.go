@@ -1,8 +1,10 @@
-// Package consumebench measures the driver's main path, consuming new
-// entries of a stream through a consumer group, side by side with
-// watermill-redisstream and a raw go-redis loop on the same server in one
-// run; the driver's reclaim path against the claim function's own rate; and
-// the driver's client memory as the group's PEL grows.
+// Package consumebench measures the driver with its defaults: its main
+// path, consuming new entries of a stream through a consumer group, side by
+// side with watermill-redisstream and a raw go-redis loop on the same server
+// in one run; its reclaim of a dead consumer's PEL against the claim
+// function's own page loop and the textbook client loop; two consumers with
+// slow handlers sharing a burst; large entries against the server's slow
+// log; and the driver's client memory as the group's PEL grows.
 //
 // Every method gets its own fresh stream of Entries entries (fields n and a
 // payload of PayloadBytes bytes; watermill's stream is written by its own
@@ -13,8 +15,14 @@
 // memory (peak HeapInuse sampled every 50 ms, TotalAlloc per entry). At the
 // end of each method the PEL must be empty and every entry read.
 //
-// Run does the work; WriteTable prints a Report with ratios. The
-// pelwarden-bench command runs it with --suite consume (or all).
+// A driver "with its defaults" sets only Stream, Group, Consumer, Handler
+// and CreateGroup, plus Logger and Metrics, which count what it logs and
+// does; a part that needs idle entries reclaimed within the run also sets
+// MinIdle and ReclaimInterval, and says so.
+//
+// Run does the work; WriteTable prints a Report with ratios and the targets
+// of issue 11. The pelwarden-bench command runs it with --suite consume (or
+// all).
 package consumebench
 
 import (
@@ -29,6 +37,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
 	"github.com/pelwarden/pelwarden/internal/reclaimbench"
 )
@@ -41,7 +50,10 @@ const (
 	// redisstream and the raw loop consuming Entries new entries each.
 	PartMain Part = "main"
 	// PartReclaim: a PEL of ReclaimEntries entries left by a dead consumer,
-	// reclaimed by the driver and by a direct Claim+Ack loop.
+	// every PoisonEvery-th one at the driver's DefaultMaxDeliveries,
+	// reclaimed by the driver (defaults, MinIdle and ReclaimInterval 10ms),
+	// by the claim function's own page loop (Claim+Ack) and by the textbook
+	// loop (reclaimbench.Textbook).
 	PartReclaim Part = "reclaim"
 	// PartPEL: the driver consuming new entries while its reclaim passes
 	// walk a PEL of each of PELSizes entries that are not yet idle.
@@ -51,10 +63,20 @@ const (
 	// the highest last) and shuffled (a raw FCALL), AckEntries pending
 	// entries acked in batches of the driver's AckBatch.
 	PartAck Part = "ack"
+	// PartSlow: two driver consumers with their defaults and a handler
+	// taking SlowHandlerTime share a burst of SlowEntries entries added at
+	// once while both wait in the group: each one's share, the most entries
+	// each held at once, and the drain time against the ideal.
+	PartSlow Part = "slow"
+	// PartLarge: LargeEntries entries of LargeEntryBytes each, half pending
+	// at a dead consumer, half new, consumed by one driver (defaults,
+	// MinIdle and ReclaimInterval 10ms), while the server's slow log
+	// records every command.
+	PartLarge Part = "large"
 )
 
 // AllParts lists every part in the order Run uses by default.
-var AllParts = []Part{PartMain, PartReclaim, PartPEL, PartAck}
+var AllParts = []Part{PartMain, PartReclaim, PartPEL, PartAck, PartSlow, PartLarge}
 
 // ParseParts parses a comma-separated list of parts ("" or "all" means
 // AllParts).
@@ -65,8 +87,8 @@ func ParseParts(s string) ([]Part, error) {
 	var out []Part
 	for _, f := range strings.Split(s, ",") {
 		p := Part(strings.TrimSpace(f))
-		if p != PartMain && p != PartReclaim && p != PartPEL && p != PartAck {
-			return nil, fmt.Errorf("consumebench: unknown part %q (want main, reclaim, pel, ack)", p)
+		if !slices.Contains(AllParts, p) {
+			return nil, fmt.Errorf("consumebench: unknown part %q (want main, reclaim, pel, ack, slow, large)", p)
 		}
 		out = append(out, p)
 	}
@@ -78,7 +100,17 @@ const (
 	// DefaultEntries is the default Config.Entries.
 	DefaultEntries = 200_000
 	// DefaultReclaimEntries is the default Config.ReclaimEntries.
-	DefaultReclaimEntries = 100_000
+	DefaultReclaimEntries = 50_000
+	// DefaultPoisonEvery is the default Config.PoisonEvery (5%).
+	DefaultPoisonEvery = 20
+	// DefaultSlowEntries is the default Config.SlowEntries.
+	DefaultSlowEntries = 800
+	// DefaultSlowHandlerTime is the default Config.SlowHandlerTime.
+	DefaultSlowHandlerTime = 40 * time.Millisecond
+	// DefaultLargeEntries is the default Config.LargeEntries.
+	DefaultLargeEntries = 150
+	// DefaultLargeEntryBytes is the default Config.LargeEntryBytes.
+	DefaultLargeEntryBytes = 1 << 20
 	// DefaultAckEntries is the default Config.AckEntries.
 	DefaultAckEntries = 200_000
 	// DefaultPELNewEntries is the default Config.PELNewEntries.
@@ -89,8 +121,6 @@ const (
 	DefaultRawCount = 500
 	// DefaultClaimCount is the default Config.ClaimCount.
 	DefaultClaimCount = 500
-	// DefaultReclaimConcurrency is the default Config.ReclaimConcurrency.
-	DefaultReclaimConcurrency = 512
 	// DefaultPayloadBytes is the default Config.PayloadBytes.
 	DefaultPayloadBytes = 64
 	// DefaultKeyPrefix is the default Config.KeyPrefix.
@@ -99,23 +129,36 @@ const (
 	DefaultTimeout = 10 * time.Minute
 )
 
-// DriverVariant is one driver configuration measured in PartMain.
+// DriverVariant is one driver configuration measured in PartMain. Its
+// zero value is the driver with every Config field at its default.
 type DriverVariant struct {
-	// Concurrency, Prefetch, ReadCount (0: the driver's default) and
-	// AckMode are the driver's Config fields.
+	// Concurrency, Prefetch and ReadCount are the driver's Config fields;
+	// 0 leaves each at its default.
 	Concurrency, Prefetch, ReadCount int
-	AckMode                          driver.AckMode
+	// AckMode is the driver's Config.AckMode: AckFenced (the default) or
+	// AckPlain.
+	AckMode driver.AckMode
 }
 
-// String names the variant in the report, e.g. "driver c=16 prefetch 484
-// plain acks".
+// String names the variant in the report, e.g. "driver defaults",
+// "driver defaults, plain acks", "driver c=16 prefetch 984".
 func (v DriverVariant) String() string {
-	s := fmt.Sprintf("driver c=%d", v.Concurrency)
+	var opts []string
+	if v.Concurrency > 0 {
+		opts = append(opts, fmt.Sprintf("c=%d", v.Concurrency))
+	}
 	if v.Prefetch > 0 {
-		s += fmt.Sprintf(" prefetch %d", v.Prefetch)
+		opts = append(opts, fmt.Sprintf("prefetch %d", v.Prefetch))
 	}
 	if v.ReadCount > 0 {
-		s += fmt.Sprintf(" reads of %d", v.ReadCount)
+		opts = append(opts, fmt.Sprintf("reads of %d", v.ReadCount))
+	}
+	s := "driver " + strings.Join(opts, " ")
+	if len(opts) == 0 {
+		s = "driver defaults"
+		if v.AckMode != driver.AckFenced {
+			s += ","
+		}
 	}
 	if v.AckMode != driver.AckFenced {
 		s += " " + v.AckMode.String() + " acks"
@@ -123,52 +166,62 @@ func (v DriverVariant) String() string {
 	return s
 }
 
-// DefaultDrivers is the default Config.Drivers: the driver's defaults
-// (Concurrency 16, fenced acks); Concurrency 16 holding up to 500 entries
-// (Prefetch 484: one read's worth, as much as the raw loop holds); holding
-// up to 1,000 (Prefetch 984: the next read of ReadCount 500 goes out while
-// handlers work on the last); Concurrency 512; then the same four with
-// plain acks.
-var DefaultDrivers = []DriverVariant{
-	{Concurrency: 16}, {Concurrency: 16, Prefetch: 484}, {Concurrency: 16, Prefetch: 984}, {Concurrency: 512},
-	{Concurrency: 16, AckMode: driver.AckPlain}, {Concurrency: 16, Prefetch: 484, AckMode: driver.AckPlain},
-	{Concurrency: 16, Prefetch: 984, AckMode: driver.AckPlain}, {Concurrency: 512, AckMode: driver.AckPlain},
+// concurrency is the variant's Concurrency, the driver's default for 0.
+func (v DriverVariant) concurrency() int {
+	if v.Concurrency == 0 {
+		return driver.DefaultConcurrency
+	}
+	return v.Concurrency
 }
 
+// DefaultDriversSpec is DefaultDrivers in ParseDrivers' syntax.
+const DefaultDriversSpec = "default,plain,c=16/p=984"
+
+// DefaultDrivers is the default Config.Drivers: the driver's defaults
+// (fenced acks, the window sized by itself); the defaults with plain acks;
+// and one tuned configuration for comparison, Concurrency 16 holding up to
+// 1,000 entries (Prefetch 984, a fixed window: the next read of 500 goes
+// out while handlers work on the last).
+var DefaultDrivers = []DriverVariant{{}, {AckMode: driver.AckPlain}, {Concurrency: 16, Prefetch: 984}}
+
 // ParseDrivers parses driver variants for Config.Drivers: a comma-separated
-// list of variants, each a slash-separated list of "c=N" (Concurrency,
-// required), "p=N" (Prefetch), "r=N" (ReadCount) and "plain" or "fenced"
-// (AckMode), e.g. "c=16,c=16/p=484/plain". "" or "default" means
-// DefaultDrivers.
+// list of variants, each a slash-separated list of options: "default"
+// (every field at its default; the same as leaving the others out),
+// "c=N" (Concurrency), "p=N" (Prefetch), "r=N" (ReadCount) and "plain" or
+// "fenced" (AckMode), e.g. "default,plain,c=16/p=984". An option left out
+// keeps the driver's default. "" means DefaultDrivers.
 func ParseDrivers(s string) ([]DriverVariant, error) {
-	if s = strings.TrimSpace(s); s == "" || s == "default" {
+	if s = strings.TrimSpace(s); s == "" {
 		return append([]DriverVariant(nil), DefaultDrivers...), nil
 	}
 	var out []DriverVariant
 	for _, f := range strings.Split(s, ",") {
 		var v DriverVariant
+		if strings.TrimSpace(f) == "" {
+			return nil, fmt.Errorf("consumebench: empty driver variant in %q (want \"default\" for the defaults)", s)
+		}
 		for _, opt := range strings.Split(strings.TrimSpace(f), "/") {
 			name, val, hasVal := strings.Cut(opt, "=")
 			n, err := strconv.Atoi(val)
 			switch {
+			case name == "default" && !hasVal:
 			case name == "plain" && !hasVal:
 				v.AckMode = driver.AckPlain
 			case name == "fenced" && !hasVal:
 				v.AckMode = driver.AckFenced
-			case (name == "c" || name == "p" || name == "r") && hasVal && (err != nil || n < 0):
+			case name == "c" && hasVal && (err != nil || n < 1):
+				return nil, fmt.Errorf("consumebench: driver variant %q: c wants a positive integer (leave it out for the default), got %q", f, val)
+			case (name == "p" || name == "r") && hasVal && (err != nil || n < 0):
 				return nil, fmt.Errorf("consumebench: driver variant %q: %s wants a non-negative integer, got %q", f, name, val)
-			case name == "c":
+			case name == "c" && hasVal:
 				v.Concurrency = n
-			case name == "p":
+			case name == "p" && hasVal:
 				v.Prefetch = n
-			case name == "r":
+			case name == "r" && hasVal:
 				v.ReadCount = n
 			default:
-				return nil, fmt.Errorf("consumebench: driver variant %q: unknown option %q (want c=N, p=N, r=N, plain, fenced)", f, opt)
+				return nil, fmt.Errorf("consumebench: driver variant %q: unknown option %q (want default, c=N, p=N, r=N, plain, fenced)", f, opt)
 			}
-		}
-		if v.Concurrency < 1 {
-			return nil, fmt.Errorf("consumebench: driver variant %q: c=N (Concurrency >= 1) is required", f)
 		}
 		out = append(out, v)
 	}
@@ -197,7 +250,8 @@ type Config struct {
 	// and report for each method the round with the median entries/s, next
 	// to the entries/s of every round; ratios between methods are the
 	// median of the ratios within a round. watermill-redisstream runs in
-	// the first round only. Defaults to 1.
+	// the first round only. PartSlow runs this many times and reports
+	// every run. Defaults to 1.
 	Rounds int
 	// SkipWatermill leaves watermill-redisstream out of PartMain (it takes
 	// over a minute; useful while iterating on the driver). Optional.
@@ -206,19 +260,19 @@ type Config struct {
 	// DefaultRawCount (500).
 	RawCount int
 	// ReclaimEntries is the PEL size of PartReclaim. Defaults to
-	// DefaultReclaimEntries (100,000).
+	// DefaultReclaimEntries (50,000).
 	ReclaimEntries int
+	// PoisonEvery makes every n-th entry of PartReclaim's PEL poison: its
+	// delivery count is set to driver.DefaultMaxDeliveries, so each method
+	// dead-letters it the first time it claims it. Defaults to
+	// DefaultPoisonEvery (20, i.e. 5%); a negative value means none.
+	PoisonEvery int
 	// AckEntries is the PEL size of each method of PartAck. Defaults to
 	// DefaultAckEntries (200,000).
 	AckEntries int
-	// ClaimCount is the page of PartReclaim and PartPEL: the driver's
-	// ClaimCount and the Claim+Ack loop's Count. Defaults to
-	// DefaultClaimCount (500).
+	// ClaimCount is the page (Count) of PartReclaim's Claim+Ack loop; the
+	// driver keeps its own default. Defaults to DefaultClaimCount (500).
 	ClaimCount int
-	// ReclaimConcurrency is the driver's Concurrency in PartReclaim and
-	// PartPEL; at least ClaimCount, so a page is not cut by free slots.
-	// Defaults to DefaultReclaimConcurrency (512).
-	ReclaimConcurrency int
 	// PELSizes are the PEL sizes of PartPEL. Defaults to DefaultPELSizes
 	// (0, 100,000, 1,000,000).
 	PELSizes []int
@@ -228,8 +282,20 @@ type Config struct {
 	// PELMinRun: each run of PartPEL lasts at least this long, so several
 	// reclaim passes walk the PEL. Defaults to DefaultPELMinRun (5s).
 	PELMinRun time.Duration
-	// PayloadBytes is the size of each entry's payload. Defaults to
-	// DefaultPayloadBytes (64).
+	// SlowEntries is the burst of PartSlow. Defaults to DefaultSlowEntries
+	// (800).
+	SlowEntries int
+	// SlowHandlerTime is how long PartSlow's handler takes per entry.
+	// Defaults to DefaultSlowHandlerTime (40ms).
+	SlowHandlerTime time.Duration
+	// LargeEntries is the number of entries of PartLarge. Defaults to
+	// DefaultLargeEntries (150).
+	LargeEntries int
+	// LargeEntryBytes is the payload size of each entry of PartLarge.
+	// Defaults to DefaultLargeEntryBytes (1 MiB).
+	LargeEntryBytes int
+	// PayloadBytes is the size of each entry's payload (every part but
+	// PartLarge). Defaults to DefaultPayloadBytes (64).
 	PayloadBytes int
 	// KeyPrefix starts every key Run creates ("{<prefix>-<run>-<method>}"),
 	// deleted after each method. Defaults to DefaultKeyPrefix.
@@ -238,8 +304,9 @@ type Config struct {
 	// DefaultTimeout (10 minutes).
 	Timeout time.Duration
 	// ProfileDir, when set, receives a CPU profile of the benchmark process
-	// for each driver run of PartMain ("driver-c<concurrency>-p<prefetch>-<ack mode>.pprof").
-	// Optional.
+	// for each driver run of PartMain
+	// ("driver-c<concurrency>-p<prefetch>-r<read count>-<ack mode>.pprof",
+	// 0 for a field left at its default). Optional.
 	ProfileDir string
 	// ServerLabel describes the server in the report header. Optional.
 	ServerLabel string
@@ -259,10 +326,16 @@ func (c Config) WithDefaults() Config {
 	def(&c.ReclaimEntries, DefaultReclaimEntries)
 	def(&c.AckEntries, DefaultAckEntries)
 	def(&c.ClaimCount, DefaultClaimCount)
-	def(&c.ReclaimConcurrency, DefaultReclaimConcurrency)
+	def(&c.PoisonEvery, DefaultPoisonEvery)
+	def(&c.SlowEntries, DefaultSlowEntries)
+	def(&c.LargeEntries, DefaultLargeEntries)
+	def(&c.LargeEntryBytes, DefaultLargeEntryBytes)
 	def(&c.Rounds, 1)
 	def(&c.PELNewEntries, DefaultPELNewEntries)
 	def(&c.PayloadBytes, DefaultPayloadBytes)
+	if c.SlowHandlerTime == 0 {
+		c.SlowHandlerTime = DefaultSlowHandlerTime
+	}
 	if c.PELMinRun == 0 {
 		c.PELMinRun = DefaultPELMinRun
 	}
@@ -304,10 +377,16 @@ func (c Config) validate() error {
 		return bad("AckEntries", "must be positive, got %d", c.AckEntries)
 	case c.ReclaimEntries < 1:
 		return bad("ReclaimEntries", "must be positive, got %d", c.ReclaimEntries)
-	case c.ClaimCount < 1 || c.ClaimCount > 10000:
-		return bad("ClaimCount", "must be between 1 and 10000, got %d", c.ClaimCount)
-	case c.ReclaimConcurrency < c.ClaimCount:
-		return bad("ReclaimConcurrency", "must be at least ClaimCount (%d), got %d", c.ClaimCount, c.ReclaimConcurrency)
+	case c.ClaimCount < 1 || c.ClaimCount > pelwarden.MaxCount:
+		return bad("ClaimCount", "must be between 1 and %d, got %d", pelwarden.MaxCount, c.ClaimCount)
+	case c.SlowEntries < 1:
+		return bad("SlowEntries", "must be positive, got %d", c.SlowEntries)
+	case c.SlowHandlerTime < 0:
+		return bad("SlowHandlerTime", "must not be negative, got %v", c.SlowHandlerTime)
+	case c.LargeEntries < 2:
+		return bad("LargeEntries", "must be at least 2 (half pending, half new), got %d", c.LargeEntries)
+	case c.LargeEntryBytes < 1:
+		return bad("LargeEntryBytes", "must be positive, got %d", c.LargeEntryBytes)
 	case c.PELNewEntries < 1:
 		return bad("PELNewEntries", "must be positive, got %d", c.PELNewEntries)
 	case c.PELMinRun < 0:
@@ -318,9 +397,9 @@ func (c Config) validate() error {
 		return bad("Timeout", "must be positive, got %v", c.Timeout)
 	}
 	for i, v := range c.Drivers {
-		if v.Concurrency < 1 || v.Prefetch < 0 || v.Concurrency+v.Prefetch > 10000 || v.ReadCount < 0 || v.ReadCount > 10000 {
-			return bad(fmt.Sprintf("Drivers[%d]", i), "needs Concurrency >= 1, Prefetch >= 0 and their sum at most 10000, and ReadCount between 0 and 10000, got %d, %d and %d",
-				v.Concurrency, v.Prefetch, v.ReadCount)
+		if v.Concurrency < 0 || v.Prefetch < 0 || v.concurrency()+v.Prefetch > pelwarden.MaxCount || v.ReadCount < 0 || v.ReadCount > pelwarden.MaxCount {
+			return bad(fmt.Sprintf("Drivers[%d]", i), "needs Concurrency >= 0 (0: the default), Prefetch >= 0 and their sum at most %d, and ReadCount between 0 and %d, got %d, %d and %d",
+				pelwarden.MaxCount, pelwarden.MaxCount, v.Concurrency, v.Prefetch, v.ReadCount)
 		}
 	}
 	for i, n := range c.PELSizes {
@@ -403,7 +482,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	if cfg.has(PartReclaim) {
 		var ok bool
-		if rep.Reclaim, ok = b.rounds(ctx, "reclaim path", []roundMethod{{run: b.runClaimLoop}, {run: b.runDriverReclaim}}, &errs); !ok {
+		if rep.Reclaim, ok = b.rounds(ctx, "reclaim path", []roundMethod{{run: b.runClaimLoop}, {run: b.runDriverReclaim}, {run: b.runTextbook}}, &errs); !ok {
 			return rep, errors.Join(errs...)
 		}
 	}
@@ -421,6 +500,20 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			if !add(&rep.Ack, r, err) {
 				return rep, errors.Join(errs...)
 			}
+		}
+	}
+	if cfg.has(PartSlow) {
+		for round := 1; round <= cfg.Rounds; round++ {
+			r, err := b.runSlow(ctx, round)
+			if !add(&rep.Slow, r, err) {
+				return rep, errors.Join(errs...)
+			}
+		}
+	}
+	if cfg.has(PartLarge) {
+		r, err := b.runLarge(ctx)
+		if !add(&rep.Large, r, err) {
+			return rep, errors.Join(errs...)
 		}
 	}
 	return rep, errors.Join(errs...)

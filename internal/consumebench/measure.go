@@ -64,6 +64,13 @@ func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 	}
 }
 
+// hookCounts are a hook's counters at one moment.
+type hookCounts struct{ roundTrips, commands, claims, idleChecks int64 }
+
+func (h *hook) counts() hookCounts {
+	return hookCounts{roundTrips: h.roundTrips.Load(), commands: h.commands.Load(), claims: h.claims.Load(), idleChecks: h.idleChecks.Load()}
+}
+
 func (h *hook) countClaim(cmd redis.Cmder) {
 	name := cmd.Name()
 	if name == "xpending" {

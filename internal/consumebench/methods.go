@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -29,17 +28,23 @@ const (
 	benchGroup   = "bench"
 	benchName    = "bench"
 	deadConsumer = "dead"
-	// reclaimMinIdle is the MinIdle of PartReclaim: the scenario waits this
+	// reclaimMinIdle is the MinIdle of every method of PartReclaim and of
+	// the driver in PartLarge (the driver's lowest): the scenario waits this
 	// long (plus a margin) before the measured phase.
-	reclaimMinIdle = 100 * time.Millisecond
+	reclaimMinIdle = 10 * time.Millisecond
+	// reclaimInterval is the driver's ReclaimInterval in PartReclaim and
+	// PartLarge, so a pass starts as soon as entries are idle.
+	reclaimInterval = 10 * time.Millisecond
 	// pelMinIdle is the MinIdle of PartPEL: the dead consumer's entries are
 	// never idle that long during the run, so every pass walks all of them.
 	pelMinIdle = time.Hour
-	// reclaimInterval of the driver in PartReclaim and PartPEL.
-	reclaimInterval = 100 * time.Millisecond
+	// pelReclaimInterval is the driver's ReclaimInterval in PartPEL.
+	pelReclaimInterval = 100 * time.Millisecond
 	// fillChunk entries are added (and delivered to the dead consumer) per
-	// script call while preparing a stream.
+	// script call while preparing a stream, and at most fillBytes of
+	// payload.
 	fillChunk = 10_000
+	fillBytes = 8 << 20
 	// publishers is how many goroutines run watermill's Publisher while
 	// preparing its stream (not measured).
 	publishers = 16
@@ -80,14 +85,23 @@ local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 
 if not r then return 0 end
 return #r[1][2]`)
 
-// fill adds n entries to stream and returns the last id. A script adds them
-// server side, in chunks, so a million entries take seconds.
+// fill adds n entries with payloads of PayloadBytes to stream and returns
+// the last id. A script adds them server side, in chunks, so a million
+// entries take seconds.
 func (b *bench) fill(ctx context.Context, stream string, n int) (string, error) {
-	payload := strings.Repeat("x", b.cfg.PayloadBytes)
+	return b.fillWith(ctx, stream, 0, n, b.cfg.PayloadBytes)
+}
+
+// fillWith adds n entries (fields n from first on) with payloads of size
+// bytes to stream, at most fillBytes of payload per script call, and
+// returns the last id.
+func (b *bench) fillWith(ctx context.Context, stream string, first, n, size int) (string, error) {
+	payload := strings.Repeat("x", size)
+	chunk := max(1, min(fillChunk, fillBytes/max(size, 1)))
 	var last string
-	for done := 0; done < n; done += fillChunk {
-		k := min(fillChunk, n-done)
-		id, err := fillScript.Run(ctx, b.ctl, []string{stream}, k, done, payload).Text()
+	for done := 0; done < n; done += chunk {
+		k := min(chunk, n-done)
+		id, err := fillScript.Run(ctx, b.ctl, []string{stream}, k, first+done, payload).Text()
 		if err != nil {
 			return "", fmt.Errorf("fill %s: %w", stream, err)
 		}
@@ -97,10 +111,11 @@ func (b *bench) fill(ctx context.Context, stream string, n int) (string, error) 
 }
 
 // deliverToDead makes the next n entries of stream pending, owned by the
-// dead consumer with one delivery each.
-func (b *bench) deliverToDead(ctx context.Context, stream string, n int) error {
+// dead consumer with one delivery each; a script reads at most chunk of
+// them per call.
+func (b *bench) deliverToDead(ctx context.Context, stream string, n, chunk int) error {
 	for done := 0; done < n; {
-		got, err := readScript.Run(ctx, b.ctl, []string{stream}, benchGroup, deadConsumer, min(fillChunk, n-done)).Int()
+		got, err := readScript.Run(ctx, b.ctl, []string{stream}, benchGroup, deadConsumer, min(chunk, n-done)).Int()
 		if err != nil {
 			return fmt.Errorf("deliver to %q: %w", deadConsumer, err)
 		}
@@ -124,10 +139,70 @@ func (b *bench) deadPEL(ctx context.Context, stream string, n int) error {
 	if _, err := b.fill(ctx, stream, n); err != nil {
 		return err
 	}
-	if err := b.deliverToDead(ctx, stream, n); err != nil {
+	if err := b.deliverToDead(ctx, stream, n, fillChunk); err != nil {
 		return err
 	}
 	return b.checkPEL(ctx, stream, int64(n))
+}
+
+// poisonPEL builds the scenario of PartReclaim: deadPEL's, with every
+// PoisonEvery-th entry (the first included) at driver.DefaultMaxDeliveries
+// deliveries. It returns how many entries are poison.
+func (b *bench) poisonPEL(ctx context.Context, stream string, n int) (int, error) {
+	if err := b.deadPEL(ctx, stream, n); err != nil {
+		return 0, err
+	}
+	every := b.cfg.PoisonEvery
+	if every < 0 {
+		return 0, nil
+	}
+	var poison []string
+	i := 0
+	for start := "-"; ; {
+		page, err := b.ctl.XRangeN(ctx, stream, start, "+", fillChunk).Result()
+		if err != nil {
+			return 0, fmt.Errorf("XRANGE: %w", err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, e := range page {
+			if i%every == 0 {
+				poison = append(poison, e.ID)
+			}
+			i++
+		}
+		start = "(" + page[len(page)-1].ID
+	}
+	// XCLAIM ... RETRYCOUNT sets the delivery count; claiming to the same
+	// consumer keeps the dead consumer the owner.
+	for done := 0; done < len(poison); done += 1000 {
+		args := []any{"XCLAIM", stream, benchGroup, deadConsumer, 0}
+		for _, id := range poison[done:min(done+1000, len(poison))] {
+			args = append(args, id)
+		}
+		args = append(args, "RETRYCOUNT", driver.DefaultMaxDeliveries, "JUSTID")
+		if err := b.ctl.Do(ctx, args...).Err(); err != nil {
+			return 0, fmt.Errorf("XCLAIM RETRYCOUNT: %w", err)
+		}
+	}
+	return len(poison), b.checkPEL(ctx, stream, int64(n))
+}
+
+// checkReclaimed verifies the end state of PartReclaim: the PEL is empty
+// and the dead-letter stream holds one record per poison entry.
+func (b *bench) checkReclaimed(ctx context.Context, k keys, poison int) error {
+	if err := b.checkPEL(ctx, k.stream, 0); err != nil {
+		return err
+	}
+	n, err := b.ctl.XLen(ctx, k.dlq).Result()
+	if err != nil {
+		return fmt.Errorf("XLEN %s: %w", k.dlq, err)
+	}
+	if n != int64(poison) {
+		return fmt.Errorf("%d dead-letter records, want %d (one per poison entry)", n, poison)
+	}
+	return nil
 }
 
 func (b *bench) checkPEL(ctx context.Context, stream string, want int64) error {
@@ -170,6 +245,7 @@ func (b *bench) clientOptions() *redis.Options {
 type phase struct {
 	b     *bench
 	h     *hook
+	h0    hookCounts
 	mem   *memSampler
 	cpu0  time.Duration
 	self0 time.Duration
@@ -183,7 +259,7 @@ func (b *bench) begin(ctx context.Context, h *hook, progress func() int64) (*pha
 	if err != nil {
 		return nil, err
 	}
-	p := &phase{b: b, h: h, cpu0: cpu, self0: processCPU()}
+	p := &phase{b: b, h: h, h0: h.counts(), cpu0: cpu, self0: processCPU()}
 	p.mem = startMem(progress)
 	p.start = time.Now()
 	return p, nil
@@ -194,10 +270,11 @@ func (p *phase) end(ctx context.Context, r *Result, wall time.Duration) error {
 	r.Ran = time.Since(p.start)
 	r.ClientCPU = processCPU() - p.self0
 	r.Wall = wall
-	r.RoundTrips = p.h.roundTrips.Load()
-	r.Commands = p.h.commands.Load()
-	r.Claims = p.h.claims.Load()
-	r.IdleChecks = p.h.idleChecks.Load()
+	c := p.h.counts()
+	r.RoundTrips = c.roundTrips - p.h0.roundTrips
+	r.Commands = c.commands - p.h0.commands
+	r.Claims = c.claims - p.h0.claims
+	r.IdleChecks = c.idleChecks - p.h0.idleChecks
 	mem := p.mem.finish()
 	r.PeakHeapInuse, r.BaseHeapInuse, r.LastHeapInuse, r.Alloc, r.Heap = mem.peak, mem.base, mem.last, mem.alloc, mem.samples
 	cpu, err := reclaimbench.ServerCPU(ctx, p.b.ctl)
@@ -208,129 +285,14 @@ func (p *phase) end(ctx context.Context, r *Result, wall time.Duration) error {
 	return nil
 }
 
-// counting is the driver's Metrics for the benchmark: it closes done when
-// target entries were acked.
-type counting struct {
-	acked, read, claimed, errs atomic.Int64
-	target                     int64
-	once                       sync.Once
-	done                       chan struct{}
-}
-
-func (m *counting) Count(e driver.Event, n int) {
-	switch e {
-	case driver.EventAcked:
-		if m.acked.Add(int64(n)) >= m.target {
-			m.once.Do(func() { close(m.done) })
-		}
-	case driver.EventRead:
-		m.read.Add(int64(n))
-	case driver.EventClaimed:
-		m.claimed.Add(int64(n))
-	case driver.EventCommandError, driver.EventHandlerError, driver.EventLostOwnership:
-		m.errs.Add(int64(n))
-	}
-}
-func (m *counting) DeadLettered(string, int)      {}
-func (m *counting) HandlerDuration(time.Duration) {}
-
-// driverSpec is one measured run of the driver.
-type driverSpec struct {
-	method                   string
-	ackMode                  driver.AckMode
-	prefetch, readCount      int
-	part                     Part
-	k                        keys
-	concurrency, claimCount  int
-	minIdle, reclaimInterval time.Duration
-	target                   int64         // acks to wait for
-	minRun                   time.Duration // keep running at least this long
-}
-
-// measureDriver runs a driver consumer with a no-op handler until it acked
-// spec.target entries (and spec.minRun passed), then cancels it.
-func (b *bench) measureDriver(ctx context.Context, spec driverSpec) (*Result, error) {
-	r := &Result{Method: spec.method, Part: spec.part, Entries: int(spec.target), Concurrency: spec.concurrency}
-	rdb := redis.NewClient(b.clientOptions())
-	defer rdb.Close()
-	h := &hook{}
-	rdb.AddHook(h)
-	m := &counting{target: spec.target, done: make(chan struct{})}
-	c, err := driver.New(rdb, driver.Config{
-		Stream: spec.k.stream, DeadLetterStream: spec.k.dlq, Group: benchGroup, Consumer: benchName,
-		Handler:     driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }),
-		CreateGroup: true, Concurrency: spec.concurrency, ClaimCount: spec.claimCount, AckMode: spec.ackMode,
-		Prefetch: spec.prefetch, ReadCount: spec.readCount,
-		MinIdle: spec.minIdle, ReclaimInterval: spec.reclaimInterval,
-		ShutdownTimeout: 5 * time.Second,
-		Logger:          slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Metrics:         m,
-	})
-	if err != nil {
-		return nil, err
-	}
-	// Load the library before measuring (the driver's own Load then finds
-	// it in place).
-	if _, err := pelwarden.NewLibrary(b.ctl).Load(ctx); err != nil {
-		return nil, err
-	}
-
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	p, err := b.begin(ctx, h, m.acked.Load)
-	if err != nil {
-		return nil, err
-	}
-	stopProfile, err := b.startProfile(spec)
-	if err != nil {
-		return nil, err
-	}
-	runErr := make(chan error, 1)
-	go func() { runErr <- c.Run(runCtx) }()
-	timeout := time.NewTimer(b.cfg.Timeout)
-	defer timeout.Stop()
-	var problem error
-	select {
-	case <-m.done:
-	case err := <-runErr:
-		problem = fmt.Errorf("Run returned before %d acks: %v", spec.target, err)
-		runErr <- err
-	case <-timeout.C:
-		problem = fmt.Errorf("timeout: %d of %d entries acked after %v", m.acked.Load(), spec.target, b.cfg.Timeout)
-	case <-ctx.Done():
-		problem = ctx.Err()
-	}
-	wall := time.Since(p.start)
-	stopProfile()
-	if problem == nil && spec.minRun > wall {
-		ctxwait.Sleep(ctx, spec.minRun-wall)
-	}
-	if err := p.end(ctx, r, wall); err != nil {
-		return r, err
-	}
-	r.Acked = m.acked.Load()
-	r.Read = m.read.Load()
-	r.Claimed = m.claimed.Load()
-	cancel()
-	if err := <-runErr; err != nil && problem == nil {
-		problem = fmt.Errorf("Run: %w", err)
-	}
-	if problem == nil && m.errs.Load() > 0 {
-		problem = fmt.Errorf("%d command errors, handler errors or lost ownerships", m.errs.Load())
-	}
-	if problem == nil && r.Acked != spec.target {
-		problem = fmt.Errorf("%d entries acked, want %d", r.Acked, spec.target)
-	}
-	return r, problem
-}
-
 // startProfile starts a CPU profile of a PartMain driver run when
 // Config.ProfileDir is set; the returned func stops it.
 func (b *bench) startProfile(spec driverSpec) (func(), error) {
 	if b.cfg.ProfileDir == "" || spec.part != PartMain {
 		return func() {}, nil
 	}
-	f, err := os.Create(filepath.Join(b.cfg.ProfileDir, fmt.Sprintf("driver-c%d-p%d-r%d-%s.pprof", spec.concurrency, spec.prefetch, spec.readCount, spec.ackMode)))
+	v := spec.v
+	f, err := os.Create(filepath.Join(b.cfg.ProfileDir, fmt.Sprintf("driver-c%d-p%d-r%d-%s.pprof", v.Concurrency, v.Prefetch, v.ReadCount, v.AckMode)))
 	if err != nil {
 		return nil, err
 	}
@@ -358,10 +320,7 @@ func (b *bench) runDriver(ctx context.Context, v DriverVariant) (*Result, error)
 		return nil, fmt.Errorf("consumebench: %s: %w", method, err)
 	}
 	b.cfg.logf("%s: consuming", method)
-	r, err := b.measureDriver(ctx, driverSpec{method: method, part: PartMain, k: k,
-		concurrency: v.Concurrency, prefetch: v.Prefetch, readCount: v.ReadCount, ackMode: v.AckMode,
-		claimCount: driver.DefaultClaimCount, minIdle: driver.DefaultMinIdle, reclaimInterval: driver.DefaultReclaimInterval,
-		target: int64(n)})
+	r, err := b.measureDriver(ctx, driverSpec{method: method, part: PartMain, k: k, v: v, target: int64(n)})
 	return b.finish(ctx, r, err, func() error { return b.checkConsumed(ctx, k.stream, last) })
 }
 
@@ -568,18 +527,20 @@ func (b *bench) runRaw(ctx context.Context) (*Result, error) {
 func handle(id string, fields any) {}
 
 // runClaimLoop: PartReclaim, the claim function's own rate. Library.Claim
-// page by page (Count ClaimCount), a no-op handler, one Library.Ack per page,
-// as reclaimbench's pelwarden method does, on one connection.
+// page by page (Count ClaimCount; the function dead-letters the poison
+// entries), a no-op handler, one Library.Ack per page, as reclaimbench's
+// pelwarden method does, on one connection.
 func (b *bench) runClaimLoop(ctx context.Context) (*Result, error) {
 	method := fmt.Sprintf("Claim+Ack loop, page %d", b.cfg.ClaimCount)
 	k := b.keys("claimloop")
 	defer b.cleanup(ctx, k)
 	n := b.cfg.ReclaimEntries
 	b.cfg.logf("%s: preparing a PEL of %d entries", method, n)
-	if err := b.deadPEL(ctx, k.stream, n); err != nil {
+	poison, err := b.poisonPEL(ctx, k.stream, n)
+	if err != nil {
 		return nil, fmt.Errorf("consumebench: %s: %w", method, err)
 	}
-	r := &Result{Method: method, Part: PartReclaim, Entries: n, PEL: n, Concurrency: 1}
+	r := &Result{Method: method, Part: PartReclaim, Entries: n, PEL: n, Poison: poison, Concurrency: 1}
 	rdb, h, lib, err := b.oneConnection(ctx)
 	if err != nil {
 		return nil, err
@@ -589,8 +550,8 @@ func (b *bench) runClaimLoop(ctx context.Context) (*Result, error) {
 		return nil, ctx.Err()
 	}
 	b.cfg.logf("%s: reclaiming", method)
-	var acked atomic.Int64 // r.Acked, readable by the heap sampler
-	p, err := b.begin(ctx, h, acked.Load)
+	var settled atomic.Int64 // acked and dead-lettered, readable by the heap sampler
+	p, err := b.begin(ctx, h, settled.Load)
 	if err != nil {
 		return nil, err
 	}
@@ -603,6 +564,7 @@ func (b *bench) runClaimLoop(ctx context.Context) (*Result, error) {
 				return err
 			}
 			r.Claimed += int64(len(page.Entries))
+			r.DeadLettered += int64(len(page.DeadLettered))
 			if len(page.Entries) > 0 {
 				ids := make([]string, 0, len(page.Entries))
 				for _, e := range page.Entries {
@@ -617,8 +579,8 @@ func (b *bench) runClaimLoop(ctx context.Context) (*Result, error) {
 					return err
 				}
 				r.Acked += res.Acked
-				acked.Store(r.Acked)
 			}
+			settled.Store(r.Acked + r.DeadLettered)
 			if page.Done() {
 				return nil
 			}
@@ -629,22 +591,32 @@ func (b *bench) runClaimLoop(ctx context.Context) (*Result, error) {
 	if err := p.end(ctx, r, wall); err != nil {
 		return r, err
 	}
-	if rerr == nil && r.Acked != int64(n) {
-		rerr = fmt.Errorf("%d entries acked, want %d", r.Acked, n)
+	if rerr == nil {
+		rerr = checkSettled(r)
 	}
-	return b.finish(ctx, r, rerr, func() error { return b.checkPEL(ctx, k.stream, 0) })
+	return b.finish(ctx, r, rerr, func() error { return b.checkReclaimed(ctx, k, poison) })
+}
+
+// checkSettled verifies the counts of a PartReclaim method: every poison
+// entry dead-lettered, every other one acked.
+func checkSettled(r *Result) error {
+	if r.Acked != int64(r.Entries-r.Poison) || r.DeadLettered != int64(r.Poison) {
+		return fmt.Errorf("%d entries acked and %d dead-lettered, want %d and %d", r.Acked, r.DeadLettered, r.Entries-r.Poison, r.Poison)
+	}
+	return nil
 }
 
 // runDriverReclaim: PartReclaim, the same scenario reclaimed by the driver
-// (no-op handler, ClaimCount, Concurrency ReclaimConcurrency, ReclaimInterval
-// 100ms, MinIdle 100ms), until every entry is acked.
+// with its defaults but MinIdle and ReclaimInterval (10ms each), no-op
+// handler, until every entry is acked or dead-lettered.
 func (b *bench) runDriverReclaim(ctx context.Context) (*Result, error) {
-	method := fmt.Sprintf("driver reclaim c=%d, page %d", b.cfg.ReclaimConcurrency, b.cfg.ClaimCount)
+	method := fmt.Sprintf("driver defaults, MinIdle %v, ReclaimInterval %v", reclaimMinIdle, reclaimInterval)
 	k := b.keys("driverreclaim")
 	defer b.cleanup(ctx, k)
 	n := b.cfg.ReclaimEntries
 	b.cfg.logf("%s: preparing a PEL of %d entries", method, n)
-	if err := b.deadPEL(ctx, k.stream, n); err != nil {
+	poison, err := b.poisonPEL(ctx, k.stream, n)
+	if err != nil {
 		return nil, fmt.Errorf("consumebench: %s: %w", method, err)
 	}
 	if !ctxwait.Sleep(ctx, reclaimMinIdle+10*time.Millisecond) {
@@ -652,18 +624,66 @@ func (b *bench) runDriverReclaim(ctx context.Context) (*Result, error) {
 	}
 	b.cfg.logf("%s: reclaiming", method)
 	r, err := b.measureDriver(ctx, driverSpec{method: method, part: PartReclaim, k: k,
-		concurrency: b.cfg.ReclaimConcurrency, claimCount: b.cfg.ClaimCount,
 		minIdle: reclaimMinIdle, reclaimInterval: reclaimInterval, target: int64(n)})
 	if r != nil {
-		r.PEL = n
+		r.PEL, r.Poison = n, poison
+		if err == nil {
+			err = checkSettled(r)
+		}
 	}
-	return b.finish(ctx, r, err, func() error { return b.checkPEL(ctx, k.stream, 0) })
+	return b.finish(ctx, r, err, func() error { return b.checkReclaimed(ctx, k, poison) })
 }
 
-// runDriverPEL: PartPEL, the driver consuming PELNewEntries new entries
-// while its reclaim passes (every 100ms, ClaimCount, MinIdle 1h) walk a PEL
-// of size entries owned by the dead consumer that are not idle yet. It runs
-// at least PELMinRun.
+// runTextbook: PartReclaim, the same scenario reclaimed by the seeds'
+// textbook loop (reclaimbench.Textbook: XAUTOCLAIM COUNT
+// reclaimbench.DefaultTextbookPageSize, one XPENDING per entry, XADD and
+// XACK for poison entries, XACK for the others) on one connection.
+func (b *bench) runTextbook(ctx context.Context) (*Result, error) {
+	method := fmt.Sprintf("textbook loop, XAUTOCLAIM %d", reclaimbench.DefaultTextbookPageSize)
+	k := b.keys("textbook")
+	defer b.cleanup(ctx, k)
+	n := b.cfg.ReclaimEntries
+	b.cfg.logf("%s: preparing a PEL of %d entries", method, n)
+	poison, err := b.poisonPEL(ctx, k.stream, n)
+	if err != nil {
+		return nil, fmt.Errorf("consumebench: %s: %w", method, err)
+	}
+	r := &Result{Method: method, Part: PartReclaim, Entries: n, PEL: n, Poison: poison, Concurrency: 1}
+	rdb, h, _, err := b.oneConnection(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer rdb.Close()
+	if !ctxwait.Sleep(ctx, reclaimMinIdle+10*time.Millisecond) {
+		return nil, ctx.Err()
+	}
+	b.cfg.logf("%s: reclaiming", method)
+	var acked, dead atomic.Int64
+	p, err := b.begin(ctx, h, func() int64 { return acked.Load() + dead.Load() })
+	if err != nil {
+		return nil, err
+	}
+	rerr := reclaimbench.Textbook{Stream: k.stream, DeadLetterStream: k.dlq, Group: benchGroup, Consumer: benchName,
+		MinIdle: reclaimMinIdle, Count: reclaimbench.DefaultTextbookPageSize, MaxDeliveries: driver.DefaultMaxDeliveries,
+		Handled:      func(string) { acked.Add(1) },
+		DeadLettered: func(string) { dead.Add(1) },
+	}.Pass(ctx, rdb)
+	wall := time.Since(p.start)
+	if err := p.end(ctx, r, wall); err != nil {
+		return r, err
+	}
+	r.Acked, r.DeadLettered = acked.Load(), dead.Load()
+	r.Claimed = r.Acked // as the others count: claimed and handed to the handler
+	if rerr == nil {
+		rerr = checkSettled(r)
+	}
+	return b.finish(ctx, r, rerr, func() error { return b.checkReclaimed(ctx, k, poison) })
+}
+
+// runDriverPEL: PartPEL, the driver (defaults but MinIdle 1h and
+// ReclaimInterval 100ms) consuming PELNewEntries new entries while its
+// reclaim passes walk a PEL of size entries owned by the dead consumer that
+// are not idle yet. It runs at least PELMinRun.
 func (b *bench) runDriverPEL(ctx context.Context, size int) (*Result, error) {
 	method := fmt.Sprintf("driver, PEL %s", fmtCountShort(size))
 	k := b.keys(fmt.Sprintf("pel-%d", size))
@@ -680,8 +700,7 @@ func (b *bench) runDriverPEL(ctx context.Context, size int) (*Result, error) {
 	setupTime := time.Since(setup)
 	b.cfg.logf("%s: prepared in %v; consuming", method, setupTime.Round(time.Millisecond))
 	r, err := b.measureDriver(ctx, driverSpec{method: method, part: PartPEL, k: k,
-		concurrency: b.cfg.ReclaimConcurrency, claimCount: b.cfg.ClaimCount,
-		minIdle: pelMinIdle, reclaimInterval: reclaimInterval, target: int64(b.cfg.PELNewEntries), minRun: b.cfg.PELMinRun})
+		minIdle: pelMinIdle, reclaimInterval: pelReclaimInterval, target: int64(b.cfg.PELNewEntries), minRun: b.cfg.PELMinRun})
 	if r != nil {
 		r.PEL = size
 		r.Setup = setupTime

@@ -26,9 +26,9 @@ type Report struct {
 	IdleCPU time.Duration
 	// RTT is the median PING round trip before the methods ran.
 	RTT time.Duration
-	// Main, Reclaim, PEL and Ack hold the results of each part, in run
-	// order.
-	Main, Reclaim, PEL, Ack []Result
+	// Main, Reclaim, PEL, Ack, Slow and Large hold the results of each
+	// part, in run order (Slow: one per round).
+	Main, Reclaim, PEL, Ack, Slow, Large []Result
 }
 
 // Result is one method's run. The measurements cover the measured phase
@@ -40,8 +40,12 @@ type Result struct {
 	Part Part
 	// Entries the method had to ack (the new entries in PartPEL).
 	Entries int
-	// PEL is the size of the dead consumer's PEL (PartReclaim, PartPEL).
+	// PEL is the size of the dead consumer's PEL (PartReclaim, PartPEL,
+	// PartLarge).
 	PEL int
+	// Poison is how many entries of the PEL were at the delivery limit
+	// (PartReclaim).
+	Poison int
 	// Concurrency is the driver's Config.Concurrency (1 for the others).
 	Concurrency int
 	// Wall is the time from the start of consuming until every entry was
@@ -61,9 +65,24 @@ type Result struct {
 	// IdleChecks is how many XPENDING calls it made: the driver's check
 	// for idle entries before each reclaim pass.
 	IdleChecks int64
-	// Read, Claimed and Acked count entries read with XREADGROUP, taken
-	// over by reclaim, and acknowledged.
-	Read, Claimed, Acked int64
+	// Read, Claimed, Acked and DeadLettered count entries read with
+	// XREADGROUP, taken over by reclaim, acknowledged, and moved to the
+	// dead-letter stream.
+	Read, Claimed, Acked, DeadLettered int64
+	// LeaseExtensions counts the driver's lease extensions.
+	LeaseExtensions int64
+	// LogRecords is how many records the driver logged at Info or above
+	// (the level of slog.Default), LogWarnings how many of them at Warn or
+	// above. Driver runs only.
+	LogRecords, LogWarnings int64
+	// Consumers holds what each consumer of PartSlow did.
+	Consumers []ConsumerResult
+	// Ideal is PartSlow's drain time with every handler of every consumer
+	// busy from the burst to the end: entries x handler time / handlers.
+	Ideal time.Duration
+	// SlowLog is what the server's slow log recorded of the driver's
+	// commands (PartLarge).
+	SlowLog *SlowLogResult
 	// ServerCPU is the server's used_cpu_user+used_cpu_sys delta over Ran.
 	ServerCPU time.Duration
 	// ClientCPU is the benchmark process's user+system CPU time over Ran
@@ -88,6 +107,40 @@ type Result struct {
 	Verified bool
 	// Problem says what went wrong when the run failed.
 	Problem string
+}
+
+// ConsumerResult is one consumer of PartSlow.
+type ConsumerResult struct {
+	// Name is the consumer's name in the group.
+	Name string
+	// Handled is how many entries it acked.
+	Handled int64
+	// MaxHeld is the most entries it had pending at once, sampled with
+	// XPENDING every slowSample: queued, running, or handled and not yet
+	// acked.
+	MaxHeld int64
+	// Samples is how many XPENDING samples were taken.
+	Samples int
+}
+
+// SlowLogResult is what SLOWLOG GET said after PartLarge, which set
+// slowlog-log-slower-than to 0 so that every command is recorded.
+type SlowLogResult struct {
+	// Commands is how many commands of the driver's client were recorded.
+	Commands int
+	// Slowest are the longest of them, longest first (at most 5).
+	Slowest []SlowCommand
+	// OverLimit is how many took TargetLargeCommand or longer.
+	OverLimit int
+}
+
+// SlowCommand is one slow log entry.
+type SlowCommand struct {
+	// Name is the command, with the function's name for FCALL, e.g.
+	// "XREADGROUP", "FCALL pelwarden_v1_claim".
+	Name string
+	// Duration is the server's execution time.
+	Duration time.Duration
 }
 
 // HeapSpan sums up the heap samples of one slice of a run.
@@ -163,20 +216,39 @@ func (r *Result) ClientCPUPerEntry() float64 {
 // AllocPerEntry is the bytes the process allocated per entry.
 func (r *Result) AllocPerEntry() float64 { return reclaimbench.PerEntry(float64(r.Alloc), r.Entries) }
 
-// Targets of issue 3, "Benchmarks".
+// Targets of issue 11 ("driver: fast by default"), for the driver with its
+// defaults, side by side in one run.
 const (
-	// TargetVsWatermill: the driver consumes at least twice as many entries
-	// per second as watermill-redisstream.
-	TargetVsWatermill = 2.0
-	// TargetVsRaw: the driver reaches at least 80% of the raw loop.
+	// TargetVsWatermill: on new entries the driver consumes at least 30
+	// times as many entries per second as watermill-redisstream.
+	TargetVsWatermill = 30.0
+	// TargetVsRaw: on new entries the driver reaches at least 80% of the
+	// raw loop.
 	TargetVsRaw = 0.8
-	// TargetReclaimVsClaim: reclaim through the driver reaches at least 80%
-	// of the Claim+Ack loop's rate.
-	TargetReclaimVsClaim = 0.8
-	// TargetHeapGrowth: "flat" memory: the driver's peak heap with the
-	// largest PEL is at most this many times its peak with an empty PEL.
-	TargetHeapGrowth = 1.25
+	// TargetReclaimVsClaim: reclaiming a dead consumer's PEL, the driver
+	// reaches at least 85% of the Claim+Ack loop's rate.
+	TargetReclaimVsClaim = 0.85
+	// TargetReclaimLogs: the driver writes at most this many log records
+	// at the default level (Info) while it drains that PEL.
+	TargetReclaimLogs = 50
+	// TargetSlowShare: each of PartSlow's two consumers handles at least
+	// this share of the burst.
+	TargetSlowShare = 0.35
+	// TargetSlowHeld: neither of PartSlow's consumers ever holds more than
+	// this many times Concurrency entries.
+	TargetSlowHeld = 4
+	// TargetSlowDrain: PartSlow's burst drains within this many times the
+	// ideal time.
+	TargetSlowDrain = 2.5
+	// TargetLargeCommand: in PartLarge no command of the driver takes this
+	// long or longer on the server.
+	TargetLargeCommand = 100 * time.Millisecond
 )
+
+// TargetHeapGrowth is issue 5's "flat" memory: the driver's peak heap with
+// the largest PEL is at most this many times its peak with an empty PEL,
+// and a drain's peak in its second half at most this many times its first.
+const TargetHeapGrowth = 1.25
 
 // roundsNote explains the rows of a part run in rounds ("" for one round).
 func roundsNote(rounds int) string {
@@ -208,7 +280,7 @@ func find(rs []Result, pred func(*Result) bool) *Result {
 }
 
 // WriteTable prints the report: a table per part with ratios, then the
-// targets.
+// targets with their verdicts.
 func WriteTable(w io.Writer, rep Report) error {
 	ew := &reclaimbench.ReportWriter{W: w}
 	cfg := rep.Config
@@ -221,120 +293,31 @@ func WriteTable(w io.Writer, rep Report) error {
 		reclaimbench.FormatDuration(rep.IdleCPU), reclaimbench.FormatDuration(rep.RTT))
 	ew.Printf("client: %s %s/%s, %d CPUs, GOMAXPROCS %d\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	ew.Printf("entries: fields n and payload (%d bytes); heap = the whole bench process (peak HeapInuse sampled every 50ms, over a post-GC baseline)\n", cfg.PayloadBytes)
+	ew.Printf("driver defaults: only Stream, Group, Consumer, Handler, CreateGroup (and a counting Logger and Metrics) set; other fields as each row says\n")
 
-	raw := find(rep.Main, func(r *Result) bool { return strings.HasPrefix(r.Method, "raw") })
-	wm := find(rep.Main, func(r *Result) bool { return r.Method == "watermill" })
-	if len(rep.Main) > 0 {
-		rounds := roundsNote(cfg.Rounds)
-		if cfg.Rounds > 1 && !cfg.SkipWatermill {
-			rounds = strings.TrimSuffix(rounds, ")") + "; watermill ran once)"
-		}
-		ew.Printf("\n== main path: %d new entries per method, no-op handler%s ==\n", cfg.Entries, rounds)
-		tw := newTable(ew, "method\twall\tentries/s\tall rounds\tvs watermill\tvs raw\tround trips/entry\tserver CPU µs/entry\tclient CPU µs/entry\tpeak heap\tbaseline heap\talloc B/entry\tend state\t")
-		for i := range rep.Main {
-			r := &rep.Main[i]
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.4f\t%.2f\t%.2f\t%s\t%s\t%.0f\t%s\t\n", r.Method,
-				reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatCount(r.EntriesPerSecond()), fmtRates(r.Rates),
-				vs(r, wm), vs(r, raw), r.RoundTripsPerEntry(), r.CPUPerEntry(), r.ClientCPUPerEntry(),
-				fmtBytes(r.PeakHeapInuse), fmtBytes(r.BaseHeapInuse), r.AllocPerEntry(), state(r))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		problems(ew, rep.Main)
+	var lines []string // targets
+	if err := writeMain(ew, rep, &lines); err != nil {
+		return err
 	}
-
-	claim := find(rep.Reclaim, func(r *Result) bool { return strings.HasPrefix(r.Method, "Claim") })
-	if len(rep.Reclaim) > 0 {
-		ew.Printf("\n== reclaim path: a PEL of %d entries left by a dead consumer, idle past MinIdle %v%s ==\n", cfg.ReclaimEntries, reclaimMinIdle, roundsNote(cfg.Rounds))
-		tw := newTable(ew, "method\twall\tentries/s\tall rounds\tvs Claim+Ack loop\tround trips/entry\tclaim calls\tserver CPU µs/entry\tpeak heap\talloc B/entry\tend state\t")
-		for i := range rep.Reclaim {
-			r := &rep.Reclaim[i]
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.4f\t%d\t%.2f\t%s\t%.0f\t%s\t\n", r.Method,
-				reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatCount(r.EntriesPerSecond()), fmtRates(r.Rates),
-				vs(r, claim), r.RoundTripsPerEntry(), r.Claims, r.CPUPerEntry(),
-				fmtBytes(r.PeakHeapInuse), r.AllocPerEntry(), state(r))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		problems(ew, rep.Reclaim)
-		for i := range rep.Reclaim {
-			if err := writeHeapOverTime(ew, &rep.Reclaim[i]); err != nil {
-				return err
-			}
-		}
+	if err := writeReclaim(ew, rep, &lines); err != nil {
+		return err
+	}
+	pelFlat, err := writePEL(ew, rep)
+	if err != nil {
+		return err
+	}
+	if err := writeAck(ew, rep); err != nil {
+		return err
+	}
+	if err := writeSlow(ew, rep, &lines); err != nil {
+		return err
+	}
+	if err := writeLarge(ew, rep, &lines); err != nil {
+		return err
 	}
 
-	pel0 := find(rep.PEL, func(r *Result) bool { return r.PEL == 0 })
-	if len(rep.PEL) > 0 {
-		ew.Printf("\n== memory as the PEL grows: %d new entries consumed while reclaim passes (every %v, page %d, MinIdle %v) walk a PEL that is not idle; each run lasts at least %v ==\n",
-			cfg.PELNewEntries, reclaimInterval, cfg.ClaimCount, pelMinIdle, cfg.PELMinRun)
-		tw := newTable(ew, "PEL\tsetup\twall to last ack\tentries/s\tran\tidle checks\tclaim calls\tround trips\tserver CPU\tpeak heap\tvs PEL 0\tbaseline heap\talloc B/new entry\tend state\t")
-		for i := range rep.PEL {
-			r := &rep.PEL[i]
-			growth := "-"
-			if pel0 != nil && pel0.PeakHeapInuse > 0 {
-				growth = reclaimbench.FormatRatio(float64(r.PeakHeapInuse) / float64(pel0.PeakHeapInuse))
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%.0f\t%s\t\n", reclaimbench.FormatCount(float64(r.PEL)),
-				reclaimbench.FormatDuration(r.Setup), reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatCount(r.EntriesPerSecond()),
-				reclaimbench.FormatDuration(r.Ran), r.IdleChecks, r.Claims, r.RoundTrips, reclaimbench.FormatDuration(r.ServerCPU),
-				fmtBytes(r.PeakHeapInuse), growth, fmtBytes(r.BaseHeapInuse), r.AllocPerEntry(), state(r))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		problems(ew, rep.PEL)
-	}
-
-	xack := find(rep.Ack, func(r *Result) bool { return r.Method == "XACK" })
-	if len(rep.Ack) > 0 {
-		ew.Printf("\n== acks: %d pending entries acked in batches of %d, one connection ==\n", cfg.AckEntries, driver.DefaultAckBatch)
-		tw := newTable(ew, "method\twall\tentries/s\tround trips/entry\tserver CPU µs/entry\tvs XACK\tclient CPU µs/entry\tend state\t")
-		for i := range rep.Ack {
-			r := &rep.Ack[i]
-			x := "-"
-			if xack != nil && xack.CPUPerEntry() > 0 {
-				x = reclaimbench.FormatRatio(r.CPUPerEntry() / xack.CPUPerEntry())
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.4f\t%.2f\t%s\t%.2f\t%s\t\n", r.Method,
-				reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatCount(r.EntriesPerSecond()),
-				r.RoundTripsPerEntry(), r.CPUPerEntry(), x, r.ClientCPUPerEntry(), state(r))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		problems(ew, rep.Ack)
-	}
-
-	var lines []string
-	for i := range rep.Main {
-		r := &rep.Main[i]
-		if !strings.HasPrefix(r.Method, "driver") {
-			continue
-		}
-		if wm != nil {
-			x := reclaimbench.Ratio(r.EntriesPerSecond(), wm.EntriesPerSecond())
-			lines = append(lines, fmt.Sprintf("  %s: entries/s >= %gx watermill-redisstream: %s  %s", r.Method, TargetVsWatermill, reclaimbench.FormatRatio(x), reclaimbench.Verdict(x >= TargetVsWatermill)))
-		}
-		if raw != nil {
-			x := ratioTo(r, raw)
-			lines = append(lines, fmt.Sprintf("  %s: entries/s >= %.0f%% of the raw loop: %.0f%%  %s", r.Method, TargetVsRaw*100, x*100, reclaimbench.Verdict(x >= TargetVsRaw)))
-		}
-	}
-	if d := find(rep.Reclaim, func(r *Result) bool { return strings.HasPrefix(r.Method, "driver") }); d != nil && claim != nil {
-		x := ratioTo(d, claim)
-		lines = append(lines, fmt.Sprintf("  reclaim through the driver >= %.0f%% of the Claim+Ack loop: %.0f%%  %s", TargetReclaimVsClaim*100, x*100, reclaimbench.Verdict(x >= TargetReclaimVsClaim)))
-	}
-	if pel0 != nil && len(rep.PEL) > 1 {
-		big := &rep.PEL[len(rep.PEL)-1]
-		x := reclaimbench.Ratio(float64(big.PeakHeapInuse), float64(pel0.PeakHeapInuse))
-		lines = append(lines, fmt.Sprintf("  peak heap flat (PEL %s <= %gx PEL 0): %s vs %s (%s)  %s", reclaimbench.FormatCount(float64(big.PEL)), TargetHeapGrowth,
-			fmtBytes(big.PeakHeapInuse), fmtBytes(pel0.PeakHeapInuse), reclaimbench.FormatRatio(x), reclaimbench.Verdict(x <= TargetHeapGrowth)))
-	}
 	if len(lines) > 0 {
-		ew.Printf("\ntargets (issue 3, benchmarks):\n%s\n", strings.Join(lines, "\n"))
+		ew.Printf("\ntargets (issue 11, the driver with its defaults):\n%s\n", strings.Join(lines, "\n"))
 	}
 	var flat []string
 	for i := range rep.Reclaim {
@@ -344,10 +327,290 @@ func WriteTable(w io.Writer, rep Report) error {
 				r.Method, TargetHeapGrowth, reclaimbench.FormatRatio(x), reclaimbench.Verdict(x <= TargetHeapGrowth)))
 		}
 	}
+	flat = append(flat, pelFlat...)
 	if len(flat) > 0 {
 		ew.Printf("\ntargets (issue 5, resources):\n%s\n", strings.Join(flat, "\n"))
 	}
 	return ew.Err
+}
+
+// isDriver reports whether a row is a driver run.
+func isDriver(r *Result) bool { return strings.HasPrefix(r.Method, "driver") }
+
+func writeMain(ew *reclaimbench.ReportWriter, rep Report, lines *[]string) error {
+	cfg := rep.Config
+	if len(rep.Main) == 0 {
+		return nil
+	}
+	raw := find(rep.Main, func(r *Result) bool { return strings.HasPrefix(r.Method, "raw") })
+	wm := find(rep.Main, func(r *Result) bool { return r.Method == "watermill" })
+	rounds := roundsNote(cfg.Rounds)
+	if cfg.Rounds > 1 && !cfg.SkipWatermill {
+		rounds = strings.TrimSuffix(rounds, ")") + "; watermill ran once)"
+	}
+	ew.Printf("\n== main path: %d new entries per method, no-op handler%s ==\n", cfg.Entries, rounds)
+	tw := newTable(ew, "method\twall\tentries/s\tall rounds\tvs watermill\tvs raw\tround trips/entry\tserver CPU µs/entry\tclient CPU µs/entry\tpeak heap\tbaseline heap\talloc B/entry\tlog records\tend state\t")
+	for i := range rep.Main {
+		r := &rep.Main[i]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.4f\t%.2f\t%.2f\t%s\t%s\t%.0f\t%s\t%s\t\n", r.Method,
+			reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatCount(r.EntriesPerSecond()), fmtRates(r.Rates),
+			vs(r, wm), vs(r, raw), r.RoundTripsPerEntry(), r.CPUPerEntry(), r.ClientCPUPerEntry(),
+			fmtBytes(r.PeakHeapInuse), fmtBytes(r.BaseHeapInuse), r.AllocPerEntry(), logs(r), state(r))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	problems(ew, rep.Main)
+	for i := range rep.Main {
+		r := &rep.Main[i]
+		if !isDriver(r) {
+			continue
+		}
+		if wm != nil {
+			x := reclaimbench.Ratio(r.EntriesPerSecond(), wm.EntriesPerSecond())
+			*lines = append(*lines, fmt.Sprintf("  main path, %s: entries/s >= %gx watermill-redisstream: %s  %s", r.Method, TargetVsWatermill, reclaimbench.FormatRatio(x), reclaimbench.Verdict(x >= TargetVsWatermill)))
+		}
+		if raw != nil {
+			x := ratioTo(r, raw)
+			*lines = append(*lines, fmt.Sprintf("  main path, %s: entries/s >= %.0f%% of the raw loop: %.0f%%  %s", r.Method, TargetVsRaw*100, x*100, reclaimbench.Verdict(x >= TargetVsRaw)))
+		}
+	}
+	return nil
+}
+
+func writeReclaim(ew *reclaimbench.ReportWriter, rep Report, lines *[]string) error {
+	cfg := rep.Config
+	if len(rep.Reclaim) == 0 {
+		return nil
+	}
+	claim := find(rep.Reclaim, func(r *Result) bool { return strings.HasPrefix(r.Method, "Claim") })
+	tb := find(rep.Reclaim, func(r *Result) bool { return strings.HasPrefix(r.Method, "textbook") })
+	poison := "no poison entries"
+	if cfg.PoisonEvery > 0 {
+		poison = fmt.Sprintf("1 in %d poison (at %d deliveries, dead-lettered on the first claim)", cfg.PoisonEvery, driver.DefaultMaxDeliveries)
+	}
+	ew.Printf("\n== reclaim path: a PEL of %d entries left by a dead consumer, %s, idle past MinIdle %v%s ==\n",
+		cfg.ReclaimEntries, poison, reclaimMinIdle, roundsNote(cfg.Rounds))
+	tw := newTable(ew, "method\twall\tentries/s\tall rounds\tvs Claim+Ack loop\tvs textbook\tround trips/entry\tclaim calls\tserver CPU µs/entry\tdead-lettered\tlease extensions\tlog records\tpeak heap\talloc B/entry\tend state\t")
+	for i := range rep.Reclaim {
+		r := &rep.Reclaim[i]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.4f\t%d\t%.2f\t%d\t%s\t%s\t%s\t%.0f\t%s\t\n", r.Method,
+			reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatCount(r.EntriesPerSecond()), fmtRates(r.Rates),
+			vs(r, claim), vs(r, tb), r.RoundTripsPerEntry(), r.Claims, r.CPUPerEntry(), r.DeadLettered,
+			driverOnly(r, r.LeaseExtensions), logs(r), fmtBytes(r.PeakHeapInuse), r.AllocPerEntry(), state(r))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	problems(ew, rep.Reclaim)
+	for i := range rep.Reclaim {
+		if err := writeHeapOverTime(ew, &rep.Reclaim[i]); err != nil {
+			return err
+		}
+	}
+	d := find(rep.Reclaim, isDriver)
+	if d == nil {
+		return nil
+	}
+	if claim != nil {
+		x := ratioTo(d, claim)
+		*lines = append(*lines, fmt.Sprintf("  reclaim, driver: entries/s >= %.0f%% of the Claim+Ack loop: %.0f%%  %s", TargetReclaimVsClaim*100, x*100, reclaimbench.Verdict(x >= TargetReclaimVsClaim)))
+	}
+	if tb != nil {
+		*lines = append(*lines, fmt.Sprintf("  reclaim, driver: entries/s vs the textbook loop: %s (no target; the issue expects about 9x on loopback)", reclaimbench.FormatRatio(ratioTo(d, tb))))
+	}
+	*lines = append(*lines, fmt.Sprintf("  reclaim, driver: log records at the default level <= %d: %d (%d at Warn or above)  %s", TargetReclaimLogs, d.LogRecords, d.LogWarnings, reclaimbench.Verdict(d.LogRecords <= TargetReclaimLogs)))
+	return nil
+}
+
+// writePEL prints PartPEL and returns its target line (issue 5).
+func writePEL(ew *reclaimbench.ReportWriter, rep Report) ([]string, error) {
+	cfg := rep.Config
+	if len(rep.PEL) == 0 {
+		return nil, nil
+	}
+	pel0 := find(rep.PEL, func(r *Result) bool { return r.PEL == 0 })
+	ew.Printf("\n== memory as the PEL grows: the driver (defaults, MinIdle %v, ReclaimInterval %v) consumes %d new entries while its reclaim passes walk a PEL that is not idle; each run lasts at least %v ==\n",
+		pelMinIdle, pelReclaimInterval, cfg.PELNewEntries, cfg.PELMinRun)
+	tw := newTable(ew, "PEL\tsetup\twall to last ack\tentries/s\tran\tidle checks\tclaim calls\tround trips\tserver CPU\tpeak heap\tvs PEL 0\tbaseline heap\talloc B/new entry\tend state\t")
+	for i := range rep.PEL {
+		r := &rep.PEL[i]
+		growth := "-"
+		if pel0 != nil && pel0.PeakHeapInuse > 0 {
+			growth = reclaimbench.FormatRatio(float64(r.PeakHeapInuse) / float64(pel0.PeakHeapInuse))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%.0f\t%s\t\n", reclaimbench.FormatCount(float64(r.PEL)),
+			reclaimbench.FormatDuration(r.Setup), reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatCount(r.EntriesPerSecond()),
+			reclaimbench.FormatDuration(r.Ran), r.IdleChecks, r.Claims, r.RoundTrips, reclaimbench.FormatDuration(r.ServerCPU),
+			fmtBytes(r.PeakHeapInuse), growth, fmtBytes(r.BaseHeapInuse), r.AllocPerEntry(), state(r))
+	}
+	if err := tw.Flush(); err != nil {
+		return nil, err
+	}
+	problems(ew, rep.PEL)
+	if pel0 == nil || len(rep.PEL) < 2 {
+		return nil, nil
+	}
+	big := &rep.PEL[len(rep.PEL)-1]
+	x := reclaimbench.Ratio(float64(big.PeakHeapInuse), float64(pel0.PeakHeapInuse))
+	return []string{fmt.Sprintf("  peak heap flat (PEL %s <= %gx PEL 0): %s vs %s (%s)  %s", reclaimbench.FormatCount(float64(big.PEL)), TargetHeapGrowth,
+		fmtBytes(big.PeakHeapInuse), fmtBytes(pel0.PeakHeapInuse), reclaimbench.FormatRatio(x), reclaimbench.Verdict(x <= TargetHeapGrowth))}, nil
+}
+
+func writeAck(ew *reclaimbench.ReportWriter, rep Report) error {
+	if len(rep.Ack) == 0 {
+		return nil
+	}
+	xack := find(rep.Ack, func(r *Result) bool { return r.Method == "XACK" })
+	ew.Printf("\n== acks: %d pending entries acked in batches of %d, one connection ==\n", rep.Config.AckEntries, driver.DefaultAckBatch)
+	tw := newTable(ew, "method\twall\tentries/s\tround trips/entry\tserver CPU µs/entry\tvs XACK\tclient CPU µs/entry\tend state\t")
+	for i := range rep.Ack {
+		r := &rep.Ack[i]
+		x := "-"
+		if xack != nil && xack.CPUPerEntry() > 0 {
+			x = reclaimbench.FormatRatio(r.CPUPerEntry() / xack.CPUPerEntry())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.4f\t%.2f\t%s\t%.2f\t%s\t\n", r.Method,
+			reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatCount(r.EntriesPerSecond()),
+			r.RoundTripsPerEntry(), r.CPUPerEntry(), x, r.ClientCPUPerEntry(), state(r))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	problems(ew, rep.Ack)
+	return nil
+}
+
+func writeSlow(ew *reclaimbench.ReportWriter, rep Report, lines *[]string) error {
+	cfg := rep.Config
+	if len(rep.Slow) == 0 {
+		return nil
+	}
+	first := &rep.Slow[0]
+	ew.Printf("\n== slow handlers: %d consumers with the driver's defaults (Concurrency %d), handler %v, a burst of %d entries added at once while both wait; ideal drain %s (entries x handler time / %d handlers); pending entries per consumer sampled every %v; one row per round ==\n",
+		len(first.Consumers), first.Concurrency, cfg.SlowHandlerTime, cfg.SlowEntries, reclaimbench.FormatDuration(first.Ideal),
+		len(first.Consumers)*first.Concurrency, slowSample)
+	tw := newTable(ew, "method\tdrain\tvs ideal\thandled\tshares\tmost held\tsamples\tround trips/entry\tserver CPU µs/entry\tlog records\tend state\t")
+	for i := range rep.Slow {
+		r := &rep.Slow[i]
+		var handled, shares, held []string
+		samples := 0
+		for _, c := range r.Consumers {
+			handled = append(handled, fmt.Sprint(c.Handled))
+			shares = append(shares, fmt.Sprintf("%.0f%%", 100*share(r, c)))
+			held = append(held, fmt.Sprint(c.MaxHeld))
+			samples = max(samples, c.Samples)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.4f\t%.2f\t%s\t%s\t\n", r.Method,
+			reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatRatio(drainRatio(r)),
+			strings.Join(handled, " / "), strings.Join(shares, " / "), strings.Join(held, " / "), samples,
+			r.RoundTripsPerEntry(), r.CPUPerEntry(), logs(r), state(r))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	problems(ew, rep.Slow)
+
+	var low, high *ConsumerResult
+	var lowRun, highRun *Result
+	drains := make([]float64, 0, len(rep.Slow))
+	for i := range rep.Slow {
+		r := &rep.Slow[i]
+		drains = append(drains, drainRatio(r))
+		for j := range r.Consumers {
+			c := &r.Consumers[j]
+			if low == nil || share(r, *c) < share(lowRun, *low) {
+				low, lowRun = c, r
+			}
+			if high == nil || c.MaxHeld > high.MaxHeld {
+				high, highRun = c, r
+			}
+		}
+	}
+	runs := ""
+	if len(rep.Slow) > 1 {
+		runs = fmt.Sprintf(" over %d rounds", len(rep.Slow))
+	}
+	if low != nil {
+		x := share(lowRun, *low)
+		*lines = append(*lines, fmt.Sprintf("  slow handlers: each consumer handles >= %.0f%%: lowest%s %.0f%% (%s, %s)  %s", TargetSlowShare*100, runs, x*100, low.Name, lowRun.Method, reclaimbench.Verdict(x >= TargetSlowShare)))
+		limit := int64(TargetSlowHeld * highRun.Concurrency)
+		*lines = append(*lines, fmt.Sprintf("  slow handlers: no consumer holds more than %dx Concurrency (%d): most%s %d (%s, %s)  %s", TargetSlowHeld, limit, runs, high.MaxHeld, high.Name, highRun.Method, reclaimbench.Verdict(high.MaxHeld <= limit)))
+	}
+	sorted := slices.Clone(drains)
+	slices.Sort(sorted)
+	med := sorted[(len(sorted)-1)/2]
+	worst := ""
+	if len(sorted) > 1 {
+		worst = fmt.Sprintf(" (median of %d rounds; slowest %s)", len(sorted), reclaimbench.FormatRatio(sorted[len(sorted)-1]))
+	}
+	*lines = append(*lines, fmt.Sprintf("  slow handlers: the burst drains within %gx the ideal time: %s%s  %s", TargetSlowDrain, reclaimbench.FormatRatio(med), worst, reclaimbench.Verdict(med <= TargetSlowDrain)))
+	return nil
+}
+
+// share is c's part of r's entries.
+func share(r *Result, c ConsumerResult) float64 {
+	return reclaimbench.Ratio(float64(c.Handled), float64(r.Entries))
+}
+
+// drainRatio is r's drain time over the ideal.
+func drainRatio(r *Result) float64 { return reclaimbench.Ratio(float64(r.Wall), float64(r.Ideal)) }
+
+func writeLarge(ew *reclaimbench.ReportWriter, rep Report, lines *[]string) error {
+	cfg := rep.Config
+	if len(rep.Large) == 0 {
+		return nil
+	}
+	ew.Printf("\n== large entries: %d entries of %s, %d of them pending at a dead consumer (idle past MinIdle), the rest new; the server's slow log records every command (slowlog-log-slower-than 0, restored afterwards) ==\n",
+		cfg.LargeEntries, fmtBytes(uint64(cfg.LargeEntryBytes)), cfg.LargeEntries/2)
+	tw := newTable(ew, "method\twall\tentries/s\tread\tclaimed\tround trips\tcommands logged\tlongest command\ttook\tat least 100ms\tpeak heap\tlog records\tend state\t")
+	for i := range rep.Large {
+		r := &rep.Large[i]
+		logged, longest, took, over := "-", "-", "-", "-"
+		if sl := r.SlowLog; sl != nil {
+			logged, over = fmt.Sprint(sl.Commands), fmt.Sprint(sl.OverLimit)
+			if len(sl.Slowest) > 0 {
+				longest, took = sl.Slowest[0].Name, reclaimbench.FormatDuration(sl.Slowest[0].Duration)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Method,
+			reclaimbench.FormatDuration(r.Wall), reclaimbench.FormatCount(r.EntriesPerSecond()), r.Read, r.Claimed, r.RoundTrips,
+			logged, longest, took, over, fmtBytes(r.PeakHeapInuse), logs(r), state(r))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	problems(ew, rep.Large)
+	for i := range rep.Large {
+		r := &rep.Large[i]
+		if r.SlowLog == nil || len(r.SlowLog.Slowest) == 0 {
+			continue
+		}
+		var s []string
+		for _, c := range r.SlowLog.Slowest {
+			s = append(s, fmt.Sprintf("%s %s", c.Name, reclaimbench.FormatDuration(c.Duration)))
+		}
+		ew.Printf("slowest commands, %s: %s\n", r.Method, strings.Join(s, ", "))
+		*lines = append(*lines, fmt.Sprintf("  large entries: no command takes %v or longer: %d (longest %s, %s)  %s", TargetLargeCommand,
+			r.SlowLog.OverLimit, r.SlowLog.Slowest[0].Name, reclaimbench.FormatDuration(r.SlowLog.Slowest[0].Duration), reclaimbench.Verdict(r.SlowLog.OverLimit == 0)))
+	}
+	return nil
+}
+
+// logs shows a driver run's log records, "-" for the other methods.
+func logs(r *Result) string {
+	if !isDriver(r) {
+		return "-"
+	}
+	return fmt.Sprint(r.LogRecords)
+}
+
+// driverOnly shows n for a driver run, "-" for the other methods.
+func driverOnly(r *Result, n int64) string {
+	if !isDriver(r) {
+		return "-"
+	}
+	return fmt.Sprint(n)
 }
 
 // writeHeapOverTime prints the heap of one run by tenths of its time.

@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
 )
 
@@ -55,20 +57,86 @@ func TestWriteTableShowsHeapOverTime(t *testing.T) {
 
 func TestParseDrivers(t *testing.T) {
 	t.Parallel()
-	got, err := ParseDrivers("c=16, c=16/p=484/plain ,c=512/fenced/r=256")
+	got, err := ParseDrivers("default, c=16/p=484/plain ,c=512/fenced/r=256,plain,p=4,default/plain")
 	require.NoError(t, err)
 	require.Equal(t, []DriverVariant{
-		{Concurrency: 16},
+		{},
 		{Concurrency: 16, Prefetch: 484, AckMode: driver.AckPlain},
 		{Concurrency: 512, ReadCount: 256, AckMode: driver.AckFenced},
+		{AckMode: driver.AckPlain},
+		{Prefetch: 4},
+		{AckMode: driver.AckPlain},
 	}, got)
+	require.Equal(t, "driver defaults", got[0].String())
+	require.Equal(t, "driver c=16 prefetch 484 plain acks", got[1].String())
 	require.Equal(t, "driver c=512 reads of 256", got[2].String())
-	def, err := ParseDrivers("default")
+	require.Equal(t, "driver defaults, plain acks", got[3].String())
+	require.Equal(t, "driver prefetch 4", got[4].String())
+	def, err := ParseDrivers(DefaultDriversSpec)
 	require.NoError(t, err)
-	require.Equal(t, DefaultDrivers, def)
-	for _, bad := range []string{"p=4", "c=0", "c=x", "c=-1", "c=16/q=1", "c=16/plain=1", "c=16,", "c", "c=16/r=x"} {
+	require.Equal(t, DefaultDrivers, def, "DefaultDriversSpec spells DefaultDrivers")
+	empty, err := ParseDrivers("")
+	require.NoError(t, err)
+	require.Equal(t, DefaultDrivers, empty)
+	for _, bad := range []string{"c=0", "c=x", "c=-1", "c=16/q=1", "c=16/plain=1", "c=16,", "c", "c=16/r=x", "default=1", ",plain"} {
 		_, err := ParseDrivers(bad)
 		require.Error(t, err, bad)
+	}
+	require.NoError(t, Config{Options: &redis.Options{}, Drivers: []DriverVariant{{}, {Prefetch: pelwarden.MaxCount - driver.DefaultConcurrency}}}.WithDefaults().validate())
+	require.Error(t, Config{Options: &redis.Options{}, Drivers: []DriverVariant{{Prefetch: pelwarden.MaxCount - driver.DefaultConcurrency + 1}}}.WithDefaults().validate(),
+		"the default Concurrency counts against MaxCount")
+}
+
+func TestParseParts(t *testing.T) {
+	t.Parallel()
+	all, err := ParseParts("all")
+	require.NoError(t, err)
+	require.Equal(t, AllParts, all)
+	got, err := ParseParts("main, slow,large")
+	require.NoError(t, err)
+	require.Equal(t, []Part{PartMain, PartSlow, PartLarge}, got)
+	_, err = ParseParts("main,fast")
+	require.Error(t, err)
+}
+
+// Every part prints its table and its targets with a verdict.
+func TestWriteTableTargets(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Rounds: 1}.WithDefaults()
+	res := func(method string, part Part, entries int, wall time.Duration) Result {
+		return Result{Method: method, Part: part, Entries: entries, Wall: wall, Verified: true, Concurrency: 16}
+	}
+	rep := Report{Config: cfg,
+		Main: []Result{res("driver defaults", PartMain, 1000, time.Second), res("watermill", PartMain, 1000, 40*time.Second),
+			res("raw COUNT 500", PartMain, 1000, 900*time.Millisecond)},
+		Reclaim: []Result{res("Claim+Ack loop, page 500", PartReclaim, 1000, time.Second),
+			res("driver defaults, MinIdle 10ms, ReclaimInterval 10ms", PartReclaim, 1000, 1250*time.Millisecond),
+			res("textbook loop, XAUTOCLAIM 50", PartReclaim, 1000, 10*time.Second)},
+		Slow:  []Result{res("driver defaults x 2, handler 40ms", PartSlow, 800, 1500*time.Millisecond)},
+		Large: []Result{res("driver defaults, MinIdle 10ms, ReclaimInterval 10ms", PartLarge, 150, time.Second)},
+	}
+	rep.Reclaim[1].LogRecords, rep.Reclaim[1].LogWarnings = 3, 1
+	rep.Slow[0].Ideal = time.Second
+	rep.Slow[0].Consumers = []ConsumerResult{{Name: "consumer-a", Handled: 500, MaxHeld: 40}, {Name: "consumer-b", Handled: 300, MaxHeld: 70}}
+	rep.Large[0].SlowLog = &SlowLogResult{Commands: 40, OverLimit: 1, Slowest: []SlowCommand{{Name: "XREADGROUP", Duration: 120 * time.Millisecond}}}
+	var out bytes.Buffer
+	require.NoError(t, WriteTable(&out, rep))
+	s := out.String()
+	for _, want := range []string{
+		"== main path:", "== reclaim path:", "== slow handlers:", "== large entries:",
+		"targets (issue 11, the driver with its defaults):",
+		"  main path, driver defaults: entries/s >= 30x watermill-redisstream: 40.0x  met",
+		"  main path, driver defaults: entries/s >= 80% of the raw loop: 90%  met",
+		"  reclaim, driver: entries/s >= 85% of the Claim+Ack loop: 80%  MISSED",
+		"  reclaim, driver: entries/s vs the textbook loop: 8.00x",
+		"  reclaim, driver: log records at the default level <= 50: 3 (1 at Warn or above)  met",
+		"  slow handlers: each consumer handles >= 35%: lowest 38% (consumer-b, driver defaults x 2, handler 40ms)  met",
+		"  slow handlers: no consumer holds more than 4x Concurrency (64): most 70 (consumer-b, driver defaults x 2, handler 40ms)  MISSED",
+		"  slow handlers: the burst drains within 2.5x the ideal time: 1.50x  met",
+		"  large entries: no command takes 100ms or longer: 1 (longest XREADGROUP, 120ms)  MISSED",
+		"500 / 300", "62% / 38%", "40 / 70",
+	} {
+		require.Contains(t, s, want)
 	}
 }
 

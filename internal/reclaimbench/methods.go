@@ -117,54 +117,14 @@ func (r *reclaimer) pelwardenPass(ctx context.Context, out *outcome) error {
 	}
 }
 
-// textbookPass: XAUTOCLAIM a page; per entry XPENDING for its delivery
-// count; poison (count above the limit after this claim) -> XADD to the
-// dead-letter stream, then XACK; live -> handle, then XACK. Every command is
-// its own round trip.
+// textbookPass runs the Textbook loop once over the scenario's PEL.
 func (r *reclaimer) textbookPass(ctx context.Context, out *outcome) error {
-	cursor := "0-0"
-	for {
-		msgs, next, err := r.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: r.sc.stream, Group: r.sc.group,
-			Consumer: rescuer, MinIdle: r.cfg.MinIdle, Start: cursor, Count: int64(r.cfg.TextbookPageSize)}).Result()
-		if err != nil {
-			return fmt.Errorf("XAUTOCLAIM: %w", err)
-		}
-		for _, m := range msgs {
-			p, err := r.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: r.sc.stream, Group: r.sc.group,
-				Start: m.ID, End: m.ID, Count: 1}).Result()
-			if err != nil {
-				return fmt.Errorf("XPENDING %s: %w", m.ID, err)
-			}
-			if len(p) == 0 {
-				continue // no longer pending: someone else acked it
-			}
-			if p[0].RetryCount > int64(r.cfg.MaxDeliveries) {
-				values := make(map[string]any, len(m.Values)+2)
-				for k, v := range m.Values {
-					values[k] = v
-				}
-				values[textbookIDKey] = m.ID
-				values["deliveries"] = p[0].RetryCount
-				if err := r.rdb.XAdd(ctx, &redis.XAddArgs{Stream: r.sc.dlq, Values: values}).Err(); err != nil {
-					return fmt.Errorf("XADD dead-letter: %w", err)
-				}
-				if err := r.rdb.XAck(ctx, r.sc.stream, r.sc.group, m.ID).Err(); err != nil {
-					return fmt.Errorf("XACK: %w", err)
-				}
-				out.dead = append(out.dead, m.ID)
-				continue
-			}
-			handle(m.ID, m.Values)
-			if err := r.rdb.XAck(ctx, r.sc.stream, r.sc.group, m.ID).Err(); err != nil {
-				return fmt.Errorf("XACK: %w", err)
-			}
-			out.handled = append(out.handled, m.ID)
-		}
-		if next == "0-0" {
-			return nil
-		}
-		cursor = next
-	}
+	return Textbook{
+		Stream: r.sc.stream, DeadLetterStream: r.sc.dlq, Group: r.sc.group, Consumer: rescuer,
+		MinIdle: r.cfg.MinIdle, Count: r.cfg.TextbookPageSize, MaxDeliveries: r.cfg.MaxDeliveries,
+		Handled:      func(id string) { out.handled = append(out.handled, id) },
+		DeadLettered: func(id string) { out.dead = append(out.dead, id) },
+	}.Pass(ctx, r.rdb)
 }
 
 // watermillPass: XPENDING IDLE a page from the start of the PEL, then per
