@@ -74,7 +74,7 @@ bench:
 ## tenths of the run. Not part of `test`: it takes a few minutes.
 bench-drain:
 	./scripts/images.sh pelwarden/redis:8.0
-	PELWARDEN_BENCH_IMAGE=pelwarden/redis:8.0 $(GO) run ./cmd/pelwarden-bench --suite consume --consume-parts reclaim --consume-reclaim-entries 1000000
+	PELWARDEN_BENCH_IMAGE=pelwarden/redis:8.0 $(GO) run ./cmd/pelwarden-bench --suite consume --consume-parts reclaim --consume-rounds 1 --consume-reclaim-entries 1000000
 
 ## fuzz: run each fuzz target for a while (FUZZTIME, default 30s).
 FUZZTIME ?= 30s

@@ -1,9 +1,21 @@
 package driver
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
-// ackQueue hands the ids of entries whose handler succeeded from the
-// handler workers to the ack loop.
+// ackItem is one entry to ack.
+type ackItem struct {
+	id string
+	// ownedUntil (since monoEpoch): until then no other consumer can have
+	// taken the entry over, so a plain XACK acks exactly what the fenced
+	// ack would (see fenceFrom).
+	ownedUntil time.Duration
+}
+
+// ackQueue hands the entries whose handler succeeded from the handler
+// workers to the ack loop.
 //
 // A push is one locked append; the ack loop is woken only when a batch is
 // full (otherwise its interval timer collects the ids), instead of once per
@@ -14,7 +26,7 @@ type ackQueue struct {
 	batch, limit int
 
 	mu     sync.Mutex
-	ids    []string
+	ids    []ackItem
 	closed bool
 
 	full chan struct{} // holds a token once batch ids are queued
@@ -36,7 +48,7 @@ func newAckQueue(batch, limit int) *ackQueue {
 
 // push queues id. It reports false when the queue was closed: the ack loop
 // has stopped and the entry stays pending.
-func (q *ackQueue) push(id string) bool {
+func (q *ackQueue) push(id ackItem) bool {
 	waited := false
 	for {
 		q.mu.Lock()
@@ -69,7 +81,7 @@ func (q *ackQueue) push(id string) bool {
 }
 
 // take removes and returns every queued id.
-func (q *ackQueue) take() []string {
+func (q *ackQueue) take() []ackItem {
 	q.mu.Lock()
 	ids := q.ids
 	q.ids = nil
@@ -81,7 +93,7 @@ func (q *ackQueue) take() []string {
 }
 
 // close refuses further pushes and returns the ids still queued.
-func (q *ackQueue) close() []string {
+func (q *ackQueue) close() []ackItem {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {

@@ -15,12 +15,12 @@ func TestAckQueueWakesEveryBlockedPush(t *testing.T) {
 	t.Parallel()
 	q := newAckQueue(2, 4)
 	for i := range 4 {
-		require.True(t, q.push(fmt.Sprint("full-", i)))
+		require.True(t, q.push(ackItem{id: fmt.Sprint("full-", i)}))
 	}
 	const blocked = 3
 	var wg sync.WaitGroup
 	for i := range blocked {
-		wg.Go(func() { require.True(t, q.push(fmt.Sprint("late-", i))) })
+		wg.Go(func() { require.True(t, q.push(ackItem{id: fmt.Sprint("late-", i)})) })
 	}
 	time.Sleep(50 * time.Millisecond) // let the pushes block on the full queue
 	// One take makes room for all of them.
@@ -39,20 +39,20 @@ func TestAckQueueWakesEveryBlockedPush(t *testing.T) {
 func TestAckQueueSignalsFullBatch(t *testing.T) {
 	t.Parallel()
 	q := newAckQueue(3, 10)
-	q.push("1-0")
-	q.push("2-0")
+	q.push(ackItem{id: "1-0"})
+	q.push(ackItem{id: "2-0"})
 	select {
 	case <-q.full:
 		t.Fatal("signalled before the batch was full")
 	default:
 	}
-	q.push("3-0")
+	q.push(ackItem{id: "3-0"})
 	select {
 	case <-q.full:
 	default:
 		t.Fatal("a full batch was not signalled")
 	}
-	require.Equal(t, []string{"1-0", "2-0", "3-0"}, q.take())
+	require.Equal(t, []string{"1-0", "2-0", "3-0"}, itemIDs(q.take()))
 }
 
 // close refuses later pushes (their entries stay pending), returns what was
@@ -60,11 +60,11 @@ func TestAckQueueSignalsFullBatch(t *testing.T) {
 func TestAckQueueClose(t *testing.T) {
 	t.Parallel()
 	q := newAckQueue(1, 1)
-	require.True(t, q.push("1-0"))
+	require.True(t, q.push(ackItem{id: "1-0"}))
 	refused := make(chan bool)
-	go func() { refused <- !q.push("2-0") }()
-	require.Equal(t, []string{"1-0"}, q.close())
+	go func() { refused <- !q.push(ackItem{id: "2-0"}) }()
+	require.Equal(t, []string{"1-0"}, itemIDs(q.close()))
 	require.True(t, <-refused)
-	require.False(t, q.push("3-0"))
+	require.False(t, q.push(ackItem{id: "3-0"}))
 	require.Nil(t, q.close())
 }

@@ -154,7 +154,8 @@ type Config struct {
 	// is queued or running: no more acks are coming soon). Defaults to
 	// DefaultAckBatch.
 	AckBatch int
-	// AckInterval: see AckBatch. Defaults to DefaultAckInterval.
+	// AckInterval: see AckBatch. Defaults to DefaultAckInterval; a MinIdle
+	// below 4 x AckInterval shortens it to MinIdle/4.
 	AckInterval time.Duration
 	// AckMode is how those calls ack: AckFenced (the default) or AckPlain.
 	AckMode AckMode

@@ -34,6 +34,7 @@ func (r *run) leaseLoop(ctx context.Context) {
 		for len(ids) > 0 {
 			batch := ids[:min(len(ids), pelwarden.MaxCount)]
 			ids = ids[len(batch):]
+			began := time.Since(monoEpoch)
 			res, err := r.lib.Extend(ctx, pelwarden.ExtendArgs{Stream: r.cfg.Stream, Group: r.cfg.Group, Consumer: r.cfg.Consumer, IDs: batch})
 			if err != nil {
 				if ctx.Err() == nil {
@@ -42,9 +43,29 @@ func (r *run) leaseLoop(ctx context.Context) {
 				break
 			}
 			r.m.Count(EventLeaseExtended, int(res.Extended))
-			if lost := append(res.NotOwned, res.Deleted...); len(lost) > 0 {
+			lost := append(res.NotOwned, res.Deleted...)
+			if len(lost) > 0 {
 				r.held.lost(lost)
 			}
+			r.held.extended(without(batch, lost), r.fenceFrom(began))
 		}
 	}
+}
+
+// without returns ids minus drop (ids itself when drop is empty).
+func without(ids, drop []string) []string {
+	if len(drop) == 0 {
+		return ids
+	}
+	gone := make(map[string]bool, len(drop))
+	for _, id := range drop {
+		gone[id] = true
+	}
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if !gone[id] {
+			out = append(out, id)
+		}
+	}
+	return out
 }

@@ -36,12 +36,12 @@ func (r *run) readLoop(ctx, handlerCtx context.Context) {
 			return
 		}
 		var msgs []*Message
-		var rtt time.Duration
+		var began, rtt time.Duration
 		err := retry(ctx, r.readGiveUp, r.readFailed, func(ctx context.Context) error {
-			began := time.Now()
+			began = time.Since(monoEpoch)
 			var err error
 			msgs, err = r.read(ctx, n, idle)
-			rtt = time.Since(began)
+			rtt = time.Since(monoEpoch) - began
 			return err
 		})
 		if err != nil {
@@ -63,7 +63,7 @@ func (r *run) readLoop(ctx, handlerCtx context.Context) {
 			r.drained()
 		}
 		r.m.Count(EventRead, len(msgs))
-		r.dispatch(handlerCtx, msgs, res, rtt, len(msgs) == n)
+		r.dispatch(handlerCtx, msgs, res, began, rtt, len(msgs) == n)
 	}
 }
 

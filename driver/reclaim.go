@@ -83,20 +83,20 @@ func (r *run) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 			return
 		}
 		var page *pelwarden.ClaimPage
-		var rtt time.Duration
+		var began, rtt time.Duration
 		err := retry(ctx, claimGiveUp, func(err error, attempt int) {
 			if !errors.Is(err, pelwarden.ErrNoGroup) && !permanent(err) {
 				r.commandError("reclaim", err, attempt)
 			}
 		}, func(ctx context.Context) error {
-			began := time.Now()
+			began = time.Since(monoEpoch)
 			var err error
 			page, err = r.lib.Claim(ctx, pelwarden.ClaimArgs{
 				Stream: r.cfg.Stream, DeadLetterStream: r.cfg.DeadLetterStream, Group: r.cfg.Group,
 				Consumer: r.cfg.Consumer, MinIdle: r.cfg.MinIdle, Cursor: cursor, Count: n,
 				MaxDeliveries: maxDeliveries, Backoff: r.cfg.Backoff, MaxBytes: int(r.flow.pageBytes()),
 			})
-			rtt = time.Since(began)
+			rtt = time.Since(monoEpoch) - began
 			return err
 		})
 		if err != nil {
@@ -121,7 +121,7 @@ func (r *run) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 			msgs[i] = Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: r.cfg.Stream, Group: r.cfg.Group}
 			ptrs[i] = &msgs[i]
 		}
-		r.dispatch(handlerCtx, ptrs, res, rtt, !page.Done())
+		r.dispatch(handlerCtx, ptrs, res, began, rtt, !page.Done())
 		if page.Done() || onePage {
 			return
 		}

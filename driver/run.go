@@ -60,7 +60,7 @@ func newRun(c *Consumer) *run {
 	return &run{
 		Consumer: c,
 		held:     newTracker(),
-		flow:     newWindow(min(c.cfg.Concurrency, ceil), ceil, c.cfg.Prefetch > 0, c.cfg.MaxInHandBytes),
+		flow:     newWindow(min(c.cfg.Concurrency, ceil), ceil, c.cfg.Prefetch > 0, c.cfg.MaxInHandBytes, c.cfg.MinIdle),
 		// Room for every held entry's ack plus two batches: a finished
 		// handler hands its ack over and frees its place at once, even
 		// while the ack loop waits for a call in flight.

@@ -27,6 +27,12 @@ type inflight struct {
 	ctx    *entryContext // the handler's context
 	bytes  int64         // field bytes, counted in the window
 	lost   atomic.Bool   // another consumer took it over
+	// acking: the handler succeeded and the ack is queued; the ack loop
+	// sends it within MinIdle/4.
+	acking atomic.Bool
+	// ownedUntil (since monoEpoch): no other consumer can take the entry
+	// over before then (see fenceFrom); moved on by lease extensions.
+	ownedUntil atomic.Int64
 }
 
 // job is one entry handed to a handler worker.
@@ -50,7 +56,10 @@ var monoEpoch = time.Now()
 // lapsed), and the running handler settles it. It returns the skipped
 // messages (all of them after close: they stay pending), so the caller
 // gives their places back.
-func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64, q *jobQueue) (skipped []*Message, closed bool) {
+//
+// ownedUntil is when another consumer could first take them over (see
+// fenceFrom).
+func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64, ownedUntil time.Duration, q *jobQueue) (skipped []*Message, closed bool) {
 	now := time.Since(monoEpoch)
 	fs := make([]inflight, len(msgs))
 	ctxs := make([]entryContext, len(msgs))
@@ -68,6 +77,7 @@ func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64
 		f := &fs[i]
 		f.queued = now
 		f.bytes = sizes[i]
+		f.ownedUntil.Store(int64(ownedUntil))
 		f.ctx = &ctxs[i]
 		f.ctx.parent = handlerCtx
 		t.entries[m.ID] = f
@@ -134,9 +144,16 @@ func (t *tracker) leaseDue(heartbeat bool, every, minIdle time.Duration) (extend
 	defer t.mu.Unlock()
 	if heartbeat {
 		for id, f := range t.entries {
-			if since-f.queued >= every && !f.lost.Load() {
-				extend = append(extend, id)
+			age := since - f.queued
+			if age < every || f.lost.Load() {
+				continue
 			}
+			if f.acking.Load() && age < minIdle/4 {
+				// Its ack goes out within MinIdle/4, by half of MinIdle;
+				// should it not, the next tick extends it.
+				continue
+			}
+			extend = append(extend, id)
 		}
 	}
 	for id, at := range t.delayed {
@@ -150,6 +167,18 @@ func (t *tracker) leaseDue(heartbeat bool, every, minIdle time.Duration) (extend
 		}
 	}
 	return extend, release, max(releaseDelay, 0)
+}
+
+// extended moves on the ownership bound of ids whose lease an extension
+// call begun at began reset (see fenceFrom).
+func (t *tracker) extended(ids []string, ownedUntil time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, id := range ids {
+		if f, ok := t.entries[id]; ok && !f.lost.Load() {
+			f.ownedUntil.Store(int64(ownedUntil))
+		}
+	}
 }
 
 // lost marks ids as taken over by another consumer: their handlers are

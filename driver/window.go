@@ -35,7 +35,10 @@ const (
 //   - it shrinks by a quarter when queued entries wait longer than they
 //     take to handle, longer than a few calls' round trips and longer than
 //     hoardMinWait: the consumer hoards entries another consumer could run
-//     sooner, and a smaller queue still covers the next read's round trip.
+//     sooner, and a smaller queue still covers the next read's round trip;
+//     and when they wait longer than MinIdle/8, whatever their handling
+//     time: they would soon need lease extensions (and fenced acks) just
+//     for waiting.
 //
 // With Config.Prefetch set the size is fixed at Concurrency + Prefetch.
 //
@@ -50,6 +53,11 @@ type window struct {
 	fixed       bool  // Prefetch set: limit stays ceil
 	maxBytes    int64 // MaxInHandBytes
 	batchBytes  int64 // a call fetches about this many bytes at most
+	// maxWait: queued entries waiting longer are hoarded whatever their
+	// handling time (MinIdle/8: well before they need a lease extension
+	// at LeaseInterval, MinIdle/3 by default, or their acks the fence at
+	// MinIdle/2; see fenceFrom).
+	maxWait float64
 
 	mu    sync.Mutex
 	limit int // current size in entries
@@ -76,7 +84,7 @@ type window struct {
 }
 
 type waiter struct {
-	need int
+	want int // what the waiting call asks for; its need follows the window
 	wake chan struct{}
 }
 
@@ -99,9 +107,9 @@ const (
 	minTimed = 16
 )
 
-func newWindow(floor, ceil int, fixed bool, maxBytes int64) *window {
+func newWindow(floor, ceil int, fixed bool, maxBytes int64, minIdle time.Duration) *window {
 	w := &window{
-		floor: floor, ceil: ceil, fixed: fixed, maxBytes: maxBytes,
+		floor: floor, ceil: ceil, fixed: fixed, maxBytes: maxBytes, maxWait: (minIdle / 8).Seconds(),
 		batchBytes: min(batchBytesTarget, max(maxBytes/2, 1)),
 		limit:      floor,
 	}
@@ -124,7 +132,7 @@ type reservation struct {
 func (w *window) reserve(ctx context.Context, p party, want int) reservation {
 	for {
 		w.mu.Lock()
-		n, need, bound := w.offerLocked(p, want)
+		n, bound := w.offerLocked(p, want)
 		if n > 0 {
 			w.held += n
 			w.last = p
@@ -141,7 +149,7 @@ func (w *window) reserve(ctx context.Context, p party, want int) reservation {
 		if w.paused {
 			wake = w.resumed
 		} else {
-			wt := &waiter{need: need, wake: make(chan struct{})}
+			wt := &waiter{want: want, wake: make(chan struct{})}
 			w.waiters[p] = wt
 			wake = wt.wake
 		}
@@ -160,9 +168,42 @@ func (w *window) reserve(ctx context.Context, p party, want int) reservation {
 }
 
 // offerLocked returns how many entries p may fetch now (0: it must wait),
-// the room it waits for, and whether the room set n.
-func (w *window) offerLocked(p party, want int) (n, need int, bound bool) {
-	size := want
+// and whether the room set n.
+func (w *window) offerLocked(p party, want int) (n int, bound bool) {
+	size, need := w.sizeLocked(want)
+	room := w.limit - w.held
+	if w.paused {
+		return 0, false
+	}
+	if w.held > 0 && w.bytes >= w.maxBytes {
+		return 0, false // wait for bytes to settle (one entry always fits)
+	}
+	if room < need {
+		return 0, false
+	}
+	if other := w.waiters[1-p]; other != nil && w.last == p {
+		if _, otherNeed := w.sizeLocked(other.want); room >= otherNeed {
+			return 0, false // the other taker's turn
+		}
+	}
+	if room <= size {
+		return room, true
+	}
+	return size, false
+}
+
+// needLocked is the room worth a call asking for want (see sizeLocked).
+func (w *window) needLocked(want int) int {
+	_, need := w.sizeLocked(want)
+	return need
+}
+
+// sizeLocked returns how many entries a call asking for want may fetch at
+// most (size), and the room worth a call (need): half the queue part of
+// the window, or size if less. Both follow the window as it changes, so a
+// waiter is woken by the room it needs now, not when it began to wait.
+func (w *window) sizeLocked(want int) (size, need int) {
+	size = want
 	if w.perEntry > 0 {
 		// Follow the observed entry size: a call stays under batchBytes
 		// and within the bytes left in the window.
@@ -173,24 +214,7 @@ func (w *window) offerLocked(p party, want int) (n, need int, bound bool) {
 		// handler.
 		size = min(size, w.floor)
 	}
-	room := w.limit - w.held
-	need = max(1, min(size, (w.limit-w.floor)/2))
-	if w.paused {
-		return 0, need, false
-	}
-	if w.held > 0 && w.bytes >= w.maxBytes {
-		return 0, need, false // wait for bytes to settle (one entry always fits)
-	}
-	if room < need {
-		return 0, need, false
-	}
-	if other := w.waiters[1-p]; other != nil && w.last == p && room >= other.need {
-		return 0, need, false // the other taker's turn
-	}
-	if room <= size {
-		return room, need, true
-	}
-	return size, need, false
+	return size, max(1, min(size, (w.limit-w.floor)/2))
 }
 
 // wakeLocked wakes a waiter whose room has come: the one whose turn it
@@ -203,7 +227,7 @@ func (w *window) wakeLocked() {
 	}
 	first := 1 - w.last
 	for _, p := range [2]party{first, 1 - first} {
-		if wt := w.waiters[p]; wt != nil && room >= wt.need {
+		if wt := w.waiters[p]; wt != nil && room >= w.needLocked(wt.want) {
 			close(wt.wake)
 			w.waiters[p] = nil
 			return
@@ -264,7 +288,8 @@ func (w *window) resizeLocked(r reservation, more bool) {
 		} else {
 			w.run += (run - w.run) / 4
 		}
-		if wait > run && wait > max(hoardRoundTrips*w.rtt, hoardMinWait.Seconds()) && w.limit > w.floor {
+		hoarding := wait > run && wait > max(hoardRoundTrips*w.rtt, hoardMinWait.Seconds())
+		if (hoarding || wait > w.maxWait) && w.limit > w.floor {
 			w.limit = max(w.floor, w.limit-w.limit/4)
 			return
 		}

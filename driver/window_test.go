@@ -12,7 +12,7 @@ import (
 // the window has room for.
 func TestWindowFirstCallTakesConcurrency(t *testing.T) {
 	t.Parallel()
-	w := newWindow(16, 2000, false, 32<<20)
+	w := newWindow(16, 2000, false, 32<<20, time.Minute)
 	r := w.reserve(t.Context(), partyRead, 500)
 	require.Equal(t, 16, r.n)
 	require.True(t, r.bound, "the window's room set the size")
@@ -25,7 +25,7 @@ func TestWindowFirstCallTakesConcurrency(t *testing.T) {
 func TestWindowGrowsWhenHandlersStarve(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	w := newWindow(16, 100, false, 32<<20)
+	w := newWindow(16, 100, false, 32<<20, time.Minute)
 	call := func(w *window, got int, more, starved bool) {
 		r := w.reserve(ctx, partyRead, 500)
 		if starved {
@@ -53,7 +53,7 @@ func TestWindowGrowsWhenHandlersStarve(t *testing.T) {
 	require.Equal(t, 100, limit, "capped at MaxInHand")
 
 	// Slow handlers: the queue already covers the round trips.
-	slow := newWindow(16, 100, false, 32<<20)
+	slow := newWindow(16, 100, false, 32<<20, time.Minute)
 	for range minTimed {
 		slow.timing(0, 40*time.Millisecond)
 	}
@@ -64,14 +64,14 @@ func TestWindowGrowsWhenHandlersStarve(t *testing.T) {
 	require.Equal(t, 24, limit, "grows once: 16 handlers of 40 ms cover 4 round trips of 1 ms with 1.6 entries")
 
 	// Source ran dry: no growth.
-	w2 := newWindow(16, 100, false, 32<<20)
+	w2 := newWindow(16, 100, false, 32<<20, time.Minute)
 	call(w2, 3, false, true)
 	call(w2, 3, false, true)
 	limit, _ = w2.size()
 	require.Equal(t, 16, limit)
 
 	// Not starved: no growth.
-	w3 := newWindow(16, 100, false, 32<<20)
+	w3 := newWindow(16, 100, false, 32<<20, time.Minute)
 	call(w3, 500, true, false)
 	call(w3, 500, true, false)
 	limit, _ = w3.size()
@@ -84,7 +84,7 @@ func TestWindowGrowsWhenHandlersStarve(t *testing.T) {
 func TestWindowShrinksWhenEntriesWait(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	w := newWindow(16, 100, false, 32<<20)
+	w := newWindow(16, 100, false, 32<<20, time.Minute)
 	w.limit = 64
 	for range minTimed {
 		w.timing(80*time.Millisecond, 40*time.Millisecond)
@@ -116,7 +116,7 @@ func TestWindowShrinksWhenEntriesWait(t *testing.T) {
 	limit, _ = w.size()
 	require.Equal(t, 16, limit, "never below Concurrency")
 
-	fixed := newWindow(4, 12, true, 32<<20)
+	fixed := newWindow(4, 12, true, 32<<20, time.Minute)
 	for range minTimed {
 		fixed.timing(time.Second, time.Millisecond)
 	}
@@ -135,7 +135,7 @@ func TestWindowFollowsEntrySize(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	const mib = 1 << 20
-	w := newWindow(16, 2000, false, 16*mib)
+	w := newWindow(16, 2000, false, 16*mib, time.Minute)
 	require.EqualValues(t, 4*mib, w.pageBytes())
 	r := w.reserve(ctx, partyRead, 500)
 	require.Equal(t, 16, r.n)
@@ -169,7 +169,7 @@ func TestWindowFollowsEntrySize(t *testing.T) {
 func TestWindowTakersTakeTurns(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	w := newWindow(4, 4, true, 32<<20)
+	w := newWindow(4, 4, true, 32<<20, time.Minute)
 	r := w.reserve(ctx, partyRead, 4)
 	require.Equal(t, 4, r.n)
 	w.fill(r, r.n, 40, time.Millisecond, true)
@@ -200,7 +200,7 @@ func waitWaiter(t *testing.T, w *window, p party) {
 // context.
 func TestWindowPause(t *testing.T) {
 	t.Parallel()
-	w := newWindow(4, 8, false, 32<<20)
+	w := newWindow(4, 8, false, 32<<20, time.Minute)
 	require.True(t, w.pause())
 	require.False(t, w.pause(), "already paused")
 	got := make(chan int)
@@ -237,4 +237,49 @@ func TestLogLimiter(t *testing.T) {
 	ok, n := l.allow()
 	require.True(t, ok)
 	require.Equal(t, 5, n, "reports what it suppressed")
+}
+
+// Queued entries that wait longer than MinIdle/8 shrink the window even
+// when their handling takes longer still: they would need lease extensions
+// just for waiting.
+func TestWindowShrinksBeforeLeasesAreNeeded(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	w := newWindow(16, 100, false, 32<<20, 80*time.Millisecond)
+	w.limit = 64
+	for range minTimed {
+		w.timing(20*time.Millisecond, 100*time.Millisecond)
+	}
+	r := w.reserve(ctx, partyRead, 1)
+	w.fill(r, r.n, 10, time.Millisecond, true)
+	limit, _ := w.size()
+	require.Equal(t, 48, limit)
+}
+
+// A waiter registered while the window was large is woken by the room it
+// needs once the window shrank, not by the room it needed then.
+func TestWindowWaiterFollowsAShrink(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	w := newWindow(4, 400, false, 32<<20, time.Minute)
+	w.limit = 200
+	w.perEntry = 10
+	r := w.reserve(ctx, partyRead, 500)
+	require.Equal(t, 200, r.n)
+	w.fill(r, r.n, 2000, time.Millisecond, false)
+	got := make(chan int, 1)
+	go func() { got <- w.reserve(ctx, partyReclaim, 500).n }()
+	waitWaiter(t, w, partyReclaim) // waits for 98 places
+	w.mu.Lock()
+	w.limit = 8 // shrunk meanwhile
+	w.mu.Unlock()
+	for range 200 - 4 {
+		w.settle(10) // 4 held: room for 4, and 2 are worth a call now
+	}
+	select {
+	case n := <-got:
+		require.Equal(t, 4, n)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter still waits for the room it needed before the shrink")
+	}
 }

@@ -313,7 +313,16 @@ func testClusterSelfHeal(t *testing.T, ctx context.Context, rdb *redis.ClusterCl
 func testClusterDriverSelfHeal(t *testing.T, ctx context.Context, rdb *redis.ClusterClient, s testserver.Shard) {
 	k := clusterKeys(t, func(slot int) bool { return s.Owns(slot) && !newPrimarySlots.Contains(slot) })
 	m := newCounts()
-	cfg := fastConfig(t, k, "healer", driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }))
+	// After the flush every entry fails once: its release and its reclaim
+	// are function calls (reads and quick acks are not).
+	var failOnce atomic.Bool
+	seen := newSeen()
+	cfg := fastConfig(t, k, "healer", driver.HandlerFunc(func(_ context.Context, msg *driver.Message) error {
+		if seen.add(msg.ID) == 1 && failOnce.Load() {
+			return errors.New("first delivery fails")
+		}
+		return nil
+	}))
 	cfg.Metrics = m
 	r := start(t, rdb, cfg)
 	waitFor(t, "group created", func() bool { return rdb.Exists(ctx, k.Stream).Val() == 1 })
@@ -323,6 +332,7 @@ func testClusterDriverSelfHeal(t *testing.T, ctx context.Context, rdb *redis.Clu
 	node := nodeClient(t, s.Primary)
 	require.NoError(t, node.FunctionFlush(ctx).Err())
 	require.ErrorContains(t, node.FCallRO(ctx, pelwarden.FunctionVersion, nil).Err(), "Function not found")
+	failOnce.Store(true)
 	produce(t, ctx, rdb, k, 100)
 	waitFor(t, "200 acked", func() bool { return m.get(driver.EventAcked) == 200 })
 	require.NoError(t, r.stop(t))

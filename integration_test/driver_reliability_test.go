@@ -165,13 +165,23 @@ func TestDriverSurvivesFunctionFlush(t *testing.T) {
 		defer rdb.Close()
 		k := newKeys(t)
 		m := newCounts()
-		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }))
+		// After the flush some entries fail once: their release and their
+		// reclaim need the library (reads and quick acks do not).
+		var failSome atomic.Bool
+		seen := newSeen()
+		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(_ context.Context, msg *driver.Message) error {
+			if seen.add(msg.ID) == 1 && failSome.Load() && strings.HasSuffix(msg.ID, "0") {
+				return errors.New("first delivery fails")
+			}
+			return nil
+		}))
 		cfg.Metrics = m
 		r := start(t, rdb, cfg)
 		waitFor(t, "group created", func() bool { return rdb.Exists(ctx, k.Stream).Val() == 1 })
 		produce(t, ctx, rdb, k, 100)
 		waitFor(t, "100 acked", func() bool { return m.get(driver.EventAcked) == 100 })
 		require.NoError(t, rdb.FunctionFlush(ctx).Err())
+		failSome.Store(true)
 		produce(t, ctx, rdb, k, 100)
 		waitFor(t, "200 acked", func() bool { return m.get(driver.EventAcked) == 200 })
 		require.NoError(t, r.stop(t))
@@ -343,7 +353,17 @@ func TestDriverSurvivesFailedSelfHeal(t *testing.T) {
 		cut := &selfHealCut{}
 		rdb.AddHook(cut)
 		m := newCounts()
-		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }))
+		// In the second half every entry fails once: giving it back for a
+		// retry (the release function) and reclaiming it (the claim
+		// function) need the library; reads and quick acks do not.
+		var failOnce atomic.Bool
+		seen := newSeen()
+		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(_ context.Context, msg *driver.Message) error {
+			if seen.add(msg.ID) == 1 && failOnce.Load() {
+				return errors.New("first delivery fails")
+			}
+			return nil
+		}))
 		cfg.Metrics = m
 		cfg.Logger = nil // the failed loads are logged as errors: expected here
 		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
@@ -356,7 +376,8 @@ func TestDriverSurvivesFailedSelfHeal(t *testing.T) {
 		cut.armed.Store(false)
 		waitFor(t, "20 acked", func() bool { return m.get(driver.EventAcked) == 20 })
 
-		cut.armed.Store(true) // while running: acks and reads need the library
+		failOnce.Store(true)
+		cut.armed.Store(true) // while running: releases and claims need the library
 		before := cut.loads.Load()
 		produce(t, ctx, s.rdb, k, 20)
 		waitFor(t, "3 more loads cut", func() bool { return cut.loads.Load() >= before+3 || isDone(r.done) })
