@@ -6,11 +6,18 @@ export TESTCONTAINERS_HOST_OVERRIDE ?= 127.0.0.1
 
 GO ?= go
 
-.PHONY: test images lint unit integration chaos soak fuzz fuzz-lua bench bench-drain demo
+## The repository's Go modules (go.work ties them for development): the
+## core module (the library and the driver: go-redis and nothing heavy) and
+## one module per heavy dependency set.
+CORE_MODULE := .
+MODULES := driver/prommetrics internal/testserver internal/reclaimbench internal/consumebench internal/cli pelwardentest cmd integration_test
 
-## test: everything CI checks: formatting, vet, unit tests with -race, and the
-## integration matrix against real servers in containers.
-test: images lint unit integration
+.PHONY: test images lint deps unit integration chaos soak fuzz fuzz-lua bench bench-drain demo
+
+## test: everything CI checks: formatting, vet of every module, the core
+## module's dependency promise, unit tests with -race, and the integration
+## matrix against real servers in containers.
+test: images lint deps unit integration
 
 ## demo: the README's first command: three consumers, one killed, poison
 ## orders and a slow handler on a throwaway server, then the invariant check.
@@ -27,15 +34,23 @@ images:
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
+	@for m in $(CORE_MODULE) $(MODULES); do echo "go vet: $$m"; (cd $$m && $(GO) vet ./...) || exit 1; done
 
-## unit: every package but integration_test, with -race. pelwardentest's
-## tests start containers too (the images `images` builds).
+## deps: a user module importing only pelwarden and its driver lists no
+## container, CLI, metrics, benchmark or tracing module.
+deps:
+	./scripts/check-core-deps.sh
+
+## unit: every module but integration_test, with -race. The core module's
+## own tests need no Docker (`go test ./...` there passes without it); its
+## runnable examples run here against a throwaway server. pelwardentest's
+## tests start containers (the images `images` builds).
 unit:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /integration_test)
+	./scripts/with-server.sh $(GO) test -race -count=1 ./...
+	@for m in $(filter-out integration_test,$(MODULES)); do echo "go test: $$m"; (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 
 integration:
-	$(GO) test -race -count=1 -parallel 8 -timeout 20m ./integration_test/...
+	cd integration_test && $(GO) test -race -count=1 -parallel 8 -timeout 20m ./...
 
 ## chaos: the chaos suite alone (integration_test/chaos_*): producers and
 ## consumer subprocesses under SIGKILL, toxiproxy toxics, FUNCTION FLUSH,
@@ -45,7 +60,7 @@ CHAOS_IMAGE ?= pelwarden/redis:8.0
 chaos:
 	./scripts/images.sh $(CHAOS_IMAGE)
 	PELWARDEN_IMAGES=$(CHAOS_IMAGE) PELWARDEN_CHAOS_IMAGE=$(CHAOS_IMAGE) \
-	  $(GO) test -race -count=1 -v -timeout 20m -run '^TestChaos$$' ./integration_test/
+	  $(GO) test -race -count=1 -v -timeout 20m -run '^TestChaos$$' ./integration_test
 
 ## soak: the mixed chaos scenario at length (RELIABILITY.md): SOAK_ENTRIES
 ## entries at SOAK_RATE a second, SOAK_CONSUMERS consumer processes, every
@@ -59,7 +74,7 @@ soak:
 	PELWARDEN_IMAGES=$(CHAOS_IMAGE) PELWARDEN_CHAOS_IMAGE=$(CHAOS_IMAGE) \
 	  PELWARDEN_CHAOS_ENTRIES=$(SOAK_ENTRIES) PELWARDEN_CHAOS_RATE=$(SOAK_RATE) \
 	  PELWARDEN_CHAOS_CONSUMERS=$(SOAK_CONSUMERS) PELWARDEN_CHAOS_REPORT=$(abspath $(SOAK_REPORT)) \
-	  $(GO) test -race -count=1 -v -timeout 120m -run '^TestChaos$$/^mixed$$' ./integration_test/
+	  $(GO) test -race -count=1 -v -timeout 120m -run '^TestChaos$$/^mixed$$' ./integration_test
 
 ## bench: the reclaim comparison of BENCHMARKS.md (pelwarden vs the textbook
 ## client-side loop vs a watermill-style loop vs the pipelined floor).
@@ -86,4 +101,4 @@ fuzz:
 FUZZLUATIME ?= 10m
 fuzz-lua:
 	./scripts/images.sh pelwarden/redis:8.0
-	PELWARDEN_IMAGES=pelwarden/redis:8.0 $(GO) test -run '^$$' -fuzz '^FuzzLibrary$$' -fuzztime $(FUZZLUATIME) -parallel 1 ./integration_test/
+	PELWARDEN_IMAGES=pelwarden/redis:8.0 $(GO) test -run '^$$' -fuzz '^FuzzLibrary$$' -fuzztime $(FUZZLUATIME) -parallel 1 ./integration_test

@@ -333,7 +333,7 @@ func (c Config) validate() error {
 	if c.AckMode != AckFenced && c.AckMode != AckPlain {
 		return bad("AckMode", "must be AckFenced or AckPlain, got %v", c.AckMode)
 	}
-	if c.GroupStartID != "0" && c.GroupStartID != "$" && !validID(c.GroupStartID) {
+	if _, err := pelwarden.ParseID(c.GroupStartID); c.GroupStartID != "0" && c.GroupStartID != "$" && err != nil {
 		return bad("GroupStartID", `must be "0", "$" or a stream id, got %q`, c.GroupStartID)
 	}
 	if c.ReapIdle < 0 {
@@ -346,23 +346,6 @@ func (c Config) validate() error {
 		return bad("ShutdownTimeout", "must be positive, got %v", c.ShutdownTimeout)
 	}
 	return nil
-}
-
-func validID(s string) bool {
-	seenDash := false
-	digits := 0
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c >= '0' && c <= '9':
-			digits++
-		case c == '-' && !seenDash && digits > 0:
-			seenDash = true
-			digits = 0
-		default:
-			return false
-		}
-	}
-	return seenDash && digits > 0
 }
 
 func defaultConsumerName() string {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -206,34 +205,12 @@ func (f *Fixture) state(ctx context.Context, id string, dead []DeadLetterRecord)
 // compareIDs orders two stream ids "ms-seq" (malformed ids compare as
 // strings).
 func compareIDs(a, b string) int {
-	am, as, aok := splitID(a)
-	bm, bs, bok := splitID(b)
-	if !aok || !bok {
+	aid, aerr := pelwarden.ParseID(a)
+	bid, berr := pelwarden.ParseID(b)
+	if aerr != nil || berr != nil {
 		return strings.Compare(a, b)
 	}
-	if am != bm {
-		if am < bm {
-			return -1
-		}
-		return 1
-	}
-	switch {
-	case as < bs:
-		return -1
-	case as > bs:
-		return 1
-	}
-	return 0
-}
-
-func splitID(id string) (ms, seq uint64, ok bool) {
-	a, b, found := strings.Cut(id, "-")
-	ms, err1 := strconv.ParseUint(a, 10, 64)
-	if !found {
-		return ms, 0, err1 == nil
-	}
-	seq, err2 := strconv.ParseUint(b, 10, 64)
-	return ms, seq, err1 == nil && err2 == nil
+	return aid.Compare(bid)
 }
 
 // check runs cond once, or until it holds within f.within, and fails the

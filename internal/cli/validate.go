@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -56,19 +54,11 @@ func nonEmptyFlag(cmd *cobra.Command, name, v string) error {
 	return nil
 }
 
-var streamIDRE = regexp.MustCompile(`^[0-9]{1,20}-[0-9]{1,20}$`)
-
-// checkStreamID accepts a full stream id, "1700000000000-0".
+// checkStreamID accepts a full stream id, "1700000000000-0"
+// (pelwarden.ParseID).
 func checkStreamID(what, id string) error {
-	if !streamIDRE.MatchString(id) {
-		return usageErrorf("%s %q is not a stream id like 1700000000000-0", what, clipText(id, 64))
-	}
-	ms, seq, _ := strings.Cut(id, "-")
-	if _, err := strconv.ParseUint(ms, 10, 64); err != nil {
-		return usageErrorf("%s %q is out of range", what, id)
-	}
-	if _, err := strconv.ParseUint(seq, 10, 64); err != nil {
-		return usageErrorf("%s %q is out of range", what, id)
+	if _, err := pelwarden.ParseID(id); err != nil {
+		return usageErrorf("%s %q is not a stream id like 1700000000000-0 (both parts decimal, at most 18446744073709551615)", what, clipText(id, 64))
 	}
 	return nil
 }
