@@ -34,7 +34,7 @@ type DeadLetter struct {
 func ParseDeadLetter(fields []Field) (d DeadLetter, ok bool) {
 	n := len(fields)
 	k := 0
-	if n > 0 && fields[n-1].Name == FieldMetaCount && len(fields[n-1].Value) <= 3 {
+	if n > 0 && fields[n-1].Name == FieldMetaCount && isMetaCount(fields[n-1].Value) {
 		k, _ = strconv.Atoi(fields[n-1].Value)
 	}
 	ok = k >= 2 && k <= n
@@ -73,4 +73,19 @@ func ParseDeadLetter(fields []Field) (d DeadLetter, ok bool) {
 		}
 	}
 	return d, true
+}
+
+// isMetaCount reports whether v is what the redrive function accepts as a
+// metadata count: one to three decimal digits (Lua '^%d%d?%d?$'; no sign,
+// no space, which strconv.Atoi would take).
+func isMetaCount(v string) bool {
+	if v == "" || len(v) > 3 {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return false
+		}
+	}
+	return true
 }

@@ -1,6 +1,8 @@
 package pelwarden
 
 import (
+	"encoding/json"
+	"os"
 	"testing"
 	"time"
 
@@ -30,5 +32,33 @@ func TestParseDeadLetter(t *testing.T) {
 		d, ok := ParseDeadLetter(fs)
 		require.False(t, ok, "%v", fs)
 		require.Equal(t, fs, d.Fields)
+	}
+}
+
+// deadLetterCase is one record of testdata/deadletter_cases.json.
+type deadLetterCase struct {
+	Name   string      `json:"name"`
+	Fields [][2]string `json:"fields"`
+	Ours   bool        `json:"ours"`
+}
+
+// ParseDeadLetter on the agreement table (integration_test runs the redrive
+// function on the same table: the two must agree).
+func TestParseDeadLetterCases(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("testdata/deadletter_cases.json")
+	require.NoError(t, err)
+	var table struct {
+		Cases []deadLetterCase `json:"cases"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &table))
+	require.NotEmpty(t, table.Cases)
+	for _, c := range table.Cases {
+		fields := make([]Field, len(c.Fields))
+		for i, f := range c.Fields {
+			fields[i] = Field{Name: f[0], Value: f[1]}
+		}
+		_, ok := ParseDeadLetter(fields)
+		require.Equal(t, c.Ours, ok, c.Name)
 	}
 }

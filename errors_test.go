@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -232,4 +233,38 @@ func TestEmbeddedLibraryChecks(t *testing.T) {
 		require.Contains(t, shimSource, fn+" = ")
 	}
 	require.Equal(t, 9, strings.Count(librarySource, "{name = 'pelwarden_v1_"))
+}
+
+// The limits and names the Lua library and the Go side both state must
+// agree: each Lua constant against the Go constant of the same meaning.
+func TestLuaConstantsMatchGo(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("lua/pelwarden.lua")
+	require.NoError(t, err)
+	lua := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^local ([A-Z_]+) = ('([^']*)'|([0-9]+))$`).FindAllStringSubmatch(string(src), -1) {
+		lua[m[1]] = m[3] + m[4]
+	}
+	for name, want := range map[string]string{
+		"LIBRARY_VERSION":       LibraryVersion,
+		"MAX_COUNT":             strconv.Itoa(MaxCount),
+		"MAX_ERROR_BYTES":       strconv.Itoa(MaxErrorBytes),
+		"MAX_REASON_BYTES":      strconv.Itoa(MaxReasonBytes),
+		"TRUNCATED_MARKER":      TruncatedMarker,
+		"REASON_MAX_DELIVERIES": ReasonMaxDeliveries,
+		"F_ORIGINAL_ID":         FieldOriginalID,
+		"F_STREAM":              FieldStream,
+		"F_GROUP":               FieldGroup,
+		"F_CONSUMER":            FieldConsumer,
+		"F_DELIVERIES":          FieldDeliveries,
+		"F_REASON":              FieldReason,
+		"F_ERROR":               FieldError,
+		"F_TIME":                FieldDeadLetteredAt,
+		"F_META_COUNT":          FieldMetaCount,
+		"F_REDRIVES":            FieldRedrives,
+	} {
+		got, ok := lua[name]
+		require.True(t, ok, "lua/pelwarden.lua no longer declares %s", name)
+		require.Equal(t, want, got, "lua/pelwarden.lua %s and its Go constant drifted apart", name)
+	}
 }

@@ -227,7 +227,7 @@ type DeadLetterArgs struct {
 	Stream, DeadLetterStream, Group, Consumer string
 	// IDs to dead-letter, 1 to MaxCount.
 	IDs []string
-	// Reason is a short machine-readable reason, at most 256 bytes.
+	// Reason is a short machine-readable reason, at most MaxReasonBytes.
 	// Defaults to ReasonHandler.
 	Reason string
 	// Error is the error text, stored bounded to MaxErrorBytes (cut on a
@@ -282,8 +282,8 @@ func (l *Library) DeadLetter(ctx context.Context, a DeadLetterArgs) (*DeadLetter
 	if reason == "" {
 		reason = ReasonHandler
 	}
-	if len(reason) > 256 {
-		return nil, argError(fn, "Reason", "must be at most 256 bytes, got %d", len(reason))
+	if len(reason) > MaxReasonBytes {
+		return nil, argError(fn, "Reason", "must be at most %d bytes, got %d", MaxReasonBytes, len(reason))
 	}
 	args, err := idArgs(fn, a.IDs, a.Group, a.Consumer, flag(a.Delete), reason, TruncateError(a.Error))
 	if err != nil {

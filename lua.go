@@ -62,6 +62,9 @@ const MaxErrorBytes = 4096
 // TruncatedMarker ends an error text that was cut to MaxErrorBytes.
 const TruncatedMarker = "...[truncated]"
 
+// MaxReasonBytes bounds a dead-letter reason (DeadLetterArgs.Reason).
+const MaxReasonBytes = 256
+
 // MaxCount is the largest page size or id batch one call accepts.
 const MaxCount = 10000
 

@@ -55,7 +55,9 @@ func TestReclaimbenchSmoke(t *testing.T) {
 			// direct round trip's noise, so it is reported, not asserted.
 			// On a loaded machine the proxy's own hop can cost the whole
 			// AddedLatency, and calibration then sets the delay to 0.
-			require.Greater(t, l.RTT, l.BaseRTT, "the proxied link goes through the proxy")
+			// Comparing it with the direct round trip would be a timed
+			// assertion (both are measured; either can spike): only the
+			// proxy's own sleeps, which never end early, are checked.
 			require.GreaterOrEqual(t, l.RTT, 2*l.ProxyDelay, "the proxy adds its delay in both directions")
 		}
 	}

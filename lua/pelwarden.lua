@@ -60,6 +60,7 @@ local F_REDRIVES = 'pelwarden.redrives'
 local REASON_MAX_DELIVERIES = 'max_deliveries'
 
 local MAX_ERROR_BYTES = 4096
+local MAX_REASON_BYTES = 256
 local TRUNCATED_MARKER = '...[truncated]'
 local MAX_COUNT = 10000
 local SCAN_FACTOR = 10
@@ -626,7 +627,7 @@ local function deadletter(keys, args)
   local consumer = argname(args, 2, 'consumer')
   local delete = argbool(args, 3, 'delete')
   local reason = argname(args, 4, 'reason')
-  if #reason > 256 then fail(ERRORS.BADARG, 'reason must be at most 256 bytes') end
+  if #reason > MAX_REASON_BYTES then fail(ERRORS.BADARG, 'reason must be at most ' .. MAX_REASON_BYTES .. ' bytes') end
   local errtext = bounded(argstr(args, 5, 'error'), MAX_ERROR_BYTES)
   local ids = idlist(args, 6)
   local checks = {{'TYPE', stream}, {'TYPE', dlq}, {'XPENDING', stream, group}, {'TIME'},

@@ -240,7 +240,7 @@ func TestStartUnreachableURL(t *testing.T) {
 	defer rec.finish()
 	for range 2 {
 		msg := rec.run(func() { pelwardentest.Start(rec) })
-		require.Contains(t, msg, "pelwardentest: connect to redis://***@127.0.0.1:1/0")
+		require.Contains(t, msg, "pelwardentest: connect to redis://user:xxxxx@127.0.0.1:1/0")
 		require.NotContains(t, msg, "secret")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/redact"
 	"github.com/pelwarden/pelwarden/internal/testserver"
 )
 
@@ -251,19 +252,9 @@ func openURL(ctx context.Context, r resolved) (*Server, error) {
 	srv := &Server{client: rdb, cluster: r.cluster, owned: true}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("pelwardentest: connect to %s: %w", redactURL(r.url), err)
+		return nil, fmt.Errorf("pelwardentest: connect to %s: %w", redact.URL(r.url), err)
 	}
 	return srv, srv.load(ctx)
-}
-
-// redactURL hides a password in a URL for messages.
-func redactURL(u string) string {
-	at := strings.LastIndexByte(u, '@')
-	scheme := strings.Index(u, "://")
-	if at < 0 || scheme < 0 || at < scheme {
-		return u
-	}
-	return u[:scheme+3] + "***" + u[at:]
 }
 
 func dockerHealth(ctx context.Context) error {

@@ -24,7 +24,6 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -34,6 +33,7 @@ import (
 
 	"github.com/pelwarden/pelwarden/internal/consumebench"
 	"github.com/pelwarden/pelwarden/internal/reclaimbench"
+	"github.com/pelwarden/pelwarden/internal/redact"
 	"github.com/pelwarden/pelwarden/internal/testserver"
 )
 
@@ -109,7 +109,7 @@ func run() int {
 			return 2
 		}
 		cfg.Options = opts
-		cfg.ServerLabel = redactURL(*redisURL)
+		cfg.ServerLabel = redact.URL(*redisURL)
 	} else {
 		image := os.Getenv("PELWARDEN_BENCH_IMAGE")
 		if image == "" {
@@ -161,13 +161,4 @@ func run() int {
 		return 1
 	}
 	return 0
-}
-
-// redactURL drops the password from a server URL for the report.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }

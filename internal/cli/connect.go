@@ -5,11 +5,12 @@ import (
 	"errors"
 	"net/url"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pelwarden/pelwarden/internal/redact"
 )
 
 // defaultURL is the server used without --redis, --cluster or $REDIS_URL.
@@ -47,13 +48,13 @@ func (a *app) resolve(explicitOnly bool) (*endpoint, error) {
 		a.addSecret(raw)
 		o, err := redis.ParseClusterURL(raw)
 		if err != nil {
-			return nil, usageErrorf("--cluster %s: %s", redactRaw(raw), scrub(parseError(err), raw))
+			return nil, usageErrorf("--cluster %s: %s", redact.URL(raw), scrub(parseError(err), raw))
 		}
 		a.secrets = append(a.secrets, o.Password)
-		if err := a.applyTLS(redactRaw(raw), o.TLSConfig); err != nil {
+		if err := a.applyTLS(redact.URL(raw), o.TLSConfig); err != nil {
 			return nil, err
 		}
-		return &endpoint{shown: redactRaw(raw), source: "--cluster", cluster: o}, nil
+		return &endpoint{shown: redact.URL(raw), source: "--cluster", cluster: o}, nil
 	}
 	raw, source := a.redisURL, "--redis"
 	if raw == "" {
@@ -72,13 +73,13 @@ func (a *app) resolve(explicitOnly bool) (*endpoint, error) {
 	a.addSecret(raw)
 	o, err := redis.ParseURL(raw)
 	if err != nil {
-		return nil, usageErrorf("%s %s: %s", source, redactRaw(raw), scrub(parseError(err), raw))
+		return nil, usageErrorf("%s %s: %s", source, redact.URL(raw), scrub(parseError(err), raw))
 	}
 	a.secrets = append(a.secrets, o.Password)
-	if err := a.applyTLS(redactRaw(raw), o.TLSConfig); err != nil {
+	if err := a.applyTLS(redact.URL(raw), o.TLSConfig); err != nil {
 		return nil, err
 	}
-	return &endpoint{shown: redactRaw(raw), source: source, opts: o}, nil
+	return &endpoint{shown: redact.URL(raw), source: source, opts: o}, nil
 }
 
 // client dials the endpoint and checks it answers PING.
@@ -125,7 +126,7 @@ func (a *app) connect(ctx context.Context) (redis.UniversalClient, *endpoint, er
 // addSecret remembers the password of a URL given by the user, parsable or
 // not, so that no message shows it.
 func (a *app) addSecret(raw string) {
-	if _, pass, _, ok := splitPassword(raw); ok && pass != "" {
+	if _, pass, _, ok := redact.SplitPassword(raw); ok && pass != "" {
 		a.secrets = append(a.secrets, pass)
 	}
 }
@@ -136,42 +137,6 @@ func withScheme(s string) string {
 		return s
 	}
 	return "redis://" + s
-}
-
-// splitPassword splits a URL given by the user around its password: the
-// text between the first ':' after "scheme://user" and the last '@', the
-// way a person may write it without escaping ("redis://u:pa/ss #1@host"),
-// so that such a URL is redacted too, although it does not parse.
-func splitPassword(raw string) (before, pass, after string, ok bool) {
-	i := strings.Index(raw, "://")
-	if i < 0 {
-		return "", "", "", false
-	}
-	at := strings.LastIndexByte(raw, '@')
-	colon := strings.IndexByte(raw[i+3:], ':')
-	if at < 0 || colon < 0 || i+3+colon > at || strings.ContainsAny(raw[i+3:i+3+colon], "/@") {
-		return "", "", "", false
-	}
-	c := i + 3 + colon
-	return raw[:c+1], raw[c+1 : at], raw[at:], true
-}
-
-// redactRaw is a URL given by the user with its password replaced by
-// "xxxxx".
-func redactRaw(raw string) string {
-	if before, _, after, ok := splitPassword(raw); ok {
-		return before + "xxxxx" + after
-	}
-	return raw
-}
-
-// userinfoRE matches the user:password@ part of URLs in a message.
-var userinfoRE = regexp.MustCompile(`(\w+://[^:@/\s]*):(\S*)@`)
-
-// redactURL replaces the password of every URL in a message with "xxxxx"
-// (up to the last '@' before a space, also when a URL does not parse).
-func redactURL(s string) string {
-	return userinfoRE.ReplaceAllString(s, "${1}:xxxxx@")
 }
 
 // parseError is the message of a URL parsing error, without the URL that
@@ -190,12 +155,12 @@ func parseError(err error) string {
 // unescaped '/', '?', '#' or ':' splits the URL in odd places, and the
 // parser then quotes a piece of it ("invalid port \":pa\" after host").
 func scrub(msg, raw string) string {
-	msg = strings.ReplaceAll(msg, raw, redactRaw(raw))
-	_, pass, _, ok := splitPassword(raw)
+	msg = strings.ReplaceAll(msg, raw, redact.URL(raw))
+	_, pass, _, ok := redact.SplitPassword(raw)
 	if !ok || pass == "" {
-		return redactURL(msg)
+		return redact.Message(msg)
 	}
-	msg = redactURL(strings.ReplaceAll(msg, pass, "xxxxx"))
+	msg = redact.Message(strings.ReplaceAll(msg, pass, redact.Placeholder))
 	pieces := map[string]bool{}
 	for _, p := range strings.FieldsFunc(pass, isURLDelimiter) {
 		pieces[p] = true

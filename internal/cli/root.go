@@ -17,6 +17,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/pelwarden/pelwarden/internal/redact"
 )
 
 // Exit codes of the pelwarden command.
@@ -156,10 +158,10 @@ func (a *app) printError(err error) {
 	msg := err.Error()
 	for _, s := range a.secrets {
 		if s != "" {
-			msg = strings.ReplaceAll(msg, s, "xxxxx")
+			msg = strings.ReplaceAll(msg, s, redact.Placeholder)
 		}
 	}
-	msg = redactURL(msg)
+	msg = redact.Message(msg)
 	msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ; ")), " ")
 	if !strings.HasPrefix(msg, "pelwarden: ") {
 		msg = "pelwarden: " + msg

@@ -58,9 +58,25 @@ func nonEmptyFlag(cmd *cobra.Command, name, v string) error {
 // (pelwarden.ParseID).
 func checkStreamID(what, id string) error {
 	if _, err := pelwarden.ParseID(id); err != nil {
-		return usageErrorf("%s %q is not a stream id like 1700000000000-0 (both parts decimal, at most 18446744073709551615)", what, clipText(id, 64))
+		if ms, seq, ok := strings.Cut(id, "-"); ok && digits(ms) && digits(seq) {
+			return usageErrorf("%s %q is out of range", what, clipText(id, 64))
+		}
+		return usageErrorf("%s %q is not a stream id like 1700000000000-0", what, clipText(id, 64))
 	}
 	return nil
+}
+
+// digits reports whether s is a non-empty run of decimal digits.
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // Server-side checks that turn a library error into a message naming what
