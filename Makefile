@@ -3,6 +3,8 @@
 
 export TESTCONTAINERS_RYUK_DISABLED ?= true
 export TESTCONTAINERS_HOST_OVERRIDE ?= 127.0.0.1
+# Tests that need containers fail (rather than skip) when Docker is missing.
+export PELWARDEN_REQUIRE_DOCKER ?= 1
 
 GO ?= go
 

@@ -13,6 +13,7 @@ replace (
 )
 
 require (
+	github.com/pelwarden/pelwarden v0.0.0-00010101000000-000000000000
 	github.com/pelwarden/pelwarden/internal/cli v0.0.0-00010101000000-000000000000
 	github.com/pelwarden/pelwarden/internal/consumebench v0.0.0-00010101000000-000000000000
 	github.com/pelwarden/pelwarden/internal/reclaimbench v0.0.0-00010101000000-000000000000
@@ -61,7 +62,6 @@ require (
 	github.com/oklog/ulid v1.3.1 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
-	github.com/pelwarden/pelwarden v0.0.0-00010101000000-000000000000 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect
 	github.com/shirou/gopsutil/v4 v4.26.6 // indirect

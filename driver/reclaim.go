@@ -84,7 +84,7 @@ func (r *run) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 		}
 		var page *pelwarden.ClaimPage
 		var began, rtt time.Duration
-		err := retry(ctx, claimGiveUp, func(err error, attempt int) {
+		err := retry(ctx, claimGiveUp(), func(err error, attempt int) {
 			if !errors.Is(err, pelwarden.ErrNoGroup) && !permanent(err) {
 				r.commandError("reclaim", err, attempt)
 			}
@@ -130,13 +130,18 @@ func (r *run) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 }
 
 // claimGiveUp ends a pass at errors retrying cannot fix and after
-// reclaimAttempts failures, but never while the server is out of memory:
-// the claim is then the probe that ends the pause (see memoryFull).
-func claimGiveUp(err error, attempt int) bool {
-	if outOfMemory(err) {
-		return false
+// reclaimAttempts other failures, but never while the server is out of
+// memory: the claim is then the probe that ends the pause (see
+// memoryFull), and refusals for lack of memory do not count as attempts.
+func claimGiveUp() giveUp {
+	failures := 0
+	return func(err error, _ int) bool {
+		if outOfMemory(err) {
+			return false
+		}
+		failures++
+		return permanent(err) || failures >= reclaimAttempts
 	}
-	return permanent(err) || attempt+1 >= reclaimAttempts
 }
 
 // passReport sums up what a reclaim pass did besides claiming, for one log

@@ -181,9 +181,13 @@ func (r *run) groupMissing(ctx context.Context, err error) bool {
 		return false
 	}
 	r.log.Warn("consumer group disappeared; creating it again", "err", err)
-	if cerr := r.ensureGroup(ctx); cerr != nil && permanent(cerr) {
+	cerr := r.ensureGroup(ctx)
+	if cerr != nil && permanent(cerr) {
 		r.stop(cerr)
 		return false
+	}
+	if cerr == nil {
+		r.memoryFreed("create group") // a write the server accepted
 	}
 	return true
 }

@@ -47,7 +47,8 @@ const (
 // batches and a slow one reads as soon as a handler is free. When both
 // takers wait, they take turns, so neither new nor reclaimed entries
 // starve. While the server refuses writes for lack of memory (see pause),
-// nothing is taken.
+// only the reclaim loop takes, one entry per claim: its claims probe the
+// server.
 type window struct {
 	floor, ceil int   // bounds of limit: Concurrency, MaxInHand
 	fixed       bool  // Prefetch set: limit stays ceil
@@ -146,7 +147,7 @@ func (w *window) reserve(ctx context.Context, p party, want int) reservation {
 			return reservation{n: n, bound: bound, ticket: ticket}
 		}
 		var wake <-chan struct{}
-		if w.paused {
+		if w.paused && p != partyReclaim {
 			wake = w.resumed
 		} else {
 			wt := &waiter{want: want, wake: make(chan struct{})}
@@ -170,11 +171,17 @@ func (w *window) reserve(ctx context.Context, p party, want int) reservation {
 // offerLocked returns how many entries p may fetch now (0: it must wait),
 // and whether the room set n.
 func (w *window) offerLocked(p party, want int) (n int, bound bool) {
+	if w.paused {
+		if p != partyReclaim {
+			return 0, false
+		}
+		// The reclaim loop probes a paused window with claims of one
+		// entry: the claim refused for lack of memory is what paused it,
+		// and one that succeeds ends the pause (run.memoryFreed).
+		want = 1
+	}
 	size, need := w.sizeLocked(want)
 	room := w.limit - w.held
-	if w.paused {
-		return 0, false
-	}
 	if w.held > 0 && w.bytes >= w.maxBytes {
 		return 0, false // wait for bytes to settle (one entry always fits)
 	}
@@ -222,11 +229,14 @@ func (w *window) sizeLocked(want int) (size, need int) {
 // room behind wakes the other (see reserve).
 func (w *window) wakeLocked() {
 	room := w.limit - w.held
-	if w.paused || room <= 0 || (w.held > 0 && w.bytes >= w.maxBytes) {
+	if room <= 0 || (w.held > 0 && w.bytes >= w.maxBytes) {
 		return
 	}
 	first := 1 - w.last
 	for _, p := range [2]party{first, 1 - first} {
+		if w.paused && p != partyReclaim {
+			continue
+		}
 		if wt := w.waiters[p]; wt != nil && room >= w.needLocked(wt.want) {
 			close(wt.wake)
 			w.waiters[p] = nil
@@ -340,8 +350,9 @@ func (w *window) timing(wait, run time.Duration) {
 	w.timed.Add(1)
 }
 
-// pause stops all taking until resume; it reports whether this call paused
-// (false: already paused).
+// pause stops the read loop's taking until resume, and limits the reclaim
+// loop to probes of one entry; it reports whether this call paused (false:
+// already paused).
 func (w *window) pause() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -350,11 +361,9 @@ func (w *window) pause() bool {
 	}
 	w.paused = true
 	w.resumed = make(chan struct{})
-	for p, wt := range w.waiters {
-		if wt != nil {
-			close(wt.wake) // they wait on resumed from now on
-			w.waiters[p] = nil
-		}
+	if wt := w.waiters[partyRead]; wt != nil {
+		close(wt.wake) // it waits on resumed from now on
+		w.waiters[partyRead] = nil
 	}
 	return true
 }

@@ -196,8 +196,8 @@ func waitWaiter(t *testing.T, w *window, p party) {
 	}, time.Second, time.Millisecond)
 }
 
-// A pause stops every taker until resume; reserve still ends with its
-// context.
+// A pause stops the read loop until resume, while the reclaim loop still
+// probes with claims of one entry; reserve still ends with its context.
 func TestWindowPause(t *testing.T) {
 	t.Parallel()
 	w := newWindow(4, 8, false, 32<<20, time.Minute)
@@ -210,6 +210,9 @@ func TestWindowPause(t *testing.T) {
 		t.Fatalf("reserved %d while paused", n)
 	case <-time.After(20 * time.Millisecond):
 	}
+	r := w.reserve(t.Context(), partyReclaim, 500)
+	require.Equal(t, 1, r.n, "the reclaim loop probes a paused window with one entry")
+	w.giveBack(r)
 	require.True(t, w.resume())
 	require.Equal(t, 4, <-got)
 

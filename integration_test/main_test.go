@@ -48,6 +48,9 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	if testserver.SkipWithoutDocker(ctx, "integration_test") {
+		return 0
+	}
 	srvs, err := testserver.StartAll(ctx, testserver.Images())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "integration_test:", err)

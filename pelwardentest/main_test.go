@@ -1,6 +1,7 @@
 package pelwardentest_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -18,6 +19,9 @@ import (
 // set, removes the shared servers at the end and checks for leaked
 // goroutines.
 func TestMain(m *testing.M) {
+	if os.Getenv(pelwardentest.EnvRedisURL) == "" && testserver.SkipWithoutDocker(context.Background(), "pelwardentest") {
+		os.Exit(0)
+	}
 	images := testserver.Images()
 	redisImage, valkeyImage := "pelwarden/redis:8.0", "pelwarden/valkey:8.1"
 	if os.Getenv("PELWARDEN_IMAGES") != "" && len(images) > 0 {

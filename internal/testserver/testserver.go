@@ -232,3 +232,34 @@ func StartAll(ctx context.Context, images []string) ([]*Server, error) {
 	}
 	return out, nil
 }
+
+// EnvRequireDocker, when set (make test sets it), makes SkipWithoutDocker
+// fail instead of skipping: on CI a missing Docker engine is an error.
+const EnvRequireDocker = "PELWARDEN_REQUIRE_DOCKER"
+
+// SkipWithoutDocker is for a TestMain whose tests all need containers. It
+// returns true (after printing one line that says how to run them) when no
+// Docker engine answers and EnvRequireDocker is not set: the caller then
+// exits 0 without running the tests. With EnvRequireDocker set it returns
+// false and the tests fail on their own.
+func SkipWithoutDocker(ctx context.Context, what string) bool {
+	if os.Getenv(EnvRequireDocker) != "" {
+		return false
+	}
+	err := dockerHealth(ctx)
+	if err == nil {
+		return false
+	}
+	fmt.Fprintf(os.Stderr, "%s: skipped: no Docker engine answers (%v); run `make test` on a machine with Docker (it builds the server images), or set %s=1 to fail instead\n", what, err, EnvRequireDocker)
+	return true
+}
+
+// dockerHealth asks the Docker engine whether it answers (a variable for
+// the tests).
+var dockerHealth = func(ctx context.Context) error {
+	p, err := testcontainers.NewDockerProvider()
+	if err != nil {
+		return err
+	}
+	return p.Health(ctx) // closes p
+}
