@@ -22,7 +22,7 @@ func (r *run) dispatch(handlerCtx context.Context, msgs []*Message, res reservat
 	sizes := make([]int64, len(msgs))
 	var total int64
 	for i, m := range msgs {
-		sizes[i] = fieldBytes(m.Fields)
+		sizes[i] = entryBytes(m)
 		total += sizes[i]
 	}
 	if limit := r.flow.fill(res, len(msgs), total, rtt, more); limit > 0 {
@@ -37,7 +37,7 @@ func (r *run) dispatch(handlerCtx context.Context, msgs []*Message, res reservat
 		r.log.Warn("entries read during shutdown; they stay pending", "count", len(msgs), "ids", firstIDs(messageIDs(msgs)))
 	}
 	for _, m := range skipped {
-		r.flow.settle(fieldBytes(m.Fields))
+		r.flow.settle(entryBytes(m))
 		r.settled()
 	}
 }
@@ -57,10 +57,12 @@ func (r *run) fenceFrom(began time.Duration) time.Duration {
 	return began + r.cfg.MinIdle/2
 }
 
-// fieldBytes is the size of an entry's field data.
-func fieldBytes(fields []pelwarden.Field) int64 {
-	var n int64
-	for _, f := range fields {
+// entryBytes is the size the window counts for an entry: its field data
+// and its id (never zero, so the window learns the size of entries whose
+// fields are empty).
+func entryBytes(m *Message) int64 {
+	n := int64(len(m.ID))
+	for _, f := range m.Fields {
 		n += int64(len(f.Name) + len(f.Value))
 	}
 	return n

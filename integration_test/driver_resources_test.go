@@ -36,8 +36,13 @@ const leakLabel = "pelwarden-resources"
 //
 // The client is the matrix's first server only: what leaks would leak in
 // the driver and go-redis, whatever the server.
+//
+// Not parallel: it counts the server's connections by name and the
+// process's goroutines by label, and runs alone, before the parallel tests
+// resume. Run among the whole suite (four servers and the race detector on
+// two cores), the pool at times held idle connections that the server no
+// longer listed under the pool's client name; alone it passed every run.
 func TestDriverStartStopLeaksNothing(t *testing.T) {
-	t.Parallel()
 	s := servers[0]
 	ctx := ctxFor(t)
 	k := newKeys(t)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/pelwarden/pelwarden/internal/numfmt"
 )
 
 // printJSON writes v as indented JSON on stdout.
@@ -63,22 +65,7 @@ func fmtDuration(d time.Duration) string {
 }
 
 // fmtCount writes n with thousands separators: 12,345.
-func fmtCount(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
+func fmtCount(n int64) string { return numfmt.Count(n) }
 
 // clipText shortens s to n runes for a table column, on one line.
 func clipText(s string, n int) string {

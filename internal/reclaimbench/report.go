@@ -3,10 +3,13 @@ package reclaimbench
 import (
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/pelwarden/pelwarden/internal/numfmt"
 )
 
 // Report is the outcome of Run.
@@ -260,17 +263,7 @@ func fmtFewer(x float64) string {
 	}
 }
 
-func fmtCount(x float64) string {
-	s := fmt.Sprintf("%.0f", x)
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
+func fmtCount(x float64) string { return numfmt.Count(int64(math.Round(x))) }
 
 func fmtDuration(d time.Duration) string {
 	switch {
