@@ -38,18 +38,12 @@ func (r *run) ackLoop(ctx context.Context) {
 		}
 	}()
 	failed := func(err error, attempt int) { r.commandError("ack", err, attempt) }
-	// flush sends the pending acks; with detach, cancelling ctx ends the
-	// retries but does not cut a call in flight short (bounded by the
-	// client's timeouts), so an ack the server applied is not reported as
-	// failed. The final flush is bounded by its deadline instead.
-	flush := func(ctx context.Context, detach bool) bool {
+	// flush sends the pending acks, retrying until ctx ends.
+	flush := func(ctx context.Context) bool {
 		for len(pending) > 0 {
 			batch := pending[:min(len(pending), r.cfg.AckBatch)]
 			var res ackResult
 			err := retry(ctx, onPermanent, failed, func(ctx context.Context) error {
-				if detach {
-					ctx = context.WithoutCancel(ctx)
-				}
 				var err error
 				res, err = r.ack(ctx, batch)
 				return err
@@ -97,14 +91,14 @@ func (r *run) ackLoop(ctx context.Context) {
 		case <-r.acks.full:
 			pending = append(pending, r.acks.take()...)
 			if len(pending) >= r.cfg.AckBatch {
-				flush(live, true)
+				flush(live)
 			}
 		case <-r.acks.drained:
 			pending = append(pending, r.acks.take()...)
-			flush(live, true)
+			flush(live)
 		case <-t.C:
 			pending = append(pending, r.acks.take()...)
-			flush(live, true)
+			flush(live)
 			t.Reset(interval)
 		case <-r.ackStop:
 			// Handlers that return from now on (after the shutdown timeout)
@@ -114,7 +108,7 @@ func (r *run) ackLoop(ctx context.Context) {
 			// clients with ContextTimeoutEnabled stop waiting on a hung server).
 			fctx, cancel := context.WithTimeout(ctx, r.cfg.ShutdownTimeout)
 			for len(pending) > 0 && fctx.Err() == nil {
-				if !flush(fctx, false) && r.stopping() {
+				if !flush(fctx) && r.stopping() {
 					break // a permanent error: retrying cannot help
 				}
 			}

@@ -152,11 +152,11 @@ func ExampleRetryAfter() {
 	// dead-lettered after 3 deliveries: max_deliveries
 }
 
-// A high-volume stream with fast handlers: 16 handler goroutines, but up to
-// 1,000 entries held (Prefetch), so that while the handlers work on one
-// read's 500 entries (ReadCount) the next read is already on its way. Acks
-// stay fenced and batched. See "Tuning for throughput" in the README and
-// BENCHMARKS.md for what each knob buys.
+// A high-volume stream with fast handlers needs no tuning: the consumer
+// sizes its window by itself (up to MaxInHand entries held), so while the
+// handlers work on one read's entries the next read is already on its way,
+// and acks go out batched. See "Flow control" in the README and
+// BENCHMARKS.md for what the defaults reach.
 func Example_throughput() {
 	rdb := redis.NewClient(serverOptions)
 	defer rdb.Close()
@@ -175,7 +175,6 @@ func Example_throughput() {
 	handled := make(chan struct{}, n)
 	c, err := driver.New(rdb, driver.Config{
 		Stream: "{clicks}", Group: "stats", CreateGroup: true,
-		Concurrency: 16, Prefetch: 984, ReadCount: 500,
 		Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
 			page, _ := m.Value("page")
 			i, err := strconv.Atoi(page)

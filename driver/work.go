@@ -47,7 +47,7 @@ func (r *run) dispatch(handlerCtx context.Context, msgs []*Message, res reservat
 // a claim takes only entries idle for MinIdle, and the server reset their
 // idle time after began. Until then a plain XACK acks exactly what the
 // fenced ack function would, for a quarter of its server CPU, so the ack
-// loop fences only the entries held longer (see ackSplit). Ownership moved
+// loop fences only the entries held longer (see run.ack). Ownership moved
 // by hand without regard to MinIdle (XCLAIM with min-idle 0) is not seen
 // for entries acked within MinIdle/2 of their delivery.
 func (r *run) fenceFrom(began time.Duration) time.Duration {
