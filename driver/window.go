@@ -104,6 +104,9 @@ const (
 	// coverRoundTrips: the window grows until its queue part covers this
 	// many call round trips of handling.
 	coverRoundTrips = 4
+	// recheckEvery: a waiting taker looks at the window again this often
+	// even without a wake-up.
+	recheckEvery = 100 * time.Millisecond
 	// minTimed: handler timings needed before the window may shrink.
 	minTimed = 16
 )
@@ -155,9 +158,21 @@ func (w *window) reserve(ctx context.Context, p party, want int) reservation {
 			wake = wt.wake
 		}
 		w.mu.Unlock()
+		// A waiter also looks again every recheckEvery: should a wake-up
+		// ever be missed (a taker that yielded its turn, a size that
+		// changed under it), the call is delayed, never stuck.
+		recheck := time.NewTimer(recheckEvery)
 		select {
 		case <-wake:
+			recheck.Stop()
+		case <-recheck.C:
+			w.mu.Lock()
+			if w.waiters[p] != nil && w.waiters[p].wake == wake {
+				w.waiters[p] = nil
+			}
+			w.mu.Unlock()
 		case <-ctx.Done():
+			recheck.Stop()
 			w.mu.Lock()
 			if w.waiters[p] != nil && w.waiters[p].wake == wake {
 				w.waiters[p] = nil
