@@ -314,18 +314,22 @@ func TestDriverLeaseProtectsSlowHandler(t *testing.T) {
 		slow := driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			calls.add(msg.ID)
 			select {
-			case <-time.After(1500 * time.Millisecond): // five times MinIdle
+			case <-time.After(5 * time.Second): // five times MinIdle
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
 			}
 		})
+		// MinIdle 1 s (not fastConfig's 300 ms): the heartbeat every 333 ms
+		// must not miss two beats in a row on a loaded test machine.
 		m := newCounts()
 		cfgA := fastConfig(t, k, "slow", slow)
-		cfgA.Metrics = m
+		cfgA.MinIdle, cfgA.Metrics = time.Second, m
 		a := start(t, s.rdb, cfgA)
 		waitFor(t, "slow handler started", func() bool { return calls.count(ids[0]) == 1 })
-		b := start(t, s.rdb, fastConfig(t, k, "thief", slow))
+		cfgB := fastConfig(t, k, "thief", slow)
+		cfgB.MinIdle = time.Second
+		b := start(t, s.rdb, cfgB)
 		waitFor(t, "acked", func() bool { return m.get(driver.EventAcked) == 1 })
 		require.NoError(t, a.stop(t))
 		require.NoError(t, b.stop(t))
