@@ -43,29 +43,10 @@ func (r *run) leaseLoop(ctx context.Context) {
 				break
 			}
 			r.m.Count(EventLeaseExtended, int(res.Extended))
-			lost := append(res.NotOwned, res.Deleted...)
-			if len(lost) > 0 {
+			if lost := append(res.NotOwned, res.Deleted...); len(lost) > 0 {
 				r.held.lost(lost)
 			}
-			r.held.extended(without(batch, lost), r.fenceFrom(began))
+			r.held.extended(batch, r.fenceFrom(began)) // skips the lost ones
 		}
 	}
-}
-
-// without returns ids minus drop (ids itself when drop is empty).
-func without(ids, drop []string) []string {
-	if len(drop) == 0 {
-		return ids
-	}
-	gone := make(map[string]bool, len(drop))
-	for _, id := range drop {
-		gone[id] = true
-	}
-	out := make([]string, 0, len(ids))
-	for _, id := range ids {
-		if !gone[id] {
-			out = append(out, id)
-		}
-	}
-	return out
 }

@@ -170,7 +170,7 @@ func (t *tracker) leaseDue(heartbeat bool, every, minIdle time.Duration) (extend
 }
 
 // extended moves on the ownership bound of ids whose lease an extension
-// call begun at began reset (see fenceFrom).
+// call reset (see fenceFrom); ids marked lost are left alone.
 func (t *tracker) extended(ids []string, ownedUntil time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
