@@ -12,7 +12,7 @@ GO ?= go
 ## core module (the library and the driver: go-redis and nothing heavy) and
 ## one module per heavy dependency set.
 CORE_MODULE := .
-MODULES := driver/prommetrics internal/testserver internal/reclaimbench internal/consumebench internal/cli pelwardentest cmd integration_test
+MODULES := driver/prommetrics internal/testserver internal/bench internal/cli pelwardentest cmd integration_test
 
 .PHONY: test images lint deps unit integration chaos soak fuzz fuzz-lua bench bench-drain demo
 
@@ -78,11 +78,16 @@ soak:
 	  PELWARDEN_CHAOS_CONSUMERS=$(SOAK_CONSUMERS) PELWARDEN_CHAOS_REPORT=$(abspath $(SOAK_REPORT)) \
 	  $(GO) test -race -count=1 -v -timeout 120m -run '^TestChaos$$/^mixed$$' ./integration_test
 
-## bench: the reclaim comparison of BENCHMARKS.md (pelwarden vs the textbook
-## client-side loop vs a watermill-style loop vs the pipelined floor).
+## bench: the benchmarks of BENCHMARKS.md through `pelwarden bench`:
+## BENCH_SUITE reclaim (default: pelwarden vs the textbook client-side loop vs
+## a watermill-style loop vs the pipelined floor), consume (the driver with
+## its defaults vs a raw loop and watermill-redisstream; several minutes) or
+## all. BENCH_FLAGS adds flags. One image: pelwarden/redis:8.0.
+BENCH_SUITE ?= reclaim
+BENCH_FLAGS ?=
 bench:
 	./scripts/images.sh pelwarden/redis:8.0
-	PELWARDEN_BENCH_IMAGE=pelwarden/redis:8.0 $(GO) run ./cmd/pelwarden-bench
+	PELWARDEN_BENCH_IMAGE=pelwarden/redis:8.0 $(GO) run ./cmd/pelwarden bench --suite $(BENCH_SUITE) $(BENCH_FLAGS)
 
 ## bench-drain: issue 5's memory check (RELIABILITY.md, "Resources"): the
 ## driver drains a PEL of 1,000,000 idle entries left by a dead consumer
@@ -91,7 +96,7 @@ bench:
 ## tenths of the run. Not part of `test`: it takes a few minutes.
 bench-drain:
 	./scripts/images.sh pelwarden/redis:8.0
-	PELWARDEN_BENCH_IMAGE=pelwarden/redis:8.0 $(GO) run ./cmd/pelwarden-bench --suite consume --consume-parts reclaim --consume-rounds 1 --consume-reclaim-entries 1000000
+	PELWARDEN_BENCH_IMAGE=pelwarden/redis:8.0 $(GO) run ./cmd/pelwarden bench --suite consume --consume-parts reclaim --consume-rounds 1 --consume-reclaim-entries 1000000
 
 ## fuzz: run each fuzz target for a while (FUZZTIME, default 30s).
 FUZZTIME ?= 30s

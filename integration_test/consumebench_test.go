@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pelwarden/pelwarden/internal/consumebench"
+	"github.com/pelwarden/pelwarden/internal/bench/consume"
 )
 
 // The consume benchmark runs every method of every part with tiny sizes and
@@ -25,11 +25,11 @@ func TestConsumebenchSmoke(t *testing.T) {
 	defer cancel()
 	slowlogBefore, err := s.rdb.ConfigGet(ctx, "slowlog-*").Result()
 	require.NoError(t, err)
-	rep, err := consumebench.Run(ctx, consumebench.Config{
+	rep, err := consume.Run(ctx, consume.Config{
 		Options:         s.srv.Options(),
 		Entries:         500,
 		Rounds:          2,
-		Drivers:         consumebench.DefaultDrivers,
+		Drivers:         consume.DefaultDrivers,
 		ReclaimEntries:  2000,
 		AckEntries:      2000,
 		ClaimCount:      100, // several pages per pass
@@ -45,13 +45,13 @@ func TestConsumebenchSmoke(t *testing.T) {
 		Logf:            t.Logf,
 	})
 	require.NoError(t, err)
-	require.Len(t, rep.Main, len(consumebench.DefaultDrivers)+2) // the drivers, watermill, raw
+	require.Len(t, rep.Main, len(consume.DefaultDrivers)+2) // the drivers, watermill, raw
 	require.Len(t, rep.Reclaim, 3)                               // Claim+Ack loop, driver, textbook
 	require.Len(t, rep.PEL, 2)
 	require.Len(t, rep.Ack, 3)   // XACK, fenced in order, fenced shuffled
 	require.Len(t, rep.Slow, 2)  // one per round
 	require.Len(t, rep.Large, 1) // one run
-	for _, part := range [][]consumebench.Result{rep.Main, rep.Reclaim, rep.PEL, rep.Ack, rep.Slow, rep.Large} {
+	for _, part := range [][]consume.Result{rep.Main, rep.Reclaim, rep.PEL, rep.Ack, rep.Slow, rep.Large} {
 		for _, r := range part {
 			require.True(t, r.Verified, "%s: %s", r.Method, r.Problem)
 			require.Empty(t, r.Problem, r.Method)
@@ -112,7 +112,7 @@ func TestConsumebenchSmoke(t *testing.T) {
 	require.Equal(t, slowlogBefore, slowlogAfter, "the slow log settings are restored")
 
 	var out bytes.Buffer
-	require.NoError(t, consumebench.WriteTable(&out, rep))
+	require.NoError(t, consume.WriteTable(&out, rep))
 	for _, want := range []string{
 		"== main path", "vs watermill", "== reclaim path", "vs textbook", "heap over time, driver defaults",
 		"== memory as the PEL grows", "fenced ack, ids shuffled", "== slow handlers", "== large entries", "slowest commands",

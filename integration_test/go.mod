@@ -5,9 +5,8 @@ go 1.26.0
 replace (
 	github.com/pelwarden/pelwarden => ..
 	github.com/pelwarden/pelwarden/driver/prommetrics => ../driver/prommetrics
+	github.com/pelwarden/pelwarden/internal/bench => ../internal/bench
 	github.com/pelwarden/pelwarden/internal/cli => ../internal/cli
-	github.com/pelwarden/pelwarden/internal/consumebench => ../internal/consumebench
-	github.com/pelwarden/pelwarden/internal/reclaimbench => ../internal/reclaimbench
 	github.com/pelwarden/pelwarden/internal/testserver => ../internal/testserver
 	github.com/pelwarden/pelwarden/pelwardentest => ../pelwardentest
 )
@@ -15,9 +14,8 @@ replace (
 require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/pelwarden/pelwarden v0.0.0-00010101000000-000000000000
+	github.com/pelwarden/pelwarden/internal/bench v0.0.0-00010101000000-000000000000
 	github.com/pelwarden/pelwarden/internal/cli v0.0.0-00010101000000-000000000000
-	github.com/pelwarden/pelwarden/internal/consumebench v0.0.0-00010101000000-000000000000
-	github.com/pelwarden/pelwarden/internal/reclaimbench v0.0.0-00010101000000-000000000000
 	github.com/pelwarden/pelwarden/internal/testserver v0.0.0-00010101000000-000000000000
 	github.com/pelwarden/pelwarden/pelwardentest v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0

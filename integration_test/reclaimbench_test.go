@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pelwarden/pelwarden/internal/reclaimbench"
+	"github.com/pelwarden/pelwarden/internal/bench/reclaim"
 )
 
 // The reclaim benchmark runs every method on both links and verifies each
@@ -18,7 +18,7 @@ func TestReclaimbenchSmoke(t *testing.T) {
 	t.Parallel()
 	s := servers[0]
 	ctx := ctxFor(t)
-	rep, err := reclaimbench.Run(ctx, reclaimbench.Config{
+	rep, err := reclaim.Run(ctx, reclaim.Config{
 		Options:        s.srv.Options(),
 		Entries:        500,
 		ProxiedEntries: 500,
@@ -32,14 +32,14 @@ func TestReclaimbenchSmoke(t *testing.T) {
 	require.Len(t, rep.Links, 2)
 	for _, l := range rep.Links {
 		require.Equal(t, 500, l.Entries)
-		require.Len(t, l.Results, len(reclaimbench.AllMethods), "link %s", l.Link)
+		require.Len(t, l.Results, len(reclaim.AllMethods), "link %s", l.Link)
 		for _, r := range l.Results {
 			name := string(r.Method) + " on " + string(l.Link)
 			require.True(t, r.Verified, "%s: %s", name, r.Problem)
 			require.Empty(t, r.Problem, name)
 			require.Equal(t, 25, r.Poison, name) // 1 in 20
 			require.Equal(t, 5, r.Deleted, name) // 1 in 100
-			if r.Method == reclaimbench.MethodPelwarden || r.Method == reclaimbench.MethodTextbook {
+			if r.Method == reclaim.MethodPelwarden || r.Method == reclaim.MethodTextbook {
 				require.Equal(t, 25, r.DeadLettered, name)
 				require.Equal(t, 470, r.Handled, name)
 			} else {
@@ -49,7 +49,7 @@ func TestReclaimbenchSmoke(t *testing.T) {
 			require.Equal(t, 1, r.Passes, name)
 			require.Positive(t, r.RoundTrips, name)
 		}
-		if l.Link == reclaimbench.LinkProxied {
+		if l.Link == reclaim.LinkProxied {
 			// The proxy holds every chunk its delay each way (a sleep never
 			// ends early); the total against AddedLatency depends on the
 			// direct round trip's noise, so it is reported, not asserted.
@@ -63,7 +63,7 @@ func TestReclaimbenchSmoke(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	require.NoError(t, reclaimbench.WriteTable(&out, rep))
+	require.NoError(t, reclaim.WriteTable(&out, rep))
 	require.Contains(t, out.String(), "pelwarden vs textbook")
 	require.NotContains(t, out.String(), "FAILED")
 	t.Log("\n" + out.String())

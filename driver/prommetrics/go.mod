@@ -5,8 +5,7 @@ go 1.26.0
 replace (
 	github.com/pelwarden/pelwarden => ../..
 	github.com/pelwarden/pelwarden/internal/cli => ../../internal/cli
-	github.com/pelwarden/pelwarden/internal/consumebench => ../../internal/consumebench
-	github.com/pelwarden/pelwarden/internal/reclaimbench => ../../internal/reclaimbench
+	github.com/pelwarden/pelwarden/internal/bench => ../../internal/bench
 	github.com/pelwarden/pelwarden/internal/testserver => ../../internal/testserver
 	github.com/pelwarden/pelwarden/pelwardentest => ../../pelwardentest
 )

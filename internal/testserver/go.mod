@@ -6,8 +6,7 @@ replace (
 	github.com/pelwarden/pelwarden => ../..
 	github.com/pelwarden/pelwarden/driver/prommetrics => ../../driver/prommetrics
 	github.com/pelwarden/pelwarden/internal/cli => ../../internal/cli
-	github.com/pelwarden/pelwarden/internal/consumebench => ../../internal/consumebench
-	github.com/pelwarden/pelwarden/internal/reclaimbench => ../../internal/reclaimbench
+	github.com/pelwarden/pelwarden/internal/bench => ../../internal/bench
 	github.com/pelwarden/pelwarden/pelwardentest => ../../pelwardentest
 )
 

@@ -22,11 +22,12 @@ import (
 	"github.com/testcontainers/testcontainers-go/wait"
 )
 
-// DefaultImages is the server matrix: Redis 7.0, Redis 8.0, Valkey 8.1 and
-// Valkey 9.1, as built by scripts/images.sh.
+// DefaultImages is the server matrix: Redis 7.0, Redis 8.0, Redis 8.6,
+// Valkey 8.1 and Valkey 9.1, as built by scripts/images.sh.
 var DefaultImages = []string{
 	"pelwarden/redis:7.0",
 	"pelwarden/redis:8.0",
+	"pelwarden/redis:8.6",
 	"pelwarden/valkey:8.1",
 	"pelwarden/valkey:9.1",
 }
