@@ -9,6 +9,7 @@ import (
 
 	"github.com/pelwarden/pelwarden/internal/bench/consume"
 	"github.com/pelwarden/pelwarden/internal/bench/reclaim"
+	"github.com/pelwarden/pelwarden/internal/progress"
 )
 
 // maxBenchEntries bounds --entries, --proxied-entries, --consume-entries and
@@ -152,7 +153,7 @@ func (a *app) runBench(cmd *cobra.Command, o benchOptions) error {
 	}
 
 	ctx := cmd.Context()
-	live := newLiveLine(a.stderr, 0)
+	live := progress.New(a.stderr, 0)
 	defer live.Close()
 	logf := func(format string, args ...any) { live.Event(fmt.Sprintf(format, args...)) }
 	srv, err := a.benchServer(ctx, e, live.Event)

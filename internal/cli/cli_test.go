@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/progress"
 )
 
 // The commands against a server are tested end to end in integration_test
@@ -219,27 +220,6 @@ func TestCompareIDs(t *testing.T) {
 	require.Equal(t, 0, compareIDs("10-1", "10-1"))
 }
 
-func TestOrderPlan(t *testing.T) {
-	t.Parallel()
-	count := func(ks []orderKind) map[orderKind]int {
-		m := map[orderKind]int{}
-		for _, k := range ks {
-			m[k]++
-		}
-		return m
-	}
-	m := count(orderPlan(5000, 0.02))
-	require.Equal(t, 50, m[kindDeclined])
-	require.Equal(t, 50, m[kindInvalid])
-	require.Equal(t, 10, m[kindSlow])
-	m = count(orderPlan(10, 0.01))
-	require.Equal(t, 1, m[kindDeclined], "a positive rate gives at least one poison order")
-	require.Equal(t, 1, m[kindSlow])
-	m = count(orderPlan(1, 0))
-	require.Equal(t, 1, m[kindSlow])
-	require.Len(t, orderPlan(3, 0.5), 3)
-}
-
 func TestFormat(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "1,234,567", fmtCount(1234567))
@@ -253,7 +233,7 @@ func TestFormat(t *testing.T) {
 	require.Equal(t, "a b", clipText("a\n b", 10))
 	require.Equal(t, "1 entry", plural(1, "entry", "entries"))
 	require.Equal(t, "2 entries", plural(2, "entry", "entries"))
-	txt := progressText("redriving", 50, 100, time.Now(), "moved 50")
+	txt := progress.Text("redriving", 50, 100, time.Now(), "moved 50")
 	require.Contains(t, txt, "[############............]  50% 50/100")
 	require.Contains(t, txt, "moved 50")
 }
@@ -261,7 +241,7 @@ func TestFormat(t *testing.T) {
 func TestLiveLinePlain(t *testing.T) {
 	t.Parallel()
 	var b bytes.Buffer
-	l := newLiveLine(&b, time.Hour)
+	l := progress.New(&b, time.Hour)
 	l.Set("one", false)
 	l.Set("two", false) // within plainEvery: dropped
 	l.Event("event")
@@ -270,7 +250,7 @@ func TestLiveLinePlain(t *testing.T) {
 	require.Equal(t, "one\nevent\nthree\n", b.String())
 
 	b.Reset()
-	p := newProgressLine(&b)
+	p := progress.NewQuiet(&b)
 	p.Set("quick", true)
 	p.Close()
 	require.Empty(t, b.String(), "operations under a second print no progress")

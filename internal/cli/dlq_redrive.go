@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pelwarden/pelwarden/internal/ops"
+	"github.com/pelwarden/pelwarden/internal/progress"
 )
 
 // redriveJSON is the --json output of dlq redrive.
@@ -126,13 +127,13 @@ target must share the dead-letter stream's hash tag.`,
 // redrive moves records with ops.Redrive (pages of at most a tenth of a
 // second's worth at --rate, 1 to 100 records), showing progress on stderr.
 func (a *app) redrive(ctx context.Context, rdb redis.UniversalClient, key string, o redriveOptions) (*redriveJSON, error) {
-	live := newProgressLine(a.stderr)
+	live := progress.NewQuiet(a.stderr)
 	defer live.Close()
 	started := time.Now()
 	res, err := ops.Redrive(ctx, rdb, ops.RedriveOptions{
 		DeadLetterStream: key, To: o.to, Limit: o.limit, Rate: o.rate,
 		Progress: func(p ops.RedriveProgress) {
-			live.Set(progressText("redriving", p.Examined, p.Total, started, fmt.Sprintf("moved %s", fmtCount(int64(p.Moved)))), p.Done)
+			live.Set(progress.Text("redriving", p.Examined, p.Total, started, fmt.Sprintf("moved %s", fmtCount(int64(p.Moved)))), p.Done)
 		},
 	})
 	if res == nil {

@@ -3,8 +3,6 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -34,35 +32,8 @@ func (a *app) table() *tabwriter.Writer {
 	return tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 }
 
-// isTerminal reports whether w is a character device (an interactive
-// terminal) and TERM is not "dumb".
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	if err != nil || st.Mode()&os.ModeCharDevice == 0 {
-		return false
-	}
-	return os.Getenv("TERM") != "dumb"
-}
-
-// fmtDuration rounds a duration for humans: 850ms, 4.2s, 3m12s, 5h3m.
-func fmtDuration(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "-" + fmtDuration(-d)
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
-	case d < time.Hour:
-		return d.Round(time.Second).String()
-	}
-	s := d.Round(time.Minute).String()
-	return strings.TrimSuffix(s, "0s")
-}
+// fmtDuration rounds a duration for humans (numfmt.Duration).
+func fmtDuration(d time.Duration) string { return numfmt.Duration(d) }
 
 // fmtCount writes n with thousands separators: 12,345.
 func fmtCount(n int64) string { return numfmt.Count(n) }

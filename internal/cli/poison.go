@@ -9,6 +9,7 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/internal/ops"
+	"github.com/pelwarden/pelwarden/internal/progress"
 )
 
 // poisonJSON is the --json output of poison.
@@ -79,7 +80,7 @@ your handlers' p99 time when consumers are running.`,
 			}
 			out := poisonJSON{Stream: stream, Group: group, DeadLetterStream: dlq, MaxDeliveries: maxDeliveries,
 				MinIdleMs: minIdle.Milliseconds(), DeadLettered: []string{}, Deleted: []string{}}
-			live := newProgressLine(a.stderr)
+			live := progress.NewQuiet(a.stderr)
 			defer live.Close()
 			res, err := ops.Poison(ctx, rdb, ops.PoisonOptions{
 				Stream: stream, Group: group, DeadLetterStream: dlq, MaxDeliveries: maxDeliveries, MinIdle: minIdle,

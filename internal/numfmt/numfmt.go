@@ -1,10 +1,11 @@
 // Package numfmt writes numbers for people: the one formatter of counts
-// that the CLI and the benchmarks' tables share.
+// and durations that the CLI, the demo and the benchmarks' tables share.
 package numfmt
 
 import (
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Count writes n with thousands separators: 12,345 and -1,000.
@@ -22,4 +23,20 @@ func Count(n int64) string {
 		b.WriteByte(digits[i])
 	}
 	return b.String()
+}
+
+// Duration rounds a duration for humans: 850ms, 4.2s, 3m12s, 5h3m.
+func Duration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "-" + Duration(-d)
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	}
+	s := d.Round(time.Minute).String()
+	return strings.TrimSuffix(s, "0s")
 }

@@ -1,20 +1,24 @@
-package cli
+package demo
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/internal/numfmt"
+	"github.com/pelwarden/pelwarden/internal/ops"
 )
 
-// demoReport is the demo's outcome; with --json it is printed as is.
-type demoReport struct {
+// Report is the demo's outcome; with --json it is printed as is.
+type Report struct {
 	Server           string `json:"server"`
 	Stream           string `json:"stream"`
 	DeadLetterStream string `json:"dead_letter_stream"`
@@ -23,22 +27,22 @@ type demoReport struct {
 	Produced         int64  `json:"produced"`
 	ElapsedMs        int64  `json:"elapsed_ms"`
 	// Finished: every order was settled before --duration.
-	Finished     bool                `json:"finished"`
-	Settings     demoSettingsJSON    `json:"settings"`
-	Consumers    []demoConsumerJSON  `json:"consumers"`
-	Killed       demoKilledJSON      `json:"killed"`
-	Slow         demoSlowJSON        `json:"slow"`
-	DeadLetters  demoDeadLettersJSON `json:"dead_letters"`
-	Duplicates   int                 `json:"duplicates"`
-	DuplicateIDs []string            `json:"duplicate_ids"`
-	DriverErrors int64               `json:"driver_errors"`
-	LastError    string              `json:"last_driver_error,omitempty"`
-	Invariant    demoInvariantJSON   `json:"invariant"`
-	Kept         bool                `json:"kept"`
-	byReason     map[string][]deadRecord
+	Finished     bool             `json:"finished"`
+	Settings     Settings         `json:"settings"`
+	Consumers    []ConsumerReport `json:"consumers"`
+	Killed       KilledReport     `json:"killed"`
+	Slow         SlowReport       `json:"slow"`
+	DeadLetters  DeadLetterReport `json:"dead_letters"`
+	Duplicates   int              `json:"duplicates"`
+	DuplicateIDs []string         `json:"duplicate_ids"`
+	DriverErrors int64            `json:"driver_errors"`
+	LastError    string           `json:"last_driver_error,omitempty"`
+	Invariant    Invariant        `json:"invariant"`
+	Kept         bool             `json:"kept"`
+	byReason     map[string][]DeadRecord
 }
 
-type demoSettingsJSON struct {
+type Settings struct {
 	MinIdleMs         int64   `json:"min_idle_ms"`
 	ReclaimIntervalMs int64   `json:"reclaim_interval_ms"`
 	MaxDeliveries     int     `json:"max_deliveries"`
@@ -47,7 +51,7 @@ type demoSettingsJSON struct {
 	Rate              int     `json:"rate"`
 }
 
-type demoConsumerJSON struct {
+type ConsumerReport struct {
 	Name            string `json:"name"`
 	Killed          bool   `json:"killed"`
 	Read            int64  `json:"read"`
@@ -60,7 +64,7 @@ type demoConsumerJSON struct {
 	LostOwnership   int64  `json:"lost_ownership"`
 }
 
-type demoKilledJSON struct {
+type KilledReport struct {
 	Consumer string `json:"consumer"`
 	AtMs     int64  `json:"at_ms"`
 	// InFlight handlers were cut off by the kill.
@@ -77,7 +81,7 @@ type demoKilledJSON struct {
 	ReclaimedAfterMs *int64 `json:"reclaimed_after_ms"`
 }
 
-type demoSlowJSON struct {
+type SlowReport struct {
 	Orders     int   `json:"orders"`
 	HandlingMs int64 `json:"handling_ms"`
 	Handled    int   `json:"handled"`
@@ -88,13 +92,13 @@ type demoSlowJSON struct {
 	LeaseExtensions int64 `json:"lease_extensions"`
 }
 
-type demoDeadLettersJSON struct {
-	Total    int              `json:"total"`
-	ByReason map[string]int   `json:"by_reason"`
-	Records  []demoDeadRecord `json:"records"`
+type DeadLetterReport struct {
+	Total    int            `json:"total"`
+	ByReason map[string]int `json:"by_reason"`
+	Records  []DeadRecord   `json:"records"`
 }
 
-type demoDeadRecord struct {
+type DeadRecord struct {
 	ID         string `json:"id"`
 	OriginalID string `json:"original_id"`
 	Order      string `json:"order"`
@@ -107,7 +111,7 @@ type demoDeadRecord struct {
 	LastHandlerError string `json:"last_handler_error,omitempty"`
 }
 
-type demoInvariantJSON struct {
+type Invariant struct {
 	OK bool `json:"ok"`
 	// Produced = HandledAndAcked + DeadLettered + Unsettled + Lost (an
 	// order in HandledAndDeadLettered is also counted in DeadLettered).
@@ -124,36 +128,36 @@ type demoInvariantJSON struct {
 }
 
 // verify reads the end state from the server and checks the invariant.
-func (d *demo) verify(ctx context.Context, finished bool) (*demoReport, error) {
+func (d *demo) verify(ctx context.Context, finished bool) (*Report, error) {
 	st := d.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	rep := &demoReport{
-		Server: d.server, Stream: d.stream, DeadLetterStream: d.dlq, Group: demoGroup,
-		Orders: d.o.orders, Produced: st.produced.Load(), ElapsedMs: time.Since(d.start).Milliseconds(),
-		Finished: finished, Kept: d.o.keep,
-		Settings: demoSettingsJSON{
-			MinIdleMs: demoMinIdle.Milliseconds(), ReclaimIntervalMs: demoReclaimInterval.Milliseconds(),
-			MaxDeliveries: demoMaxDeliveries, SlowHandlerMs: demoSlowWork.Milliseconds(),
-			PoisonRate: d.o.poisonRate, Rate: d.o.rate,
+	rep := &Report{
+		Server: d.server, Stream: d.stream, DeadLetterStream: d.dlq, Group: Group,
+		Orders: d.o.Orders, Produced: st.produced.Load(), ElapsedMs: time.Since(d.start).Milliseconds(),
+		Finished: finished, Kept: d.o.Keep,
+		Settings: Settings{
+			MinIdleMs: MinIdle.Milliseconds(), ReclaimIntervalMs: ReclaimInterval.Milliseconds(),
+			MaxDeliveries: MaxDeliveries, SlowHandlerMs: SlowWork.Milliseconds(),
+			PoisonRate: d.o.PoisonRate, Rate: d.o.Rate,
 		},
 		DuplicateIDs: []string{},
-		byReason:     map[string][]deadRecord{},
+		byReason:     map[string][]DeadRecord{},
 	}
 	rep.DriverErrors = d.errs.n.Load()
 	rep.LastError, _ = d.errs.last.Load().(string)
 
 	// Server state: the group's PEL and last delivered id, the dead letters.
-	summary, err := d.rdb.XPending(ctx, d.stream, demoGroup).Result()
+	summary, err := d.rdb.XPending(ctx, d.stream, Group).Result()
 	if err != nil {
-		return nil, failuref("XPENDING: %v", err)
+		return nil, fmt.Errorf("XPENDING: %v", err)
 	}
 	rep.Invariant.Pending = summary.Count
 	pendingIDs := map[string]bool{}
 	if summary.Count > 0 {
-		ps, err := d.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: d.stream, Group: demoGroup, Start: "-", End: "+", Count: pelwarden.MaxCount}).Result()
+		ps, err := d.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: d.stream, Group: Group, Start: "-", End: "+", Count: pelwarden.MaxCount}).Result()
 		if err != nil {
-			return nil, failuref("XPENDING: %v", err)
+			return nil, fmt.Errorf("XPENDING: %v", err)
 		}
 		for _, p := range ps {
 			pendingIDs[p.ID] = true
@@ -162,16 +166,16 @@ func (d *demo) verify(ctx context.Context, finished bool) (*demoReport, error) {
 	lastDelivered := "0-0"
 	if groups, err := d.rdb.XInfoGroups(ctx, d.stream).Result(); err == nil {
 		for _, g := range groups {
-			if g.Name == demoGroup {
+			if g.Name == Group {
 				lastDelivered = g.LastDeliveredID
 			}
 		}
 	}
 	dead, err := readDeadLetters(ctx, d.rdb, d.dlq)
 	if err != nil {
-		return nil, failuref("read the dead-letter stream: %v", err)
+		return nil, fmt.Errorf("read the dead-letter stream: %v", err)
 	}
-	deadOf := map[string]deadRecord{}
+	deadOf := map[string]record{}
 	for _, r := range dead {
 		deadOf[r.OriginalID] = r
 	}
@@ -184,7 +188,7 @@ func (d *demo) verify(ctx context.Context, finished bool) (*demoReport, error) {
 	inv.LostIDs = []string{}
 	for _, id := range st.ids {
 		ok := len(st.successes[id]) > 0
-		rec, dl := deadOf[id]
+		_, dl := deadOf[id]
 		kind := st.kindOf[id]
 		switch {
 		case dl:
@@ -195,7 +199,6 @@ func (d *demo) verify(ctx context.Context, finished bool) (*demoReport, error) {
 			if !kind.poison() {
 				inv.DeadLetteredNotPoison++
 			}
-			rep.byReason[rec.Reason] = append(rep.byReason[rec.Reason], rec)
 		case ok && !pendingIDs[id]:
 			inv.HandledAndAcked++
 		case pendingIDs[id] || compareIDs(id, lastDelivered) > 0:
@@ -212,29 +215,32 @@ func (d *demo) verify(ctx context.Context, finished bool) (*demoReport, error) {
 			rep.DuplicateIDs = append(rep.DuplicateIDs, id)
 		}
 	}
-	inv.Unsettled += d.o.orders - len(st.ids)
+	inv.Unsettled += d.o.Orders - len(st.ids)
 	inv.OK = inv.Lost == 0 && inv.Unsettled == 0 && inv.Pending == 0
 
-	rep.DeadLetters = demoDeadLettersJSON{Total: len(dead), ByReason: map[string]int{}, Records: []demoDeadRecord{}}
+	rep.DeadLetters = DeadLetterReport{Total: len(dead), ByReason: map[string]int{}, Records: []DeadRecord{}}
 	for _, r := range dead {
 		rep.DeadLetters.ByReason[r.Reason]++
+		order := ""
+		for _, f := range r.Fields {
+			if f.Name == "order" {
+				order = f.Value
+			}
+		}
+		dr := DeadRecord{ID: r.ID, OriginalID: r.OriginalID, Order: order, Reason: r.Reason, Error: r.Error, Deliveries: r.Deliveries, Consumer: r.Consumer}
+		if r.Reason == pelwarden.ReasonMaxDeliveries {
+			dr.LastHandlerError = st.lastErr[r.OriginalID]
+		}
+		if _, produced := st.kindOf[r.OriginalID]; produced {
+			rep.byReason[r.Reason] = append(rep.byReason[r.Reason], dr)
+		}
 		if len(rep.DeadLetters.Records) < 1000 {
-			order := ""
-			for _, f := range r.Fields {
-				if f.Name == "order" {
-					order = f.Value
-				}
-			}
-			dr := demoDeadRecord{ID: r.ID, OriginalID: r.OriginalID, Order: order, Reason: r.Reason, Error: r.Error, Deliveries: r.Deliveries, Consumer: r.Consumer}
-			if r.Reason == pelwarden.ReasonMaxDeliveries {
-				dr.LastHandlerError = st.lastErr[r.OriginalID]
-			}
 			rep.DeadLetters.Records = append(rep.DeadLetters.Records, dr)
 		}
 	}
 
 	for _, c := range d.cons {
-		rep.Consumers = append(rep.Consumers, demoConsumerJSON{
+		rep.Consumers = append(rep.Consumers, ConsumerReport{
 			Name: c.name, Killed: c.victim && c.killedAt > 0,
 			Read: c.m.get(driver.EventRead), Reclaimed: c.m.get(driver.EventClaimed),
 			Handled: c.handled.Load(), Failed: c.m.get(driver.EventHandlerError),
@@ -263,7 +269,7 @@ func (d *demo) verify(ctx context.Context, finished bool) (*demoReport, error) {
 		k.ReclaimedAfterMs = &ms
 	}
 
-	rep.Slow.HandlingMs = demoSlowWork.Milliseconds()
+	rep.Slow.HandlingMs = SlowWork.Milliseconds()
 	for _, id := range st.ids {
 		if st.kindOf[id] != kindSlow {
 			continue
@@ -280,28 +286,31 @@ func (d *demo) verify(ctx context.Context, finished bool) (*demoReport, error) {
 	return rep, nil
 }
 
-// printReport writes the human report on stdout.
-func (d *demo) printReport(r *demoReport) {
-	a := d.a
-	a.printf("\npelwarden demo: %s orders on %s in %v\n\n", fmtCount(int64(r.Orders)), r.Server, fmtDuration(time.Duration(r.ElapsedMs)*time.Millisecond))
+// WriteText writes the report for people: per-consumer counts, the kill
+// and what was reclaimed, the slow orders, the dead letters and why,
+// duplicates and the invariant. It returns the first write error.
+func (r *Report) WriteText(w io.Writer) error {
+	ew := &errWriter{w: w}
+	printf := func(format string, args ...any) { fmt.Fprintf(ew, format, args...) }
+	printf("\npelwarden demo: %s orders on %s in %v\n\n", numfmt.Count(int64(r.Orders)), r.Server, numfmt.Duration(time.Duration(r.ElapsedMs)*time.Millisecond))
 
-	tw := a.table()
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONSUMER\tREAD\tRECLAIMED\tHANDLED\tFAILED\tDEAD-LETTERED\tACKED\tLEASES\t")
 	for _, c := range r.Consumers {
 		note := ""
 		if c.Killed {
-			note = fmt.Sprintf("killed at %v", fmtDuration(time.Duration(r.Killed.AtMs)*time.Millisecond))
+			note = fmt.Sprintf("killed at %v", numfmt.Duration(time.Duration(r.Killed.AtMs)*time.Millisecond))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, fmtCount(c.Read), fmtCount(c.Reclaimed), fmtCount(c.Handled),
-			fmtCount(c.Failed), fmtCount(c.DeadLettered), fmtCount(c.Acked), fmtCount(c.LeaseExtensions), note)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, numfmt.Count(c.Read), numfmt.Count(c.Reclaimed), numfmt.Count(c.Handled),
+			numfmt.Count(c.Failed), numfmt.Count(c.DeadLettered), numfmt.Count(c.Acked), numfmt.Count(c.LeaseExtensions), note)
 	}
 	_ = tw.Flush()
-	a.printf("  (reclaimed includes retries of failed orders; failed includes handlers cut off by the kill)\n\n")
+	printf("  (reclaimed includes retries of failed orders; failed includes handlers cut off by the kill)\n\n")
 
 	k := r.Killed
 	if k.AtMs > 0 {
-		a.printf("Killed %s at %v with %d handler(s) running: %s left pending in its name.\n", k.Consumer,
-			fmtDuration(time.Duration(k.AtMs)*time.Millisecond), k.InFlight, plural(int64(k.Pending), "entry", "entries"))
+		printf("Killed %s at %v with %d handler(s) running: %s left pending in its name.\n", k.Consumer,
+			numfmt.Duration(time.Duration(k.AtMs)*time.Millisecond), k.InFlight, plural(int64(k.Pending), "entry", "entries"))
 		if k.Pending > 0 {
 			var by []string
 			names := make([]string, 0, len(k.ReclaimedBy))
@@ -317,22 +326,22 @@ func (d *demo) printReport(r *demoReport) {
 				line = "  reclaimed by nobody"
 			}
 			if k.ReclaimedAfterMs != nil {
-				line += fmt.Sprintf(", the last %v after the kill (MinIdle %v)", fmtDuration(time.Duration(*k.ReclaimedAfterMs)*time.Millisecond), demoMinIdle)
+				line += fmt.Sprintf(", the last %v after the kill (MinIdle %v)", numfmt.Duration(time.Duration(*k.ReclaimedAfterMs)*time.Millisecond), MinIdle)
 			}
 			if k.DeadLettered > 0 {
-				line += fmt.Sprintf("; %d had reached %d deliveries and went to the dead-letter stream", k.DeadLettered, demoMaxDeliveries)
+				line += fmt.Sprintf("; %d had reached %d deliveries and went to the dead-letter stream", k.DeadLettered, MaxDeliveries)
 			}
-			a.printf("%s\n  ids: %s\n", line, strings.Join(firstStrings(k.PendingIDs, 8), " "))
+			printf("%s\n  ids: %s\n", line, strings.Join(firstStrings(k.PendingIDs, 8), " "))
 		}
 	} else {
-		a.printf("No consumer was killed (the run ended first).\n")
+		printf("No consumer was killed (the run ended first).\n")
 	}
 
 	s := r.Slow
-	a.printf("\nSlow bulk orders: %d, %v of work each (MinIdle %v); %d handled; lease extended %d times; taken over by another consumer while running: %d.\n",
-		s.Orders, demoSlowWork, demoMinIdle, s.Handled, s.LeaseExtensions, s.TakenOver)
+	printf("\nSlow bulk orders: %d, %v of work each (MinIdle %v); %d handled; lease extended %d times; taken over by another consumer while running: %d.\n",
+		s.Orders, SlowWork, MinIdle, s.Handled, s.LeaseExtensions, s.TakenOver)
 
-	a.printf("\nDead-letter stream %s: %s\n", r.DeadLetterStream, plural(int64(r.DeadLetters.Total), "record", "records"))
+	printf("\nDead-letter stream %s: %s\n", r.DeadLetterStream, plural(int64(r.DeadLetters.Total), "record", "records"))
 	reasons := make([]string, 0, len(r.byReason))
 	for reason := range r.byReason {
 		reasons = append(reasons, reason)
@@ -343,58 +352,135 @@ func (d *demo) printReport(r *demoReport) {
 		why := ""
 		switch reason {
 		case pelwarden.ReasonMaxDeliveries:
-			why = fmt.Sprintf("failed on each of %d deliveries; moved by the reclaim pass", demoMaxDeliveries)
+			why = fmt.Sprintf("failed on each of %d deliveries; moved by the reclaim pass", MaxDeliveries)
 		case pelwarden.ReasonHandler:
 			why = "the handler returned driver.DeadLetter: it can never succeed"
 		}
-		a.printf("  %-15s %4d  %s\n", reason, len(recs), why)
+		printf("  %-15s %4d  %s\n", reason, len(recs), why)
 		for i, rec := range recs {
 			if i == 2 {
-				a.printf("                        ...\n")
+				printf("                        ...\n")
 				break
 			}
 			text := rec.Error
 			if text == "" {
-				text = "last handler error: " + d.st.lastErr[rec.OriginalID]
+				text = "last handler error: " + rec.LastHandlerError
 			}
-			a.printf("                        %s (was %s, %s, last held by %s): %s\n", rec.ID, rec.OriginalID,
+			printf("                        %s (was %s, %s, last held by %s): %s\n", rec.ID, rec.OriginalID,
 				plural(rec.Deliveries, "delivery", "deliveries"), rec.Consumer, clipText(text, 100))
 		}
 	}
 	if r.Kept {
-		a.printf("  inspect: pelwarden dlq list '%s'   (and pelwarden status '%s' %s)\n", r.DeadLetterStream, r.Stream, r.Group)
+		printf("  inspect: pelwarden dlq list '%s'   (and pelwarden status '%s' %s)\n", r.DeadLetterStream, r.Stream, r.Group)
 	}
 
 	if r.Duplicates > 0 {
-		a.printf("\nDuplicates: %d order(s) handled twice: %s finished them but was killed before its batched ack went out,\n"+
+		printf("\nDuplicates: %d order(s) handled twice: %s finished them but was killed before its batched ack went out,\n"+
 			"so they were reclaimed and handled again. Delivery is at least once: make handlers idempotent, keyed by the stream id.\n",
 			r.Duplicates, k.Consumer)
 	} else {
-		a.printf("\nDuplicates: none this time (a consumer killed between handling and its batched ack causes them; handlers must be idempotent).\n")
+		printf("\nDuplicates: none this time (a consumer killed between handling and its batched ack causes them; handlers must be idempotent).\n")
 	}
 	if r.DriverErrors > 0 {
-		a.printf("Driver errors on the surviving consumers: %d (last: %s)\n", r.DriverErrors, clipText(r.LastError, 160))
+		printf("Driver errors on the surviving consumers: %d (last: %s)\n", r.DriverErrors, clipText(r.LastError, 160))
 	}
 
 	inv := r.Invariant
-	a.printf("\nInvariant: %s produced = %s handled and acknowledged + %s dead-lettered", fmtCount(int64(inv.Produced)), fmtCount(int64(inv.HandledAndAcked)), fmtCount(int64(inv.DeadLettered)))
+	printf("\nInvariant: %s produced = %s handled and acknowledged + %s dead-lettered", numfmt.Count(int64(inv.Produced)), numfmt.Count(int64(inv.HandledAndAcked)), numfmt.Count(int64(inv.DeadLettered)))
 	if inv.Unsettled > 0 {
-		a.printf(" + %d unsettled", inv.Unsettled)
+		printf(" + %d unsettled", inv.Unsettled)
 	}
 	if inv.Lost > 0 {
-		a.printf(" + %d LOST", inv.Lost)
+		printf(" + %d LOST", inv.Lost)
 	}
-	a.printf("; PEL %s\n", map[bool]string{true: "empty", false: fmt.Sprintf("holds %d", inv.Pending)}[inv.Pending == 0])
+	printf("; PEL %s\n", map[bool]string{true: "empty", false: fmt.Sprintf("holds %d", inv.Pending)}[inv.Pending == 0])
 	if inv.PoisonNotDeadLettered > 0 || inv.DeadLetteredNotPoison > 0 || inv.HandledAndDeadLettered > 0 {
-		a.printf("  note: %d poison order(s) not dead-lettered, %d healthy order(s) dead-lettered, %d handled and also dead-lettered\n",
+		printf("  note: %d poison order(s) not dead-lettered, %d healthy order(s) dead-lettered, %d handled and also dead-lettered\n",
 			inv.PoisonNotDeadLettered, inv.DeadLetteredNotPoison, inv.HandledAndDeadLettered)
 	}
 	switch {
 	case inv.Lost > 0:
-		a.printf("FAILED: %d order(s) lost: %s\n", inv.Lost, strings.Join(firstStrings(inv.LostIDs, 10), " "))
+		printf("FAILED: %d order(s) lost: %s\n", inv.Lost, strings.Join(firstStrings(inv.LostIDs, 10), " "))
 	case !inv.OK:
-		a.printf("NOT SETTLED within --duration: %d order(s) still open\n", inv.Unsettled)
+		printf("NOT SETTLED within --duration: %d order(s) still open\n", inv.Unsettled)
 	default:
-		a.printf("OK: nothing lost.\n")
+		printf("OK: nothing lost.\n")
 	}
+	return ew.err
+}
+
+// errWriter keeps the first write error and drops later writes.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}
+
+// record is a dead-letter record: its id and what pelwarden wrote.
+type record struct {
+	ID string
+	pelwarden.DeadLetter
+}
+
+// readDeadLetters reads the whole dead-letter stream page by page.
+func readDeadLetters(ctx context.Context, rdb redis.UniversalClient, key string) ([]record, error) {
+	const page = 1000
+	var out []record
+	start := "-"
+	for {
+		entries, err := ops.XRange(ctx, rdb, key, start, "+", page)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			d, _ := pelwarden.ParseDeadLetter(e.Fields)
+			out = append(out, record{ID: e.ID, DeadLetter: d})
+		}
+		if len(entries) < page {
+			return out, nil
+		}
+		next, more := ops.After(entries[len(entries)-1].ID)
+		if !more {
+			return out, nil
+		}
+		start = next
+	}
+}
+
+// compareIDs orders two stream ids the server gave (ids that do not parse
+// sort first).
+func compareIDs(a, b string) int {
+	x, errA := pelwarden.ParseID(a)
+	y, errB := pelwarden.ParseID(b)
+	switch {
+	case errA != nil || errB != nil:
+		return strings.Compare(a, b)
+	}
+	return x.Compare(y)
+}
+
+// plural is "1 record" or "12 records".
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return numfmt.Count(n) + " " + one
+	}
+	return numfmt.Count(n) + " " + many
+}
+
+// clipText shortens s to n runes, on one line.
+func clipText(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
 }

@@ -1,18 +1,25 @@
-package cli
+// Package progress shows the progress of a long command on a terminal or in
+// a log: one status line redrawn in place on a terminal (plain lines at a
+// set pace otherwise), with events printed as lines of their own. The CLI's
+// commands, the demo and the benchmarks use it.
+package progress
 
 import (
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pelwarden/pelwarden/internal/numfmt"
 )
 
-// liveLine shows the progress of a long operation: on a terminal, one line
+// Line shows the progress of a long operation: on a terminal, one line
 // redrawn in place; otherwise plain lines at most every plainEvery. Events
 // are printed as lines of their own in both cases. It is safe for
 // concurrent use.
-type liveLine struct {
+type Line struct {
 	w          io.Writer
 	tty        bool
 	plainEvery time.Duration
@@ -26,16 +33,16 @@ type liveLine struct {
 	lastPlain time.Time
 }
 
-// newLiveLine returns a liveLine on w printing plain lines at most every
-// plainEvery.
-func newLiveLine(w io.Writer, plainEvery time.Duration) *liveLine {
-	return &liveLine{w: w, tty: isTerminal(w), plainEvery: plainEvery, created: time.Now()}
+// New returns a Line on w printing plain lines at most every plainEvery
+// (0: every Set).
+func New(w io.Writer, plainEvery time.Duration) *Line {
+	return &Line{w: w, tty: IsTerminal(w), plainEvery: plainEvery, created: time.Now()}
 }
 
-// newProgressLine is a liveLine that stays silent for operations shorter
-// than a second.
-func newProgressLine(w io.Writer) *liveLine {
-	l := newLiveLine(w, 2*time.Second)
+// NewQuiet is a Line that stays silent for operations shorter than a
+// second.
+func NewQuiet(w io.Writer) *Line {
+	l := New(w, 2*time.Second)
 	l.quiet = time.Second
 	return l
 }
@@ -43,7 +50,7 @@ func newProgressLine(w io.Writer) *liveLine {
 // Set replaces the status text. On a terminal it is redrawn at once;
 // otherwise it is printed when plainEvery has passed since the last plain
 // line, or when force is set.
-func (l *liveLine) Set(text string, force bool) {
+func (l *Line) Set(text string, force bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.current = text
@@ -63,7 +70,7 @@ func (l *liveLine) Set(text string, force bool) {
 }
 
 // Event prints a line of its own, keeping the status line below it.
-func (l *liveLine) Event(text string) {
+func (l *Line) Event(text string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.tty {
@@ -77,7 +84,7 @@ func (l *liveLine) Event(text string) {
 }
 
 // Close leaves the last status on screen and ends its line.
-func (l *liveLine) Close() {
+func (l *Line) Close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.tty && l.shown {
@@ -86,8 +93,8 @@ func (l *liveLine) Close() {
 	}
 }
 
-// progressText is "label [#####.....] 45% 450/1000 (12/s) extra".
-func progressText(label string, done, total int64, started time.Time, extra string) string {
+// Text is "label [#####.....] 45% 450/1000 (12/s) extra".
+func Text(label string, done, total int64, started time.Time, extra string) string {
 	var b strings.Builder
 	b.WriteString(label)
 	if total > 0 {
@@ -96,9 +103,9 @@ func progressText(label string, done, total int64, started time.Time, extra stri
 		frac = min(max(frac, 0), 1)
 		filled := int(frac * width)
 		fmt.Fprintf(&b, " [%s%s] %3.0f%% %s/%s", strings.Repeat("#", filled), strings.Repeat(".", width-filled),
-			frac*100, fmtCount(done), fmtCount(total))
+			frac*100, numfmt.Count(done), numfmt.Count(total))
 	} else {
-		fmt.Fprintf(&b, " %s", fmtCount(done))
+		fmt.Fprintf(&b, " %s", numfmt.Count(done))
 	}
 	if el := time.Since(started); el > 500*time.Millisecond {
 		fmt.Fprintf(&b, " (%.0f/s)", float64(done)/el.Seconds())
@@ -108,4 +115,18 @@ func progressText(label string, done, total int64, started time.Time, extra stri
 		b.WriteString(extra)
 	}
 	return b.String()
+}
+
+// IsTerminal reports whether w is a character device (an interactive
+// terminal) and TERM is not "dumb".
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	if err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	return os.Getenv("TERM") != "dumb"
 }

@@ -1,4 +1,4 @@
-package cli
+package demo
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/pelwarden/pelwarden/driver"
 	"github.com/pelwarden/pelwarden/internal/ctxwait"
+	"github.com/pelwarden/pelwarden/internal/progress"
 )
 
 // The demo's orders and their handler. Four kinds of order, told apart by
@@ -87,9 +88,9 @@ func orderFields(n int, k orderKind) []string {
 		"amount", amount, "currency", currency, "card", card, "items", items}
 }
 
-// demoState is what the demo's handlers and producer record, for the live
+// state is what the demo's handlers and producer record, for the live
 // line and the final check.
-type demoState struct {
+type state struct {
 	produced atomic.Int64
 	handled  atomic.Int64 // successful handler calls, duplicates included
 	inflight atomic.Int64
@@ -107,15 +108,15 @@ type demoState struct {
 	allTakenAt   time.Time
 }
 
-func newDemoState() *demoState {
-	return &demoState{
+func newState() *state {
+	return &state{
 		kindOf: map[string]orderKind{}, successes: map[string][]string{},
 		starts: map[string]int{}, lastErr: map[string]string{},
 	}
 }
 
 // producer writes the orders at rate per second, in pipelined batches.
-func (s *demoState) produce(ctx context.Context, rdb redis.UniversalClient, stream string, kinds []orderKind, rate int) error {
+func (s *state) produce(ctx context.Context, rdb redis.UniversalClient, stream string, kinds []orderKind, rate int) error {
 	start := time.Now()
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
@@ -151,7 +152,7 @@ func (s *demoState) produce(ctx context.Context, rdb redis.UniversalClient, stre
 }
 
 // handler returns the business handler of consumer c.
-func (s *demoState) handler(c *demoConsumer) driver.Handler {
+func (s *state) handler(c *consumer) driver.Handler {
 	return driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
 		s.inflight.Add(1)
 		c.inflight.Add(1)
@@ -162,7 +163,7 @@ func (s *demoState) handler(c *demoConsumer) driver.Handler {
 		order, _ := m.Value("order")
 		work := time.Duration(100+rand.IntN(201)) * time.Millisecond
 		if items, _ := m.Value("items"); items == bulkItems {
-			work = demoSlowWork
+			work = SlowWork
 		}
 		if !ctxwait.Sleep(ctx, work) {
 			// Killed, or the entry was taken over: it stays pending.
@@ -190,7 +191,7 @@ func (s *demoState) handler(c *demoConsumer) driver.Handler {
 
 // started records a handler call; a survivor starting on an orphan of the
 // dead consumer has reclaimed it.
-func (s *demoState) started(c *demoConsumer, id string) {
+func (s *state) started(c *consumer, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.starts[id]++
@@ -206,23 +207,23 @@ func (s *demoState) started(c *demoConsumer, id string) {
 	}
 }
 
-// demoMetrics counts one consumer's driver events.
-type demoMetrics struct {
+// metrics counts one consumer's driver events.
+type metrics struct {
 	ev                  []atomic.Int64
 	deadMax, deadByHand atomic.Int64
 }
 
-func newDemoMetrics() *demoMetrics {
-	return &demoMetrics{ev: make([]atomic.Int64, len(driver.Events()))}
+func newMetrics() *metrics {
+	return &metrics{ev: make([]atomic.Int64, len(driver.Events()))}
 }
 
-func (m *demoMetrics) Count(e driver.Event, n int) {
+func (m *metrics) Count(e driver.Event, n int) {
 	if int(e) >= 0 && int(e) < len(m.ev) {
 		m.ev[e].Add(int64(n))
 	}
 }
 
-func (m *demoMetrics) DeadLettered(reason string, n int) {
+func (m *metrics) DeadLettered(reason string, n int) {
 	if reason == "max_deliveries" {
 		m.deadMax.Add(int64(n))
 	} else {
@@ -230,17 +231,17 @@ func (m *demoMetrics) DeadLettered(reason string, n int) {
 	}
 }
 
-func (m *demoMetrics) HandlerDuration(time.Duration) {}
+func (m *metrics) HandlerDuration(time.Duration) {}
 
-func (m *demoMetrics) get(e driver.Event) int64 { return m.ev[e].Load() }
+func (m *metrics) get(e driver.Event) int64 { return m.ev[e].Load() }
 
-// demoConsumer is one of the demo's three consumers.
-type demoConsumer struct {
+// consumer is one of the demo's three consumers.
+type consumer struct {
 	name     string
 	victim   bool
 	rdb      redis.UniversalClient
 	c        *driver.Consumer
-	m        *demoMetrics
+	m        *metrics
 	inflight atomic.Int64
 	handled  atomic.Int64
 
@@ -250,7 +251,7 @@ type demoConsumer struct {
 	killedAt time.Duration
 }
 
-func (c *demoConsumer) start(ctx context.Context) {
+func (c *consumer) start(ctx context.Context) {
 	ctx, c.cancel = context.WithCancel(ctx)
 	c.done = make(chan struct{})
 	go func() {
@@ -260,14 +261,14 @@ func (c *demoConsumer) start(ctx context.Context) {
 }
 
 // stop cancels the consumer and waits for Run to return.
-func (c *demoConsumer) stop() error {
+func (c *consumer) stop() error {
 	c.cancel()
 	<-c.done
 	return c.err
 }
 
 // lineWriter turns log output into live-line events (for --verbose).
-type lineWriter struct{ live *liveLine }
+type lineWriter struct{ live *progress.Line }
 
 func (w lineWriter) Write(p []byte) (int, error) {
 	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
