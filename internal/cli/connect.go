@@ -123,6 +123,21 @@ func (a *app) connect(ctx context.Context) (redis.UniversalClient, *endpoint, er
 	return rdb, e, nil
 }
 
+// connectToStream connects like connect and checks that key is a stream
+// (what names it in the error: "dead-letter stream"). The caller closes
+// the client.
+func (a *app) connectToStream(ctx context.Context, what, key string) (redis.UniversalClient, error) {
+	rdb, _, err := a.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := needStream(ctx, rdb, what, key); err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
+	return rdb, nil
+}
+
 // addSecret remembers the password of a URL given by the user, parsable or
 // not, so that no message shows it.
 func (a *app) addSecret(raw string) {

@@ -38,14 +38,11 @@ func (a *app) dlqListCommand() *cobra.Command {
 				start, more = after(afterID)
 			}
 			ctx := cmd.Context()
-			rdb, _, err := a.connect(ctx)
+			rdb, err := a.connectToStream(ctx, "dead-letter stream", key)
 			if err != nil {
 				return err
 			}
 			defer rdb.Close()
-			if err := needStream(ctx, rdb, "dead-letter stream", key); err != nil {
-				return err
-			}
 			out, err := listDeadLetters(ctx, rdb, key, start, count, more)
 			if err != nil {
 				return err

@@ -45,14 +45,11 @@ dead-letter stream.`,
 				return usageErrorf("refusing to delete %s of %s without --yes", what, key)
 			}
 			ctx := cmd.Context()
-			rdb, _, err := a.connect(ctx)
+			rdb, err := a.connectToStream(ctx, "dead-letter stream", key)
 			if err != nil {
 				return err
 			}
 			defer rdb.Close()
-			if err := needStream(ctx, rdb, "dead-letter stream", key); err != nil {
-				return err
-			}
 			res, err := ops.Purge(ctx, rdb, ops.PurgeOptions{DeadLetterStream: key, OlderThan: olderThan})
 			if err != nil {
 				return opsError(err)

@@ -86,14 +86,11 @@ target must share the dead-letter stream's hash tag.`,
 				return usageErrorf("--rate must be positive (records per second, at most 1000000), got %v", o.rate)
 			}
 			ctx := cmd.Context()
-			rdb, _, err := a.connect(ctx)
+			rdb, err := a.connectToStream(ctx, "dead-letter stream", key)
 			if err != nil {
 				return err
 			}
 			defer rdb.Close()
-			if err := needStream(ctx, rdb, "dead-letter stream", key); err != nil {
-				return err
-			}
 			if o.to != "" {
 				if err := needStream(ctx, rdb, "--to stream", o.to); err != nil {
 					return err

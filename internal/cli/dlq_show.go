@@ -18,14 +18,11 @@ func (a *app) dlqShowCommand() *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
-			rdb, _, err := a.connect(ctx)
+			rdb, err := a.connectToStream(ctx, "dead-letter stream", key)
 			if err != nil {
 				return err
 			}
 			defer rdb.Close()
-			if err := needStream(ctx, rdb, "dead-letter stream", key); err != nil {
-				return err
-			}
 			page, err := xrange(ctx, rdb, key, id, id, 1)
 			if err != nil {
 				return failuref("XRANGE %s: %v", key, err)

@@ -57,11 +57,9 @@ your handlers' p99 time when consumers are running.`,
 			if err := nonNegativeDuration("min-idle", minIdle); err != nil {
 				return err
 			}
-			if err := nonEmptyFlag(cmd, "dlq", dlq); err != nil {
+			dlq, err := deadLetterFlag(cmd, stream, dlq)
+			if err != nil {
 				return err
-			}
-			if dlq == "" {
-				dlq = pelwarden.DeadLetterStreamFor(stream)
 			}
 			if dlq == stream {
 				return usageErrorf("--dlq must differ from the stream")
@@ -72,11 +70,10 @@ your handlers' p99 time when consumers are running.`,
 				return err
 			}
 			defer rdb.Close()
-			lib := pelwarden.NewLibrary(rdb)
 			// Checks the stream, group and dead-letter key before any change.
-			before, err := lib.Stats(ctx, pelwarden.StatsArgs{Stream: stream, DeadLetterStream: dlq, Group: group})
+			before, err := groupStats(ctx, rdb, stream, group, dlq)
 			if err != nil {
-				return explainGroupError(ctx, rdb, err, stream, group, dlq)
+				return err
 			}
 			out := poisonJSON{Stream: stream, Group: group, DeadLetterStream: dlq, MaxDeliveries: maxDeliveries,
 				MinIdleMs: minIdle.Milliseconds(), DeadLettered: []string{}, Deleted: []string{}}
@@ -102,7 +99,7 @@ your handlers' p99 time when consumers are running.`,
 			out.Deleted = append(out.Deleted, res.Deleted...)
 			live.Close()
 			out.Count = len(out.DeadLettered)
-			if after, err := lib.Stats(ctx, pelwarden.StatsArgs{Stream: stream, DeadLetterStream: dlq, Group: group}); err == nil {
+			if after, err := groupStats(ctx, rdb, stream, group, dlq); err == nil {
 				out.PendingAfter = after.Pending
 			}
 			if a.json {

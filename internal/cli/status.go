@@ -59,11 +59,9 @@ reclaimable), the group's lag and the dead-letter stream's length.`,
 			if err := nonNegativeDuration("min-idle", minIdle); err != nil {
 				return err
 			}
-			if err := nonEmptyFlag(cmd, "dlq", dlq); err != nil {
+			dlq, err := deadLetterFlag(cmd, stream, dlq)
+			if err != nil {
 				return err
-			}
-			if dlq == "" {
-				dlq = pelwarden.DeadLetterStreamFor(stream)
 			}
 			ctx := cmd.Context()
 			rdb, _, err := a.connect(ctx)
@@ -71,10 +69,9 @@ reclaimable), the group's lag and the dead-letter stream's length.`,
 				return err
 			}
 			defer rdb.Close()
-			lib := pelwarden.NewLibrary(rdb)
-			st, err := lib.Stats(ctx, pelwarden.StatsArgs{Stream: stream, DeadLetterStream: dlq, Group: group})
+			st, err := groupStats(ctx, rdb, stream, group, dlq)
 			if err != nil {
-				return explainGroupError(ctx, rdb, err, stream, group, dlq)
+				return err
 			}
 			now := serverTime(ctx, rdb)
 			out := statusJSON{
@@ -107,7 +104,7 @@ reclaimable), the group's lag and the dead-letter stream's length.`,
 					out.StalledPending += c.Pending
 				}
 			}
-			if v, err := lib.Version(ctx); err == nil {
+			if v, err := pelwarden.NewLibrary(rdb).Version(ctx); err == nil {
 				out.LibraryVersion = v
 			}
 			if a.json {

@@ -108,6 +108,29 @@ func needStream(ctx context.Context, rdb redis.UniversalClient, what, key string
 	return targetErrorf("%s %q holds a %s, not a stream", what, key, t)
 }
 
+// deadLetterFlag is the value of --dlq for stream: the flag, which must not
+// be empty when given, else the stream's dead-letter stream.
+func deadLetterFlag(cmd *cobra.Command, stream, dlq string) (string, error) {
+	if err := nonEmptyFlag(cmd, "dlq", dlq); err != nil {
+		return "", err
+	}
+	if dlq == "" {
+		return pelwarden.DeadLetterStreamFor(stream), nil
+	}
+	return dlq, nil
+}
+
+// groupStats is one stats call on (stream, group, dlq), with ErrNoGroup and
+// ErrWrongType explained (explainGroupError). It checks the keys and the
+// group before a command changes anything.
+func groupStats(ctx context.Context, rdb redis.UniversalClient, stream, group, dlq string) (*pelwarden.Stats, error) {
+	st, err := pelwarden.NewLibrary(rdb).Stats(ctx, pelwarden.StatsArgs{Stream: stream, DeadLetterStream: dlq, Group: group})
+	if err != nil {
+		return nil, explainGroupError(ctx, rdb, err, stream, group, dlq)
+	}
+	return st, nil
+}
+
 // explainGroupError replaces ErrNoGroup / ErrWrongType from a call on
 // (stream, group, dlq) by a message that says which key or group is wrong.
 // Other errors are returned unchanged.

@@ -315,35 +315,22 @@ type Config struct {
 
 // WithDefaults returns a copy of c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	def := func(p *int, v int) {
-		if *p == 0 {
-			*p = v
-		}
-	}
-	def(&c.Entries, DefaultEntries)
-	def(&c.RawCount, DefaultRawCount)
-	def(&c.ReclaimEntries, DefaultReclaimEntries)
-	def(&c.AckEntries, DefaultAckEntries)
-	def(&c.ClaimCount, DefaultClaimCount)
-	def(&c.PoisonEvery, DefaultPoisonEvery)
-	def(&c.SlowEntries, DefaultSlowEntries)
-	def(&c.LargeEntries, DefaultLargeEntries)
-	def(&c.LargeEntryBytes, DefaultLargeEntryBytes)
-	def(&c.Rounds, 1)
-	def(&c.PELNewEntries, DefaultPELNewEntries)
-	def(&c.PayloadBytes, DefaultPayloadBytes)
-	if c.SlowHandlerTime == 0 {
-		c.SlowHandlerTime = DefaultSlowHandlerTime
-	}
-	if c.PELMinRun == 0 {
-		c.PELMinRun = DefaultPELMinRun
-	}
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = DefaultKeyPrefix
-	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
+	measure.Default(&c.Entries, DefaultEntries)
+	measure.Default(&c.RawCount, DefaultRawCount)
+	measure.Default(&c.ReclaimEntries, DefaultReclaimEntries)
+	measure.Default(&c.AckEntries, DefaultAckEntries)
+	measure.Default(&c.ClaimCount, DefaultClaimCount)
+	measure.Default(&c.PoisonEvery, DefaultPoisonEvery)
+	measure.Default(&c.SlowEntries, DefaultSlowEntries)
+	measure.Default(&c.LargeEntries, DefaultLargeEntries)
+	measure.Default(&c.LargeEntryBytes, DefaultLargeEntryBytes)
+	measure.Default(&c.Rounds, 1)
+	measure.Default(&c.PELNewEntries, DefaultPELNewEntries)
+	measure.Default(&c.PayloadBytes, DefaultPayloadBytes)
+	measure.Default(&c.SlowHandlerTime, DefaultSlowHandlerTime)
+	measure.Default(&c.PELMinRun, DefaultPELMinRun)
+	measure.Default(&c.KeyPrefix, DefaultKeyPrefix)
+	measure.Default(&c.Timeout, DefaultTimeout)
 	c.Parts = append([]Part(nil), c.Parts...)
 	if len(c.Parts) == 0 {
 		c.Parts = append(c.Parts, AllParts...)
@@ -361,7 +348,7 @@ func (c Config) WithDefaults() Config {
 
 func (c Config) validate() error {
 	bad := func(field, format string, a ...any) error {
-		return fmt.Errorf("consume: Config.%s %s", field, fmt.Sprintf(format, a...))
+		return &measure.ConfigError{Suite: "consume", Field: field, Problem: fmt.Sprintf(format, a...)}
 	}
 	switch {
 	case c.Options == nil:

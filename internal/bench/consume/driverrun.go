@@ -13,6 +13,7 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/internal/bench/measure"
 	"github.com/pelwarden/pelwarden/internal/ctxwait"
 )
 
@@ -178,7 +179,7 @@ var noop = driver.HandlerFunc(func(context.Context, *driver.Message) error { ret
 // measureDriver runs a driver consumer with a no-op handler until it
 // settled spec.target entries (and spec.minRun passed), then cancels it.
 func (b *bench) measureDriver(ctx context.Context, spec driverSpec) (*Result, error) {
-	r := &Result{Method: spec.method, Part: spec.part, Entries: int(spec.target), Concurrency: spec.v.concurrency()}
+	r := &Result{Method: spec.method, Part: spec.part, Sample: measure.Sample{Entries: int(spec.target)}, Concurrency: spec.v.concurrency()}
 	h := &hook{}
 	g := newGoal(spec.target)
 	d, err := b.newDriverRun(spec, benchName, h, g, noop)

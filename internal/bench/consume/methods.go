@@ -403,7 +403,7 @@ func (b *bench) publishWatermill(ctx context.Context, stream string, n int) (str
 }
 
 func (b *bench) measureWatermill(ctx context.Context, k keys, n int) (*Result, error) {
-	r := &Result{Method: "watermill", Part: PartMain, Entries: n, Concurrency: 1}
+	r := &Result{Method: "watermill", Part: PartMain, Sample: measure.Sample{Entries: n}, Concurrency: 1}
 	done := make(chan struct{})
 	var once sync.Once
 	h := &hook{onAck: func(total int64) {
@@ -477,7 +477,7 @@ func (b *bench) runRaw(ctx context.Context) (*Result, error) {
 		return nil, fmt.Errorf("consume: %s: %w", method, err)
 	}
 	b.cfg.logf("%s: consuming", method)
-	r := &Result{Method: method, Part: PartMain, Entries: n, Concurrency: 1}
+	r := &Result{Method: method, Part: PartMain, Sample: measure.Sample{Entries: n}, Concurrency: 1}
 	o := b.clientOptions()
 	o.PoolSize = 1
 	rdb := redis.NewClient(o)
@@ -541,7 +541,7 @@ func (b *bench) runClaimLoop(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consume: %s: %w", method, err)
 	}
-	r := &Result{Method: method, Part: PartReclaim, Entries: n, PEL: n, Poison: poison, Concurrency: 1}
+	r := &Result{Method: method, Part: PartReclaim, Sample: measure.Sample{Entries: n}, PEL: n, Poison: poison, Concurrency: 1}
 	rdb, h, lib, err := b.oneConnection(ctx)
 	if err != nil {
 		return nil, err
@@ -649,7 +649,7 @@ func (b *bench) runTextbook(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consume: %s: %w", method, err)
 	}
-	r := &Result{Method: method, Part: PartReclaim, Entries: n, PEL: n, Poison: poison, Concurrency: 1}
+	r := &Result{Method: method, Part: PartReclaim, Sample: measure.Sample{Entries: n}, PEL: n, Poison: poison, Concurrency: 1}
 	rdb, h, _, err := b.oneConnection(ctx)
 	if err != nil {
 		return nil, err
@@ -803,7 +803,7 @@ func (b *bench) runAck(ctx context.Context, m ackMethod) (*Result, error) {
 		}
 		start = "(" + page[len(page)-1].ID
 	}
-	r := &Result{Method: m.name, Part: PartAck, Entries: n, PEL: n, Concurrency: 1}
+	r := &Result{Method: m.name, Part: PartAck, Sample: measure.Sample{Entries: n}, PEL: n, Concurrency: 1}
 	rdb, h, lib, err := b.oneConnection(ctx)
 	if err != nil {
 		return nil, err

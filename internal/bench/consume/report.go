@@ -38,8 +38,13 @@ type Result struct {
 	Method string
 	// Part is the section the run belongs to.
 	Part Part
-	// Entries the method had to ack (the new entries in PartPEL).
-	Entries int
+	// Sample: Entries the method had to ack (the new entries in PartPEL);
+	// Wall the time from the start of consuming until every entry was
+	// acked (for the driver, until its Metrics reported Entries acks; for
+	// watermill, until its XACKs, counted by the hook, reached Entries);
+	// RoundTrips and Commands what the method's client sent during Ran;
+	// ServerCPU the server's CPU over Ran.
+	measure.Sample
 	// PEL is the size of the dead consumer's PEL (PartReclaim, PartPEL,
 	// PartLarge).
 	PEL int
@@ -48,18 +53,11 @@ type Result struct {
 	Poison int
 	// Concurrency is the driver's Config.Concurrency (1 for the others).
 	Concurrency int
-	// Wall is the time from the start of consuming until every entry was
-	// acked: for the driver, until its Metrics reported Entries acks; for
-	// watermill, until its XACKs (counted by the hook) reached Entries.
-	Wall time.Duration
 	// Ran is the whole measured phase (longer than Wall in PartPEL, which
 	// runs at least Config.PELMinRun).
 	Ran time.Duration
 	// Setup is how long preparing the stream took (PartPEL).
 	Setup time.Duration
-	// RoundTrips the method's client made during Ran (one per command sent
-	// alone, one per pipeline); Commands counts pipelined commands too.
-	RoundTrips, Commands int64
 	// Claims is how many claim function calls the client made.
 	Claims int64
 	// IdleChecks is how many XPENDING calls it made: the driver's check
@@ -83,8 +81,6 @@ type Result struct {
 	// SlowLog is what the server's slow log recorded of the driver's
 	// commands (PartLarge).
 	SlowLog *SlowLogResult
-	// ServerCPU is the server's used_cpu_user+used_cpu_sys delta over Ran.
-	ServerCPU time.Duration
 	// ClientCPU is the benchmark process's user+system CPU time over Ran
 	// (every goroutine: the method's client, the heap sampler, the
 	// watchers); 0 where the platform does not report it.
@@ -187,24 +183,6 @@ func (r *Result) HeapGrowth() float64 {
 		return 0
 	}
 	return float64(spans[1].MaxInuse) / float64(spans[0].MaxInuse)
-}
-
-// EntriesPerSecond is Entries divided by Wall.
-func (r *Result) EntriesPerSecond() float64 {
-	if r.Wall <= 0 {
-		return 0
-	}
-	return float64(r.Entries) / r.Wall.Seconds()
-}
-
-// RoundTripsPerEntry is RoundTrips divided by Entries.
-func (r *Result) RoundTripsPerEntry() float64 {
-	return measure.PerEntry(float64(r.RoundTrips), r.Entries)
-}
-
-// CPUPerEntry is the server CPU time per entry, in microseconds.
-func (r *Result) CPUPerEntry() float64 {
-	return measure.PerEntry(float64(r.ServerCPU)/float64(time.Microsecond), r.Entries)
 }
 
 // ClientCPUPerEntry is the benchmark process's CPU time per entry, in

@@ -10,6 +10,8 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
+
+	"github.com/pelwarden/pelwarden/internal/bench/measure"
 )
 
 func samples(inuse ...uint64) []HeapSample {
@@ -43,7 +45,7 @@ func TestHeapSpans(t *testing.T) {
 func TestWriteTableShowsHeapOverTime(t *testing.T) {
 	t.Parallel()
 	rep := Report{Config: Config{ReclaimEntries: 100}.WithDefaults(), Reclaim: []Result{{
-		Method: "driver reclaim c=512, page 500", Part: PartReclaim, Entries: 100, Wall: time.Second, Verified: true,
+		Method: "driver reclaim c=512, page 500", Part: PartReclaim, Sample: measure.Sample{Entries: 100, Wall: time.Second}, Verified: true,
 		PeakHeapInuse: 70 << 20, LastHeapInuse: 65 << 20, BaseHeapInuse: 1 << 20,
 		Heap: samples(10<<20, 30<<20, 20<<20, 40<<20, 50<<20, 45<<20, 60<<20, 55<<20, 70<<20, 65<<20),
 	}}}
@@ -104,7 +106,7 @@ func TestWriteTableTargets(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Rounds: 1}.WithDefaults()
 	res := func(method string, part Part, entries int, wall time.Duration) Result {
-		return Result{Method: method, Part: part, Entries: entries, Wall: wall, Verified: true, Concurrency: 16}
+		return Result{Method: method, Part: part, Sample: measure.Sample{Entries: entries, Wall: wall}, Verified: true, Concurrency: 16}
 	}
 	rep := Report{Config: cfg,
 		Main: []Result{res("driver defaults", PartMain, 1000, time.Second), res("watermill", PartMain, 1000, 40*time.Second),
@@ -145,7 +147,7 @@ func TestWriteTableTargets(t *testing.T) {
 func TestMediansAndPairedRatios(t *testing.T) {
 	t.Parallel()
 	run := func(method string, entries int, wall time.Duration) Result {
-		return Result{Method: method, Entries: entries, Wall: wall}
+		return Result{Method: method, Sample: measure.Sample{Entries: entries, Wall: wall}}
 	}
 	rounds := [][]Result{
 		{run("driver", 100, 1*time.Second), run("driver", 100, 4*time.Second), run("driver", 100, 2*time.Second)},

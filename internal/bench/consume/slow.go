@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/internal/bench/measure"
 	"github.com/pelwarden/pelwarden/internal/ctxwait"
 )
 
@@ -36,7 +37,7 @@ func (b *bench) runSlow(ctx context.Context, round int) (*Result, error) {
 	k := b.keys(fmt.Sprintf("slow-%d", round))
 	defer b.cleanup(ctx, k)
 	c := driver.DefaultConcurrency
-	r := &Result{Method: method, Part: PartSlow, Entries: n, Concurrency: c,
+	r := &Result{Method: method, Part: PartSlow, Sample: measure.Sample{Entries: n}, Concurrency: c,
 		Ideal: time.Duration(n) * b.cfg.SlowHandlerTime / time.Duration(slowConsumers*c)}
 	handler := driver.HandlerFunc(func(ctx context.Context, _ *driver.Message) error {
 		if !ctxwait.Sleep(ctx, b.cfg.SlowHandlerTime) {

@@ -218,29 +218,18 @@ type Config struct {
 
 // WithDefaults returns a copy of c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	def := func(p *int, v int) {
-		if *p == 0 {
-			*p = v
-		}
-	}
-	def(&c.Entries, DefaultEntries)
-	def(&c.ProxiedEntries, DefaultProxiedEntries)
-	def(&c.MaxDeliveries, DefaultMaxDeliveries)
-	def(&c.PoisonEvery, DefaultPoisonEvery)
-	def(&c.DeletedEvery, DefaultDeletedEvery)
-	def(&c.PageSize, DefaultPageSize)
-	def(&c.TextbookPageSize, textbook.DefaultPageSize)
-	def(&c.WatermillPageSize, DefaultWatermillPageSize)
-	def(&c.PayloadBytes, DefaultPayloadBytes)
-	if c.RoundTripLatency == 0 {
-		c.RoundTripLatency = DefaultRoundTripLatency
-	}
-	if c.MinIdle == 0 {
-		c.MinIdle = DefaultMinIdle
-	}
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = DefaultKeyPrefix
-	}
+	measure.Default(&c.Entries, DefaultEntries)
+	measure.Default(&c.ProxiedEntries, DefaultProxiedEntries)
+	measure.Default(&c.MaxDeliveries, DefaultMaxDeliveries)
+	measure.Default(&c.PoisonEvery, DefaultPoisonEvery)
+	measure.Default(&c.DeletedEvery, DefaultDeletedEvery)
+	measure.Default(&c.PageSize, DefaultPageSize)
+	measure.Default(&c.TextbookPageSize, textbook.DefaultPageSize)
+	measure.Default(&c.WatermillPageSize, DefaultWatermillPageSize)
+	measure.Default(&c.PayloadBytes, DefaultPayloadBytes)
+	measure.Default(&c.RoundTripLatency, DefaultRoundTripLatency)
+	measure.Default(&c.MinIdle, DefaultMinIdle)
+	measure.Default(&c.KeyPrefix, DefaultKeyPrefix)
 	c.Methods = append([]Method(nil), c.Methods...)
 	if len(c.Methods) == 0 {
 		c.Methods = append(c.Methods, AllMethods...)
@@ -255,7 +244,7 @@ func (c Config) WithDefaults() Config {
 // validate checks a Config with defaults applied and names the bad field.
 func (c Config) validate() error {
 	bad := func(field, format string, a ...any) error {
-		return fmt.Errorf("reclaim: Config.%s %s", field, fmt.Sprintf(format, a...))
+		return &measure.ConfigError{Suite: "reclaim", Field: field, Problem: fmt.Sprintf(format, a...)}
 	}
 	switch {
 	case c.Options == nil:
@@ -451,18 +440,15 @@ func runOne(ctx context.Context, cfg Config, ctl, rdb *redis.Client, counter *me
 	}
 
 	r := &Result{
-		Method:           m,
-		Link:             link,
-		Entries:          n,
+		Method: m,
+		Link:   link,
+		Sample: measure.Sample{Entries: n, Wall: wall, RoundTrips: sent.RoundTrips, Commands: sent.Commands,
+			ServerCPU: after.CPU - before.CPU},
 		Poison:           len(sc.poison),
 		Deleted:          len(sc.deleted),
 		Handled:          len(out.handled),
 		DeadLettered:     len(out.dead),
 		Passes:           out.passes,
-		Wall:             wall,
-		RoundTrips:       sent.RoundTrips,
-		Commands:         sent.Commands,
-		ServerCPU:        after.CPU - before.CPU,
 		IdleCPU:          time.Duration(float64(idle) * wall.Seconds()),
 		CommandStatsUsec: measure.CommandStatsUsec(before, after, sent.ByName),
 	}

@@ -66,8 +66,9 @@ type Result struct {
 	// Method and Link identify the run.
 	Method Method
 	Link   Link
-	// Entries is the PEL size at the start: live, poison and deleted.
-	Entries int
+	// Sample: Entries is the PEL size at the start (live, poison and
+	// deleted), Wall the wall time of the reclaim phase.
+	measure.Sample
 	// Poison entries were at MaxDeliveries; Deleted ones were gone from the
 	// stream while pending.
 	Poison, Deleted int
@@ -76,13 +77,6 @@ type Result struct {
 	Handled, DeadLettered int
 	// Passes over the PEL until it was empty (1 when one pass sufficed).
 	Passes int
-	// Wall is the wall time of the reclaim phase.
-	Wall time.Duration
-	// RoundTrips the client made: one per command sent alone, one per
-	// pipeline. Commands counts the commands, pipelined ones included.
-	RoundTrips, Commands int64
-	// ServerCPU is the server's used_cpu_user+used_cpu_sys delta.
-	ServerCPU time.Duration
 	// IdleCPU is the part of ServerCPU the server's idle rate accounts for
 	// (Report.IdleCPU per second times Wall): cron and the like, which
 	// long runs pay more of. ServerCPU includes it.
@@ -96,24 +90,6 @@ type Result struct {
 	// Problem says what went wrong when the run failed or the end state
 	// was wrong.
 	Problem string
-}
-
-// EntriesPerSecond is Entries divided by Wall.
-func (r *Result) EntriesPerSecond() float64 {
-	if r.Wall <= 0 {
-		return 0
-	}
-	return float64(r.Entries) / r.Wall.Seconds()
-}
-
-// RoundTripsPerEntry is RoundTrips divided by Entries.
-func (r *Result) RoundTripsPerEntry() float64 {
-	return measure.PerEntry(float64(r.RoundTrips), r.Entries)
-}
-
-// CPUPerEntry is the server CPU time per entry, in microseconds.
-func (r *Result) CPUPerEntry() float64 {
-	return measure.PerEntry(float64(r.ServerCPU)/float64(time.Microsecond), r.Entries)
 }
 
 // NetCPUPerEntry is the server CPU time per entry without the idle share

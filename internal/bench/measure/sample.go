@@ -1,0 +1,63 @@
+package measure
+
+import (
+	"fmt"
+	"time"
+)
+
+// Sample is what every benchmark result measures of a method's run: the
+// entries it settled, in how long, with how many round trips and how much
+// server CPU. The suites' Result types embed it, so their per-entry figures
+// are computed one way.
+type Sample struct {
+	// Entries the run had to settle.
+	Entries int
+	// Wall is the measured time (each suite says from when to when).
+	Wall time.Duration
+	// RoundTrips the client made: one per command sent alone, one per
+	// pipeline; Commands counts every command.
+	RoundTrips, Commands int64
+	// ServerCPU is the server's used_cpu_user+used_cpu_sys delta.
+	ServerCPU time.Duration
+}
+
+// EntriesPerSecond is Entries divided by Wall.
+func (s *Sample) EntriesPerSecond() float64 {
+	if s.Wall <= 0 {
+		return 0
+	}
+	return float64(s.Entries) / s.Wall.Seconds()
+}
+
+// RoundTripsPerEntry is RoundTrips divided by Entries.
+func (s *Sample) RoundTripsPerEntry() float64 {
+	return PerEntry(float64(s.RoundTrips), s.Entries)
+}
+
+// CPUPerEntry is the server CPU time per entry, in microseconds.
+func (s *Sample) CPUPerEntry() float64 {
+	return PerEntry(float64(s.ServerCPU)/float64(time.Microsecond), s.Entries)
+}
+
+// Default sets *p to v when *p is the zero value: the suites' WithDefaults
+// helper.
+func Default[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}
+
+// ConfigError is a bad field of a suite's Config.
+type ConfigError struct {
+	// Suite is "reclaim" or "consume".
+	Suite string
+	// Field is the Config field's name.
+	Field string
+	// Problem says what is wrong, with the value.
+	Problem string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("%s: Config.%s %s", e.Suite, e.Field, e.Problem)
+}
