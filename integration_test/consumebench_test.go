@@ -46,7 +46,7 @@ func TestConsumebenchSmoke(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Len(t, rep.Main, len(consume.DefaultDrivers)+2) // the drivers, watermill, raw
-	require.Len(t, rep.Reclaim, 3)                               // Claim+Ack loop, driver, textbook
+	require.Len(t, rep.Reclaim, 3)                          // Claim+Ack loop, driver, textbook
 	require.Len(t, rep.PEL, 2)
 	require.Len(t, rep.Ack, 3)   // XACK, fenced in order, fenced shuffled
 	require.Len(t, rep.Slow, 2)  // one per round
