@@ -1,6 +1,7 @@
 // Package integration_test runs pelwarden against real servers in
 // containers: every test runs on each server of the matrix (Redis 7.0,
-// Redis 8.0, Valkey 8.1, Valkey 9.1 by default; see internal/testserver).
+// Redis 8.0, Redis 8.6, Valkey 8.1, Valkey 9.1 by default; see
+// internal/testserver).
 //
 // Run it with `make test` (which builds the images first), or:
 //
