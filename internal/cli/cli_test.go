@@ -213,13 +213,6 @@ func TestDecodeEntries(t *testing.T) {
 	require.Error(t, err)
 }
 
-func TestCompareIDs(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, -1, compareIDs("9-0", "10-0"))
-	require.Equal(t, 1, compareIDs("10-2", "10-1"))
-	require.Equal(t, 0, compareIDs("10-1", "10-1"))
-}
-
 func TestFormat(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "1,234,567", fmtCount(1234567))

@@ -89,37 +89,3 @@ func readDeadLetters(ctx context.Context, rdb redis.UniversalClient, key string)
 		start = next
 	}
 }
-
-// compareIDs orders two valid stream ids.
-func compareIDs(a, b string) int {
-	am, as := splitID(a)
-	bm, bs := splitID(b)
-	switch {
-	case am != bm:
-		return cmpUint(am, bm)
-	default:
-		return cmpUint(as, bs)
-	}
-}
-
-func splitID(id string) (uint64, uint64) {
-	var ms, seq uint64
-	i := 0
-	for ; i < len(id) && id[i] != '-'; i++ {
-		ms = ms*10 + uint64(id[i]-'0')
-	}
-	for i++; i < len(id); i++ {
-		seq = seq*10 + uint64(id[i]-'0')
-	}
-	return ms, seq
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
