@@ -73,9 +73,23 @@ const NoDeliveryLimit = -1
 // Config configures a Consumer. The zero value of every optional field means
 // its documented default. New never modifies the caller's Config.
 type Config struct {
-	// Stream to consume. Required. Use a hash tag ("{orders}") so the
-	// dead-letter stream lands in the same cluster slot.
+	// Stream to consume. Use a hash tag ("{orders}") so the dead-letter
+	// stream lands in the same cluster slot. Set Stream or Streams.
 	Stream string
+	// Streams to consume with one Consumer, instead of Stream: typically
+	// the partitions of a partitioned stream (pelwarden.Partitions), at
+	// most MaxStreams. Every stream has its own dead-letter stream,
+	// pelwarden.DeadLetterStreamFor(stream), in its slot (DeadLetterStream
+	// must then be empty), and its own loops: reads (a cluster refuses one
+	// XREADGROUP across slots), reclaim passes, lease extensions, acks and
+	// reaping. The entries of all streams share one flow-control window and
+	// the Concurrency handlers; streams with entries take turns in it, so
+	// none starves. An idle stream costs one non-blocking XREADGROUP every
+	// ReadBlock/2 and holds no connection (with a single stream, the read
+	// blocks up to ReadBlock instead). Message.Stream tells the handler
+	// which stream an entry came from. The group is the same on every
+	// stream.
+	Streams []string
 	// Group is the consumer group. Required.
 	Group string
 	// Consumer is this consumer's name in the group. Defaults to
@@ -84,7 +98,8 @@ type Config struct {
 	// Handler runs the business work. Required.
 	Handler Handler
 
-	// DeadLetterStream receives poison entries. Defaults to Stream+":dead".
+	// DeadLetterStream receives poison entries of Stream. Defaults to
+	// Stream+":dead". Must be empty with Streams.
 	DeadLetterStream string
 	// MaxDeliveries: an entry delivered this many times without success is
 	// dead-lettered by the next reclaim pass instead of reaching a handler
@@ -194,8 +209,13 @@ func (c Config) withDefaults() Config {
 	if c.Consumer == "" {
 		c.Consumer = defaultConsumerName()
 	}
-	if c.DeadLetterStream == "" {
-		c.DeadLetterStream = pelwarden.DeadLetterStreamFor(c.Stream)
+	if len(c.Streams) == 0 && c.Stream != "" {
+		c.Streams = []string{c.Stream}
+		if c.DeadLetterStream == "" {
+			c.DeadLetterStream = pelwarden.DeadLetterStreamFor(c.Stream)
+		}
+	} else {
+		c.Streams = append([]string(nil), c.Streams...)
 	}
 	if c.MaxDeliveries == 0 {
 		c.MaxDeliveries = DefaultMaxDeliveries
@@ -249,6 +269,80 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// MaxStreams bounds Config.Streams: one Consumer runs four goroutines per
+// stream.
+const MaxStreams = 1024
+
+// validateStreams checks Stream or Streams (defaults applied: Streams
+// holds Stream when only Stream was set) and the dead-letter streams.
+func (c Config) validateStreams() error {
+	bad := func(field, format string, a ...any) error {
+		return &ConfigError{Field: field, Reason: fmt.Sprintf(format, a...)}
+	}
+	name := func(field, v string) error {
+		if v == "" {
+			return bad(field, "required")
+		}
+		if len(v) > pelwarden.MaxNameBytes {
+			return bad(field, "at most %d bytes, got %d", pelwarden.MaxNameBytes, len(v))
+		}
+		return nil
+	}
+	single := len(c.Streams) == 1 && c.Streams[0] == c.Stream
+	switch {
+	case len(c.Streams) == 0:
+		return bad("Stream", "required (or Streams)")
+	case c.Stream != "" && !single:
+		return bad("Streams", "set Stream or Streams, not both")
+	case single:
+		if err := name("Stream", c.Stream); err != nil {
+			return err
+		}
+		if err := name("DeadLetterStream", c.DeadLetterStream); err != nil {
+			return err
+		}
+		if c.DeadLetterStream == c.Stream {
+			return bad("DeadLetterStream", "must differ from Stream")
+		}
+		if pelwarden.Slot(c.Stream) != pelwarden.Slot(c.DeadLetterStream) {
+			return bad("DeadLetterStream", "%q and %q hash to different cluster slots; use a hash tag such as {orders} and {orders}:dead", c.Stream, c.DeadLetterStream)
+		}
+		return nil
+	case len(c.Streams) > MaxStreams:
+		return bad("Streams", "at most %d streams, got %d", MaxStreams, len(c.Streams))
+	case c.DeadLetterStream != "":
+		return bad("DeadLetterStream", "must be empty with Streams: each stream's is pelwarden.DeadLetterStreamFor(stream)")
+	}
+	seen := make(map[string]bool, len(c.Streams))
+	for i, s := range c.Streams {
+		field := fmt.Sprintf("Streams[%d]", i)
+		if err := name(field, s); err != nil {
+			return err
+		}
+		if len(pelwarden.DeadLetterStreamFor(s)) > pelwarden.MaxNameBytes {
+			return bad(field, "its dead-letter stream name would exceed %d bytes", pelwarden.MaxNameBytes)
+		}
+		if seen[s] {
+			return bad(field, "%q is listed twice", s)
+		}
+		seen[s] = true
+	}
+	for i, s := range c.Streams {
+		if seen[pelwarden.DeadLetterStreamFor(s)] {
+			return bad(fmt.Sprintf("Streams[%d]", i), "%q is the dead-letter stream of another stream in Streams", pelwarden.DeadLetterStreamFor(s))
+		}
+	}
+	return nil
+}
+
+// deadLetterStreamOf is the dead-letter stream of one of Streams.
+func (c Config) deadLetterStreamOf(stream string) string {
+	if c.DeadLetterStream != "" {
+		return c.DeadLetterStream
+	}
+	return pelwarden.DeadLetterStreamFor(stream)
+}
+
 // ConfigError names the Config field that is wrong. It matches
 // pelwarden.ErrInvalidArgument with errors.Is.
 type ConfigError struct {
@@ -267,8 +361,11 @@ func (c Config) validate() error {
 	bad := func(field, format string, a ...any) error {
 		return &ConfigError{Field: field, Reason: fmt.Sprintf(format, a...)}
 	}
+	if err := c.validateStreams(); err != nil {
+		return err
+	}
 	for _, f := range []struct{ name, v string }{
-		{"Stream", c.Stream}, {"Group", c.Group}, {"Consumer", c.Consumer}, {"DeadLetterStream", c.DeadLetterStream},
+		{"Group", c.Group}, {"Consumer", c.Consumer},
 	} {
 		if f.v == "" {
 			return bad(f.name, "required")
@@ -279,12 +376,6 @@ func (c Config) validate() error {
 	}
 	if c.Handler == nil {
 		return bad("Handler", "required")
-	}
-	if c.DeadLetterStream == c.Stream {
-		return bad("DeadLetterStream", "must differ from Stream")
-	}
-	if pelwarden.Slot(c.Stream) != pelwarden.Slot(c.DeadLetterStream) {
-		return bad("DeadLetterStream", "%q and %q hash to different cluster slots; use a hash tag such as {orders} and {orders}:dead", c.Stream, c.DeadLetterStream)
 	}
 	if c.MaxDeliveries < NoDeliveryLimit {
 		return bad("MaxDeliveries", "must be positive, 0 (default) or NoDeliveryLimit, got %d", c.MaxDeliveries)

@@ -53,6 +53,14 @@ func TestNewValidatesAndNamesTheField(t *testing.T) {
 		{"ReapIdle", func(c *Config) { c.ReapIdle = -1 }},
 		{"ReapIdle", func(c *Config) { c.ReapIdle = time.Second }},
 		{"ShutdownTimeout", func(c *Config) { c.ShutdownTimeout = -1 }},
+		{"Streams", func(c *Config) { c.Streams = []string{"{a}", "{b}"} }},
+		{"Stream", func(c *Config) { c.Stream, c.Streams = "", nil }},
+		{"DeadLetterStream", func(c *Config) { c.Stream, c.Streams, c.DeadLetterStream = "", []string{"{a}", "{b}"}, "{a}:dead" }},
+		{"Streams[1]", func(c *Config) { c.Stream, c.Streams = "", []string{"{a}", ""} }},
+		{"Streams[2]", func(c *Config) { c.Stream, c.Streams = "", []string{"{a}", "{b}", "{a}"} }},
+		{"Streams[0]", func(c *Config) { c.Stream, c.Streams = "", []string{"{a}", "{a}:dead"} }},
+		{"Streams[0]", func(c *Config) { c.Stream, c.Streams = "", []string{strings.Repeat("s", pelwarden.MaxNameBytes-2)} }},
+		{"Streams", func(c *Config) { c.Stream, c.Streams = "", make([]string, MaxStreams+1) }},
 	}
 	for _, tc := range cases {
 		cfg := ok
@@ -66,6 +74,30 @@ func TestNewValidatesAndNamesTheField(t *testing.T) {
 	}
 	_, err := New(nil, ok)
 	require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
+}
+
+// Streams: each stream gets its own dead-letter stream; Stream alone is the
+// one-stream case of Streams.
+func TestNewStreams(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	parts, err := pelwarden.Partitions("events", 3)
+	require.NoError(t, err)
+	c, err := New(rdb, Config{Streams: parts, Group: "g", Handler: nopHandler()})
+	require.NoError(t, err)
+	require.Equal(t, parts, c.Config().Streams)
+	require.Empty(t, c.Config().DeadLetterStream)
+	for _, p := range parts {
+		require.Equal(t, pelwarden.DeadLetterStreamFor(p), c.Config().deadLetterStreamOf(p))
+	}
+	parts[0] = "changed"
+	require.NotEqual(t, "changed", c.Config().Streams[0], "New copies Streams")
+
+	c, err = New(rdb, Config{Stream: "{orders}", Group: "g", Handler: nopHandler()})
+	require.NoError(t, err)
+	require.Equal(t, []string{"{orders}"}, c.Config().Streams)
+	require.Equal(t, "{orders}:dead", c.Config().deadLetterStreamOf("{orders}"))
 }
 
 func TestNewFillsDefaultsWithoutMutating(t *testing.T) {

@@ -46,9 +46,18 @@ func New(rdb redis.UniversalClient, cfg Config) (*Consumer, error) {
 		rdb: rdb,
 		lib: pelwarden.NewLibrary(rdb),
 		cfg: cfg,
-		log: cfg.Logger.With("stream", cfg.Stream, "group", cfg.Group, "consumer", cfg.Consumer),
+		log: consumerLogger(cfg),
 		m:   cfg.Metrics,
 	}, nil
+}
+
+// consumerLogger is the Logger with the consumer's group and name, and its
+// stream when it has one (the lanes of several streams add theirs).
+func consumerLogger(cfg Config) *slog.Logger {
+	if len(cfg.Streams) == 1 {
+		return cfg.Logger.With("stream", cfg.Streams[0], "group", cfg.Group, "consumer", cfg.Consumer)
+	}
+	return cfg.Logger.With("group", cfg.Group, "consumer", cfg.Consumer)
 }
 
 // Name returns the consumer's name in the group.
@@ -74,8 +83,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
 	}
-	r := newRun(c)
-	lingering, err := r.run(ctx)
+	s, lanes := newRun(c)
+	lingering, err := s.run(ctx, c, lanes)
 	if lingering == nil {
 		c.running.Store(false)
 	} else {
@@ -86,17 +95,18 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return err
 }
 
-// start loads the library and checks or creates the group.
-func (r *run) start(ctx context.Context) error {
-	failed := func(what string) func(error, int) {
+// start loads the library and checks or creates the group of every
+// stream.
+func (s *shared) start(ctx context.Context, c *Consumer, lanes []*run) error {
+	failed := func(r *run, what string) func(error, int) {
 		return func(err error, attempt int) {
 			if !permanent(err) {
 				r.commandError(what, err, attempt)
 			}
 		}
 	}
-	err := retry(ctx, onPermanent, failed("load library"), func(ctx context.Context) error {
-		_, err := r.lib.Load(ctx)
+	err := retry(ctx, onPermanent, failed(lanes[0], "load library"), func(ctx context.Context) error {
+		_, err := c.lib.Load(ctx)
 		return err
 	})
 	if err != nil {
@@ -105,16 +115,21 @@ func (r *run) start(ctx context.Context) error {
 		}
 		return fmt.Errorf("pelwarden/driver: load library: %w", err)
 	}
-	err = retry(ctx, onPermanent, failed("check group"), r.ensureGroup)
-	if err != nil && ctx.Err() != nil && !permanent(err) {
-		return fmt.Errorf("pelwarden/driver: check group: %w", ctx.Err())
+	for _, r := range lanes {
+		err = retry(ctx, onPermanent, failed(r, "check group"), r.ensureGroup)
+		if err != nil && ctx.Err() != nil && !permanent(err) {
+			return fmt.Errorf("pelwarden/driver: check group: %w", ctx.Err())
+		}
+		if err != nil {
+			return err
+		}
 	}
-	return err
+	return nil
 }
 
-// ensureGroup creates the group when CreateGroup is set (BUSYGROUP is
-// fine), and otherwise checks it exists.
-func (c *Consumer) ensureGroup(ctx context.Context) error {
+// ensureGroup creates the lane's group when CreateGroup is set (BUSYGROUP
+// is fine), and otherwise checks it exists.
+func (c *run) ensureGroup(ctx context.Context) error {
 	if c.cfg.CreateGroup {
 		err := c.rdb.XGroupCreateMkStream(ctx, c.cfg.Stream, c.cfg.Group, c.cfg.GroupStartID).Err()
 		switch {

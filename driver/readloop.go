@@ -7,11 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/ctxwait"
 )
 
 // readMargin is added to ReadBlock for a read's context deadline.
@@ -23,12 +25,20 @@ const readMargin = 2 * time.Second
 // without blocking; once one finds nothing new, the loop waits for the
 // next entry holding a single place. A blocked read holding the whole
 // window would starve the reclaim pass for ReadBlock at a time.
+//
+// A lane of a consumer of several streams does not block: an idle stream
+// is polled without BLOCK every ReadBlock/2 (see idlePoll), so idle
+// streams hold neither a connection nor a place in the window.
 func (r *run) readLoop(ctx, handlerCtx context.Context) {
 	idle := true // the last read found nothing new (or none ran yet)
-	for ctx.Err() == nil {
+	block := len(r.Consumer.cfg.Streams) == 1
+	for first := true; ctx.Err() == nil; first = false {
 		want := r.cfg.ReadCount
 		if idle {
 			want = 1
+			if !block && !first && !r.idlePoll(ctx) {
+				return
+			}
 		}
 		res := r.flow.reserve(ctx, partyRead, want)
 		n := res.n
@@ -40,7 +50,7 @@ func (r *run) readLoop(ctx, handlerCtx context.Context) {
 		err := retry(ctx, r.readGiveUp, r.readFailed, func(ctx context.Context) error {
 			began = time.Since(monoEpoch)
 			var err error
-			msgs, err = r.read(ctx, n, idle)
+			msgs, err = r.read(ctx, n, idle && block)
 			rtt = time.Since(monoEpoch) - began
 			return err
 		})
@@ -65,6 +75,15 @@ func (r *run) readLoop(ctx, handlerCtx context.Context) {
 		r.m.Count(EventRead, len(msgs))
 		r.dispatch(handlerCtx, msgs, res, began, rtt, len(msgs) == n)
 	}
+}
+
+// idlePoll waits before the next read of an idle stream of a consumer of
+// several streams: ReadBlock/2, jittered by ±10% so the streams' polls
+// spread out. It reports false when ctx ended.
+func (r *run) idlePoll(ctx context.Context) bool {
+	d := r.cfg.ReadBlock / 2
+	d += time.Duration(rand.Int64N(int64(d)/5+1)) - d/10
+	return ctxwait.Sleep(ctx, d)
 }
 
 // readGiveUp stops retrying a read at a missing group (handled by the

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,30 +15,20 @@ import (
 	"github.com/pelwarden/pelwarden"
 )
 
-// run is the state of one Run: everything a Run creates, so a Consumer
-// run again starts afresh (doc.go has the map of its goroutines).
-type run struct {
-	*Consumer
+// shared is the state of one Run that its streams share: the window, the
+// handler workers' job queue, the shutdown and the pause. Everything one
+// Run creates lives in shared and its lanes, so a Consumer run again
+// starts afresh (doc.go has the map of the goroutines).
+type shared struct {
+	log *slog.Logger // the consumer's, without a stream
 
-	held      *tracker    // the entries in hand
-	flow      *window     // how many more to fetch
-	jobs      *jobQueue   // dispatched entries, to the handler workers
-	acks      *ackQueue   // ids to ack, from handlers to the ack loop
+	flow      *window     // how many more to fetch, for every stream
+	jobs      *jobQueue   // dispatched entries of every stream, to the handler workers
 	entryLogs *logLimiter // per-entry log records
 
-	// inHand counts entries dispatched and not yet settled (queued or
-	// running); readIdle is set while the last read found nothing new.
-	// Together they tell the ack loop when to flush without waiting for
-	// a full batch (see drained).
-	inHand   atomic.Int64
-	readIdle atomic.Bool
-
-	// closed: shutdown began (set with held.close): the workers skip
-	// queued jobs.
+	// closed: shutdown began (set with the trackers' close): the workers
+	// skip queued jobs.
 	closed atomic.Bool
-
-	ackStop   chan struct{} // closed: no more acks are coming, flush and exit
-	ackerGone chan struct{} // closed when the ack loop has exited
 
 	// oom: the server refused a write for lack of memory; see outOfMemory.
 	oomMu sync.Mutex
@@ -52,110 +43,164 @@ type run struct {
 	fatal     chan struct{}
 }
 
-func newRun(c *Consumer) *run {
+// run is one stream's lane of a Run: the loops that read, reclaim, extend
+// and ack entries of that stream, and the entries of it in hand. A Run has
+// one lane per stream; they share the window and the handler workers.
+type run struct {
+	*Consumer
+	*shared
+
+	// cfg is the consumer's configuration with this lane's Stream and
+	// DeadLetterStream; log names the stream. They shadow the Consumer's.
+	cfg Config
+	log *slog.Logger
+
+	held *tracker  // the entries of this stream in hand
+	acks *ackQueue // ids to ack, from handlers to the ack loop
+
+	// inHand counts entries dispatched and not yet settled (queued or
+	// running); readIdle is set while the last read found nothing new.
+	// Together they tell the ack loop when to flush without waiting for
+	// a full batch (see drained).
+	inHand   atomic.Int64
+	readIdle atomic.Bool
+
+	ackStop   chan struct{} // closed: no more acks are coming, flush and exit
+	ackerGone chan struct{} // closed when the ack loop has exited
+}
+
+// newRun returns the shared state of a Run of c and one lane per stream.
+func newRun(c *Consumer) (*shared, []*run) {
 	ceil := c.cfg.MaxInHand
 	if c.cfg.Prefetch > 0 {
 		ceil = c.cfg.Concurrency + c.cfg.Prefetch
 	}
-	return &run{
-		Consumer: c,
-		held:     newTracker(),
-		flow:     newWindow(min(c.cfg.Concurrency, ceil), ceil, c.cfg.Prefetch > 0, c.cfg.MaxInHandBytes, c.cfg.MinIdle),
-		// Room for every held entry's ack plus two batches: a finished
-		// handler hands its ack over and frees its place at once, even
-		// while the ack loop waits for a call in flight.
-		acks:      newAckQueue(c.cfg.AckBatch, 2*c.cfg.AckBatch+ceil),
+	s := &shared{
+		log:       c.log,
+		flow:      newWindow(min(c.cfg.Concurrency, ceil), ceil, c.cfg.Prefetch > 0, c.cfg.MaxInHandBytes, c.cfg.MinIdle),
 		entryLogs: newLogLimiter(entryLogBurst, entryLogRate),
-		ackStop:   make(chan struct{}),
-		ackerGone: make(chan struct{}),
 		fatal:     make(chan struct{}),
 	}
+	lanes := make([]*run, len(c.cfg.Streams))
+	for i, stream := range c.cfg.Streams {
+		cfg := c.cfg
+		cfg.Stream, cfg.DeadLetterStream = stream, c.cfg.deadLetterStreamOf(stream)
+		log := c.log
+		if len(c.cfg.Streams) > 1 {
+			log = log.With("stream", stream)
+		}
+		lanes[i] = &run{
+			Consumer: c, shared: s, cfg: cfg, log: log,
+			held: newTracker(),
+			// Room for every held entry's ack plus two batches: a finished
+			// handler hands its ack over and frees its place at once, even
+			// while the ack loop waits for a call in flight.
+			acks:      newAckQueue(c.cfg.AckBatch, 2*c.cfg.AckBatch+ceil),
+			ackStop:   make(chan struct{}),
+			ackerGone: make(chan struct{}),
+		}
+	}
+	return s, lanes
 }
 
 // run is Run's body. It returns a channel closed once a Redis call and
 // handlers still in progress after the shutdown have returned (nil when
 // none is), and Run's error.
-func (r *run) run(ctx context.Context) (lingering <-chan struct{}, err error) {
-	if err := r.start(ctx); err != nil {
+func (s *shared) run(ctx context.Context, c *Consumer, lanes []*run) (lingering <-chan struct{}, err error) {
+	if err := s.start(ctx, c, lanes); err != nil {
 		if ctx.Err() != nil && !permanent(err) {
 			// Stopped while still starting (loading the library or checking
 			// the group, retried while the server is unreachable): nothing
 			// ran, and a requested stop is not a failure.
-			r.log.Info("pelwarden consumer stopped before it started", "err", err)
+			s.log.Info("pelwarden consumer stopped before it started", "err", err)
 			return nil, nil
 		}
 		return nil, err
 	}
-	r.log.Info("pelwarden consumer started", "concurrency", r.cfg.Concurrency, "max_in_hand", r.flow.ceil,
-		"min_idle", r.cfg.MinIdle, "max_deliveries", r.cfg.MaxDeliveries, "library_mode", r.lib.Mode().String())
+	s.log.Info("pelwarden consumer started", "streams", len(lanes), "concurrency", c.cfg.Concurrency, "max_in_hand", s.flow.ceil,
+		"min_idle", c.cfg.MinIdle, "max_deliveries", c.cfg.MaxDeliveries, "library_mode", c.lib.Mode().String())
 
-	// loopCtx stops the reader, reclaimer and lease loops; handlerCtx is
+	// loopCtx stops the readers, reclaimers and lease loops; handlerCtx is
 	// independent of ctx so handlers can finish during the shutdown.
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
 	go func() {
 		select {
-		case <-r.fatal:
+		case <-s.fatal:
 			stopLoops()
 		case <-loopCtx.Done():
 		}
 	}()
 	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
-	r.handlersDone = handlerCtx.Done()
+	s.handlersDone = handlerCtx.Done()
 
-	// Concurrency long-lived handler workers, fed by the job queue.
-	r.jobs = newJobQueue(r.cfg.Concurrency, &r.flow.starved)
+	// Concurrency long-lived handler workers, fed by the job queue with the
+	// entries of every stream.
+	s.jobs = newJobQueue(c.cfg.Concurrency, &s.flow.starved)
 	var handlers sync.WaitGroup
-	for range r.cfg.Concurrency {
-		handlers.Go(r.worker)
+	for range c.cfg.Concurrency {
+		handlers.Go(s.worker)
 	}
 	var loops sync.WaitGroup
-	loops.Go(func() { r.readLoop(loopCtx, handlerCtx) })
-	loops.Go(func() { r.reclaimLoop(loopCtx, handlerCtx) })
-	loops.Go(func() { r.leaseLoop(loopCtx) })
-	loopsDone := make(chan struct{})
-	go func() { loops.Wait(); close(loopsDone) }()
 	flushCtx, cancelFlush := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelFlush()
-	go func() {
-		defer close(r.ackerGone)
-		r.ackLoop(flushCtx)
-	}()
+	for _, r := range lanes {
+		loops.Go(func() { r.readLoop(loopCtx, handlerCtx) })
+		loops.Go(func() { r.reclaimLoop(loopCtx, handlerCtx) })
+		loops.Go(func() { r.leaseLoop(loopCtx) })
+		go func() {
+			defer close(r.ackerGone)
+			r.ackLoop(flushCtx)
+		}()
+	}
+	loopsDone := make(chan struct{})
+	go func() { loops.Wait(); close(loopsDone) }()
 
 	<-loopCtx.Done()
 	// A loop blocked in a Redis call that ignores cancellation (go-redis
 	// honours context deadlines only with Options.ContextTimeoutEnabled)
 	// is not waited for beyond ShutdownTimeout; nothing it reads from now
 	// on is dispatched (such entries stay pending).
-	if !waitOrTimeout(loopsDone, r.cfg.ShutdownTimeout) {
-		r.log.Warn("shutdown: a Redis call is still in progress; continuing without it")
+	if !waitOrTimeout(loopsDone, c.cfg.ShutdownTimeout) {
+		s.log.Warn("shutdown: a Redis call is still in progress; continuing without it")
 	}
-	r.closed.Store(true) // queued jobs are not started
-	r.held.close(r.jobs) // no more dispatch; the workers skip the queued jobs, then exit
+	s.closed.Store(true) // queued jobs are not started
+	// No more dispatch: every tracker refuses adds, then the queue closes;
+	// the workers skip the queued jobs, then exit.
+	for _, r := range lanes {
+		r.held.close()
+	}
+	s.jobs.close()
 
 	// Shutdown, phase 1: in-flight handlers get ShutdownTimeout to finish;
-	// the ack loop keeps sending their acks meanwhile.
+	// the ack loops keep sending their acks meanwhile.
 	done := make(chan struct{})
 	go func() { handlers.Wait(); close(done) }()
-	if !waitOrTimeout(done, r.cfg.ShutdownTimeout) {
+	if !waitOrTimeout(done, c.cfg.ShutdownTimeout) {
 		// Phase 2: cancel them; their entries stay pending. They get another
 		// ShutdownTimeout to return.
-		r.log.Warn("shutdown timeout: cancelling handlers; their entries stay pending", "in_flight", r.held.count())
+		s.log.Warn("shutdown timeout: cancelling handlers; their entries stay pending", "in_flight", heldCount(lanes))
 		cancelHandlers()
-		waitOrTimeout(done, r.cfg.ShutdownTimeout)
+		waitOrTimeout(done, c.cfg.ShutdownTimeout)
 	}
 	// Queued entries no handler started (all of them, should every worker
 	// be stuck) go back to the group at once rather than after MinIdle.
-	for _, j := range r.jobs.drain() {
-		r.skip(j)
+	for _, j := range s.jobs.drain() {
+		j.lane.skip(j)
 	}
-	r.releaseUnstarted(flushCtx)
+	for _, r := range lanes {
+		r.releaseUnstarted(flushCtx)
+	}
 	// Phase 3: flush the remaining acks, bounded by ShutdownTimeout.
-	close(r.ackStop)
-	<-r.ackerGone
+	for _, r := range lanes {
+		close(r.ackStop)
+	}
+	for _, r := range lanes {
+		<-r.ackerGone
+	}
 	if !waitOrTimeout(done, time.Second) {
-		r.log.Error("handlers ignored their cancelled context; abandoned (their outcome is discarded, entries stay pending)", "in_flight", r.held.count())
+		s.log.Error("handlers ignored their cancelled context; abandoned (their outcome is discarded, entries stay pending)", "in_flight", heldCount(lanes))
 	}
 	if !closedNow(loopsDone) || !closedNow(done) {
 		ch := make(chan struct{})
@@ -163,14 +208,23 @@ func (r *run) run(ctx context.Context) (lingering <-chan struct{}, err error) {
 		lingering = ch
 	}
 
-	r.fatalMu.Lock()
-	fatalErr := r.fatalErr // a lingering Redis call may still report one
-	r.fatalMu.Unlock()
+	s.fatalMu.Lock()
+	fatalErr := s.fatalErr // a lingering Redis call may still report one
+	s.fatalMu.Unlock()
 	if fatalErr != nil {
 		return lingering, fatalErr
 	}
-	r.log.Info("pelwarden consumer stopped")
+	s.log.Info("pelwarden consumer stopped")
 	return lingering, nil
+}
+
+// heldCount is how many entries the lanes hold.
+func heldCount(lanes []*run) int {
+	n := 0
+	for _, r := range lanes {
+		n += r.held.count()
+	}
+	return n
 }
 
 // groupMissing handles a NOGROUP seen while running: recreate the group with
@@ -193,16 +247,16 @@ func (r *run) groupMissing(ctx context.Context, err error) bool {
 }
 
 // stopping reports whether stop was called.
-func (r *run) stopping() bool { return closedNow(r.fatal) }
+func (s *shared) stopping() bool { return closedNow(s.fatal) }
 
 // stop ends Run with err (the first one wins).
-func (r *run) stop(err error) {
-	r.fatalOnce.Do(func() {
-		r.log.Error("pelwarden consumer stopping", "err", err)
-		r.fatalMu.Lock()
-		r.fatalErr = err
-		r.fatalMu.Unlock()
-		close(r.fatal)
+func (s *shared) stop(err error) {
+	s.fatalOnce.Do(func() {
+		s.log.Error("pelwarden consumer stopping", "err", err)
+		s.fatalMu.Lock()
+		s.fatalErr = err
+		s.fatalMu.Unlock()
+		close(s.fatal)
 	})
 }
 
@@ -237,7 +291,7 @@ func (r *run) memoryFull(what string, err error) {
 		r.oomMu.Lock()
 		r.oom = err
 		r.oomMu.Unlock()
-		r.log.Error("server out of memory: stopped taking new entries until a refused call succeeds; entries in hand are still handled and acked",
+		r.shared.log.Error("server out of memory: stopped taking new entries until a refused call succeeds; entries in hand are still handled and acked",
 			"op", what, "err", err)
 	}
 }
@@ -250,7 +304,7 @@ func (r *run) memoryFreed(what string) {
 		err := r.oom
 		r.oom = nil
 		r.oomMu.Unlock()
-		r.log.Warn("server accepts writes again: taking new entries", "op", what, "refused_with", err)
+		r.shared.log.Warn("server accepts writes again: taking new entries", "op", what, "refused_with", err)
 	}
 }
 

@@ -37,8 +37,9 @@ type inflight struct {
 
 // job is one entry handed to a handler worker.
 type job struct {
-	m *Message
-	f *inflight
+	m    *Message
+	f    *inflight
+	lane *run // the stream's lane that settles it
 }
 
 func newTracker() *tracker {
@@ -59,7 +60,7 @@ var monoEpoch = time.Now()
 //
 // ownedUntil is when another consumer could first take them over (see
 // fenceFrom).
-func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64, ownedUntil time.Duration, q *jobQueue) (skipped []*Message, closed bool) {
+func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64, ownedUntil time.Duration, q *jobQueue, lane *run) (skipped []*Message, closed bool) {
 	now := time.Since(monoEpoch)
 	fs := make([]inflight, len(msgs))
 	ctxs := make([]entryContext, len(msgs))
@@ -84,17 +85,17 @@ func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64
 		if len(t.delayed) > 0 {
 			delete(t.delayed, m.ID)
 		}
-		jobs = append(jobs, job{m: m, f: f})
+		jobs = append(jobs, job{m: m, f: f, lane: lane})
 	}
 	q.push(jobs...)
 	return skipped, false
 }
 
-// close refuses further adds and closes q under the same lock.
-func (t *tracker) close(q *jobQueue) {
+// close refuses further adds. Once every tracker feeding a job queue is
+// closed, no push can follow, and the queue may close.
+func (t *tracker) close() {
 	t.mu.Lock()
 	t.closed = true
-	q.close()
 	t.mu.Unlock()
 }
 

@@ -63,17 +63,18 @@ type window struct {
 	mu    sync.Mutex
 	limit int // current size in entries
 	held  int // entries in hand plus reservations of calls in flight
-	// bytes of field data in hand. Calls in flight are not counted: with
-	// at most one read and one claim in flight, each under batchBytes, the
-	// bytes in hand exceed maxBytes by at most two batches.
+	// bytes of field data in hand; inflight the bytes the calls in flight
+	// may return (their entries times the mean entry size), so the reads
+	// and claims of many streams together stay within maxBytes.
 	bytes    int64
-	perEntry float64 // mean field bytes per entry seen (0: none yet)
-	rtt      float64 // mean round trip of a call, in seconds
-	run      float64 // mean handling time of an entry, in seconds
-	last     party   // the last taker, for turns
-	calls    uint64  // reservations made so far: each call's ticket
-	grownAt  uint64  // tickets up to this one may not grow the window
-	waiters  [numParties]*waiter
+	inflight int64
+	perEntry float64               // mean field bytes per entry seen (0: none yet)
+	rtt      float64               // mean round trip of a call, in seconds
+	run      float64               // mean handling time of an entry, in seconds
+	last     party                 // the last taker, for turns
+	calls    uint64                // reservations made so far: each call's ticket
+	grownAt  uint64                // tickets up to this one may not grow the window
+	waiters  [numParties][]*waiter // per party, first come first served
 	paused   bool
 	resumed  chan struct{} // closed when a pause ends
 
@@ -128,17 +129,20 @@ type reservation struct {
 	n      int    // entries the call may fetch
 	bound  bool   // the window's room, not want or the batch size, set n
 	ticket uint64 // the call's number
+	bytes  int64  // the bytes it may return, counted in window.inflight
 }
 
 // reserve waits for room and reserves it for one call of p fetching at most
 // want entries; the reservation's n is at least 1, or 0 when ctx is done.
 // The caller reports the call's result with fill (or giveBack).
 func (w *window) reserve(ctx context.Context, p party, want int) reservation {
-	for {
+	for waited := false; ; waited = true {
 		w.mu.Lock()
-		n, bound := w.offerLocked(p, want)
+		n, bound := w.offerLocked(p, want, waited)
 		if n > 0 {
+			est := int64(float64(n) * w.perEntry)
 			w.held += n
+			w.inflight += est
 			w.last = p
 			w.calls++
 			// Workers that run out of work from now on ran out while this
@@ -147,14 +151,15 @@ func (w *window) reserve(ctx context.Context, p party, want int) reservation {
 			w.wakeLocked()
 			ticket := w.calls
 			w.mu.Unlock()
-			return reservation{n: n, bound: bound, ticket: ticket}
+			return reservation{n: n, bound: bound, ticket: ticket, bytes: est}
 		}
 		var wake <-chan struct{}
+		var wt *waiter
 		if w.paused && p != partyReclaim {
 			wake = w.resumed
 		} else {
-			wt := &waiter{want: want, wake: make(chan struct{})}
-			w.waiters[p] = wt
+			wt = &waiter{want: want, wake: make(chan struct{})}
+			w.waiters[p] = append(w.waiters[p], wt)
 			wake = wt.wake
 		}
 		w.mu.Unlock()
@@ -167,16 +172,13 @@ func (w *window) reserve(ctx context.Context, p party, want int) reservation {
 			recheck.Stop()
 		case <-recheck.C:
 			w.mu.Lock()
-			if w.waiters[p] != nil && w.waiters[p].wake == wake {
-				w.waiters[p] = nil
-			}
+			w.dropWaiterLocked(p, wt)
 			w.mu.Unlock()
 		case <-ctx.Done():
 			recheck.Stop()
 			w.mu.Lock()
-			if w.waiters[p] != nil && w.waiters[p].wake == wake {
-				w.waiters[p] = nil
-			}
+			w.dropWaiterLocked(p, wt)
+			w.wakeLocked() // the room it was to take may suit the next
 			w.mu.Unlock()
 			return reservation{}
 		}
@@ -184,8 +186,9 @@ func (w *window) reserve(ctx context.Context, p party, want int) reservation {
 }
 
 // offerLocked returns how many entries p may fetch now (0: it must wait),
-// and whether the room set n.
-func (w *window) offerLocked(p party, want int) (n int, bound bool) {
+// and whether the room set n. A taker that has not waited yet (waited
+// false) lets the waiting takers of its party go first.
+func (w *window) offerLocked(p party, want int, waited bool) (n int, bound bool) {
 	if w.paused {
 		if p != partyReclaim {
 			return 0, false
@@ -197,13 +200,16 @@ func (w *window) offerLocked(p party, want int) (n int, bound bool) {
 	}
 	size, need := w.sizeLocked(want)
 	room := w.limit - w.held
-	if w.held > 0 && w.bytes >= w.maxBytes {
+	if w.held > 0 && w.bytes+w.inflight >= w.maxBytes {
 		return 0, false // wait for bytes to settle (one entry always fits)
 	}
 	if room < need {
 		return 0, false
 	}
-	if other := w.waiters[1-p]; other != nil && w.last == p {
+	if !waited && len(w.waiters[p]) > 0 {
+		return 0, false // takers of p that came first go first
+	}
+	if other := w.head(1 - p); other != nil && w.last == p {
 		if _, otherNeed := w.sizeLocked(other.want); room >= otherNeed {
 			return 0, false // the other taker's turn
 		}
@@ -230,7 +236,7 @@ func (w *window) sizeLocked(want int) (size, need int) {
 		// Follow the observed entry size: a call stays under batchBytes
 		// and within the bytes left in the window.
 		size = min(size, max(int(float64(w.batchBytes)/w.perEntry), 1))
-		size = min(size, max(int(float64(w.maxBytes-w.bytes)/w.perEntry), 1))
+		size = min(size, max(int(float64(w.maxBytes-w.bytes-w.inflight)/w.perEntry), 1))
 	} else {
 		// Nothing seen yet: the first call takes at most one entry per
 		// handler.
@@ -244,7 +250,7 @@ func (w *window) sizeLocked(want int) (size, need int) {
 // room behind wakes the other (see reserve).
 func (w *window) wakeLocked() {
 	room := w.limit - w.held
-	if room <= 0 || (w.held > 0 && w.bytes >= w.maxBytes) {
+	if room <= 0 || (w.held > 0 && w.bytes+w.inflight >= w.maxBytes) {
 		return
 	}
 	first := 1 - w.last
@@ -252,9 +258,28 @@ func (w *window) wakeLocked() {
 		if w.paused && p != partyReclaim {
 			continue
 		}
-		if wt := w.waiters[p]; wt != nil && room >= w.needLocked(wt.want) {
+		if wt := w.head(p); wt != nil && room >= w.needLocked(wt.want) {
 			close(wt.wake)
-			w.waiters[p] = nil
+			w.waiters[p] = w.waiters[p][1:]
+			return
+		}
+	}
+}
+
+// head is the first waiting taker of p, or nil.
+func (w *window) head(p party) *waiter {
+	if len(w.waiters[p]) == 0 {
+		return nil
+	}
+	return w.waiters[p][0]
+}
+
+// dropWaiterLocked removes wt (nil: nothing) from p's waiters, if it is
+// still there.
+func (w *window) dropWaiterLocked(p party, wt *waiter) {
+	for i, x := range w.waiters[p] {
+		if x == wt {
+			w.waiters[p] = append(w.waiters[p][:i:i], w.waiters[p][i+1:]...)
 			return
 		}
 	}
@@ -274,6 +299,7 @@ func (w *window) fill(r reservation, got int, bytes int64, rtt time.Duration, mo
 		}
 	}()
 	w.held -= r.n - got
+	w.inflight -= r.bytes
 	w.bytes += bytes
 	if got > 0 {
 		per := float64(bytes) / float64(got)
@@ -339,6 +365,7 @@ func (w *window) enoughLocked() float64 {
 func (w *window) giveBack(r reservation) {
 	w.mu.Lock()
 	w.held -= r.n
+	w.inflight -= r.bytes
 	w.wakeLocked()
 	w.mu.Unlock()
 }
@@ -352,7 +379,7 @@ func (w *window) settle(bytes int64) {
 	w.mu.Lock()
 	w.held--
 	w.bytes -= bytes
-	if w.waiters[0] != nil || w.waiters[1] != nil {
+	if len(w.waiters[0]) > 0 || len(w.waiters[1]) > 0 {
 		w.wakeLocked()
 	}
 	w.mu.Unlock()
@@ -376,10 +403,10 @@ func (w *window) pause() bool {
 	}
 	w.paused = true
 	w.resumed = make(chan struct{})
-	if wt := w.waiters[partyRead]; wt != nil {
+	for _, wt := range w.waiters[partyRead] {
 		close(wt.wake) // it waits on resumed from now on
-		w.waiters[partyRead] = nil
 	}
+	w.waiters[partyRead] = nil
 	return true
 }
 

@@ -187,12 +187,72 @@ func TestWindowTakersTakeTurns(t *testing.T) {
 	require.Equal(t, 1, (<-reads).n)
 }
 
+// Several takers of one party (the read loops of several streams) are
+// served first come, first served: none starves, none waits behind a
+// newcomer.
+func TestWindowTakersOfOnePartyQueue(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	w := newWindow(1, 1, true, 32<<20, time.Minute)
+	r := w.reserve(ctx, partyRead, 1)
+	require.Equal(t, 1, r.n)
+	w.fill(r, 1, 10, time.Millisecond, true)
+
+	order := make(chan int, 3)
+	for i := range 3 {
+		go func() {
+			res := w.reserve(ctx, partyRead, 1)
+			order <- i
+			w.fill(res, 1, 10, time.Millisecond, true)
+		}()
+		waitWaiters(t, w, partyRead, i+1)
+	}
+	for want := range 3 {
+		w.settle(10) // one place at a time
+		require.Equal(t, want, <-order)
+	}
+}
+
+// The calls in flight count with the bytes they may return, so the reads
+// of many streams together stay within MaxInHandBytes.
+func TestWindowCountsCallsInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	const mib = 1 << 20
+	w := newWindow(16, 64, false, 8*mib, time.Minute)
+	r := w.reserve(ctx, partyRead, 1)
+	w.fill(r, 1, mib, time.Millisecond, false) // 1 MiB entries
+	w.settle(mib)
+	a := w.reserve(ctx, partyRead, 500)
+	require.Equal(t, 4, a.n, "a batch is 4 MiB")
+	b := w.reserve(ctx, partyRead, 500)
+	require.Equal(t, 4, b.n, "the second call gets the rest of the 8 MiB")
+	got := make(chan int)
+	go func() { got <- w.reserve(ctx, partyRead, 500).n }()
+	select {
+	case n := <-got:
+		t.Fatalf("reserved %d entries with 8 MiB in flight", n)
+	case <-time.After(20 * time.Millisecond):
+	}
+	w.fill(a, 0, 0, time.Millisecond, false)
+	require.Equal(t, 4, <-got)
+}
+
+func waitWaiters(t *testing.T, w *window, p party, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.waiters[p]) == n
+	}, time.Second, time.Millisecond)
+}
+
 func waitWaiter(t *testing.T, w *window, p party) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		return w.waiters[p] != nil
+		return len(w.waiters[p]) > 0
 	}, time.Second, time.Millisecond)
 }
 

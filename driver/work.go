@@ -32,7 +32,7 @@ func (r *run) dispatch(handlerCtx context.Context, msgs []*Message, res reservat
 		return
 	}
 	r.inHand.Add(int64(len(msgs)))
-	skipped, closed := r.held.add(handlerCtx, msgs, sizes, r.fenceFrom(began), r.jobs)
+	skipped, closed := r.held.add(handlerCtx, msgs, sizes, r.fenceFrom(began), r.jobs, r)
 	if closed {
 		r.log.Warn("entries read during shutdown; they stay pending", "count", len(msgs), "ids", firstIDs(messageIDs(msgs)))
 	}
@@ -76,19 +76,20 @@ func messageIDs(msgs []*Message) []string {
 	return ids
 }
 
-// worker runs queued jobs until the queue is closed and empty; after the
-// shutdown began it skips them.
-func (r *run) worker() {
+// worker runs queued jobs of every stream until the queue is closed and
+// empty, each through its stream's lane; after the shutdown began it skips
+// them.
+func (s *shared) worker() {
 	for {
-		j, ok := r.jobs.get()
+		j, ok := s.jobs.get()
 		if !ok {
 			return
 		}
-		if r.closed.Load() {
-			r.skip(j)
+		if s.closed.Load() {
+			j.lane.skip(j)
 			continue
 		}
-		r.runJob(j)
+		j.lane.runJob(j)
 	}
 }
 
