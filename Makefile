@@ -12,7 +12,7 @@ GO ?= go
 ## core module (the library and the driver: go-redis and nothing heavy) and
 ## one module per heavy dependency set.
 CORE_MODULE := .
-MODULES := driver/prommetrics internal/testserver internal/bench internal/cli pelwardentest cmd integration_test
+MODULES := driver/prommetrics pelwardenotel internal/testserver internal/bench internal/cli pelwardentest cmd integration_test
 
 .PHONY: test images lint deps unit integration chaos soak fuzz fuzz-lua bench bench-drain demo
 

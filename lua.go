@@ -45,6 +45,17 @@ const (
 	FieldRedrives = "pelwarden.redrives"
 )
 
+// Trace-context fields: a producer that carries the W3C trace context of
+// its publish adds them to the entry (package producer with an injector,
+// such as the OpenTelemetry module's), and a consumer's handler middleware
+// reads them. They are the W3C header names, so producers in any language
+// can set them. Names are reserved: pelwarden never writes other fields
+// into a producer's entries.
+const (
+	FieldTraceParent = "traceparent"
+	FieldTraceState  = "tracestate"
+)
+
 // Dead-letter reasons written by the library.
 const (
 	// ReasonMaxDeliveries: the entry was delivered MaxDeliveries times

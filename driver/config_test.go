@@ -157,17 +157,18 @@ func TestDecodeRead(t *testing.T) {
 		map[any]any{"s": entries},    // RESP3
 		map[string]any{"s": entries}, // RESP3, string keys
 	} {
-		msgs, err := decodeRead(v, "s", "g")
+		msgs, err := decodeRead(v, "s", "g", "c")
 		require.NoError(t, err)
 		require.Len(t, msgs, 1)
 		require.Equal(t, []pelwarden.Field{{Name: "b", Value: "2"}, {Name: "a", Value: "1"}, {Name: "b", Value: "3"}}, msgs[0].Fields)
 		require.EqualValues(t, 1, msgs[0].Deliveries)
+		require.Equal(t, "c", msgs[0].Consumer)
 		v, ok := msgs[0].Value("b")
 		require.True(t, ok)
 		require.Equal(t, "2", v, "Value returns the first field of that name")
 	}
 	for _, bad := range []any{"x", []any{"s"}, []any{[]any{"s", "e"}}, []any{[]any{"s", []any{[]any{"1-0", []any{"odd"}}}}}} {
-		_, err := decodeRead(bad, "s", "g")
+		_, err := decodeRead(bad, "s", "g", "c")
 		require.ErrorIs(t, err, pelwarden.ErrMalformedReply)
 	}
 }

@@ -23,6 +23,9 @@ type Message struct {
 	Stream string
 	// Group that delivered it.
 	Group string
+	// Consumer is the name of the consumer that runs the handler
+	// (Config.Consumer).
+	Consumer string
 }
 
 // Value returns the value of the first field called name, and whether there

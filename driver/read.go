@@ -10,7 +10,7 @@ import (
 // fields in stream order (go-redis's XMessage uses a map, which loses order
 // and duplicate fields). It accepts the RESP2 shape [[stream, entries]] and
 // the RESP3 shape {stream: entries}.
-func decodeRead(v any, stream, group string) ([]*Message, error) {
+func decodeRead(v any, stream, group, consumer string) ([]*Message, error) {
 	var entries any
 	switch r := v.(type) {
 	case nil:
@@ -77,7 +77,7 @@ func decodeRead(v any, stream, group string) ([]*Message, error) {
 		m := &msgs[i]
 		// A full slice expression: a handler appending to its Fields must
 		// not write into the next message's.
-		*m = Message{ID: id, Fields: all[first:len(all):len(all)], Deliveries: 1, Stream: stream, Group: group}
+		*m = Message{ID: id, Fields: all[first:len(all):len(all)], Deliveries: 1, Stream: stream, Group: group, Consumer: consumer}
 		out = append(out, m)
 	}
 	return out, nil

@@ -118,5 +118,5 @@ func (r *run) read(ctx context.Context, count int, block bool) ([]*Message, erro
 	if err != nil {
 		return nil, err
 	}
-	return decodeRead(v, r.cfg.Stream, r.cfg.Group)
+	return decodeRead(v, r.cfg.Stream, r.cfg.Group, r.cfg.Consumer)
 }

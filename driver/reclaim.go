@@ -118,7 +118,7 @@ func (r *run) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 		msgs := make([]Message, len(page.Entries))
 		ptrs := make([]*Message, len(page.Entries))
 		for i, e := range page.Entries {
-			msgs[i] = Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: r.cfg.Stream, Group: r.cfg.Group}
+			msgs[i] = Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: r.cfg.Stream, Group: r.cfg.Group, Consumer: r.cfg.Consumer}
 			ptrs[i] = &msgs[i]
 		}
 		r.dispatch(handlerCtx, ptrs, res, began, rtt, !page.Done())

@@ -1,0 +1,86 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	for _, c := range []struct {
+		field string
+		cfg   Config
+	}{
+		{"Config.Stream", Config{}},
+		{"Config.Partitions", Config{Stream: "{a}", Partitions: []string{"{b}"}}},
+		{"Config.Partitions", Config{Partitions: []string{"{a}", ""}}},
+		{"Config.Partitions", Config{Partitions: make([]string, pelwarden.MaxPartitions+1)}},
+		{"Config.MaxBatch", Config{Stream: "{a}", MaxBatch: -1}},
+	} {
+		_, err := New(rdb, c.cfg)
+		var pe *Error
+		require.True(t, errors.As(err, &pe), "%+v: %v", c.cfg, err)
+		require.Equal(t, c.field, pe.Field)
+		require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
+	}
+	_, err := New(nil, Config{Stream: "{a}"})
+	require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
+}
+
+// Bad messages fail the whole call before anything is sent: the client
+// here has no server, so any send would fail with a dial error instead.
+func TestPublishRefusesBadMessages(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer rdb.Close()
+	p, err := New(rdb, Config{Stream: "{a}"})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, c := range []struct {
+		field string
+		msgs  []Message
+	}{
+		{"Message[0].Fields", []Message{{}}},
+		{"Message[1].Fields", []Message{{Fields: []pelwarden.Field{{Name: "a", Value: "1"}}}, {Fields: []pelwarden.Field{{Name: pelwarden.FieldReason, Value: "x"}}}}},
+		{"Message[0].IdempotencyID", []Message{{Fields: []pelwarden.Field{{Name: "a", Value: "1"}}, IdempotencyID: string(make([]byte, pelwarden.MaxNameBytes+1))}}},
+	} {
+		_, err := p.PublishBatch(ctx, c.msgs)
+		var pe *Error
+		require.True(t, errors.As(err, &pe), "%v", err)
+		require.Equal(t, c.field, pe.Field)
+	}
+	_, err = p.Publish(ctx, "k", "odd")
+	require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
+}
+
+func TestStreamForFollowsPartitionFor(t *testing.T) {
+	t.Parallel()
+	parts, err := pelwarden.Partitions("orders", 4)
+	require.NoError(t, err)
+	p, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), Config{Partitions: parts})
+	require.NoError(t, err)
+	defer p.rdb.Close()
+	for _, key := range []string{"", "a", "customer-42", "ключ"} {
+		require.Equal(t, parts[pelwarden.PartitionFor(key, 4)], p.StreamFor(key))
+	}
+}
+
+func TestSupportsIDMP(t *testing.T) {
+	t.Parallel()
+	require.True(t, supportsIDMP("# Server\r\nredis_version:8.6.3\r\n"))
+	require.True(t, supportsIDMP("redis_version:9.0.0\r\n"))
+	require.False(t, supportsIDMP("redis_version:8.4.0\r\n"))
+	require.False(t, supportsIDMP("redis_version:7.2.4\r\nvalkey_version:9.1.2\r\n"))
+	require.False(t, supportsIDMP("redis_version:garbage\r\n"))
+}
