@@ -1,0 +1,315 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/internal/testserver"
+	"github.com/pelwarden/pelwarden/producer"
+)
+
+// BenchmarkScaleOut compares one stream with six partitions
+// (pelwarden.Partitions) on a three-primary Redis Cluster of its own: two
+// driver consumers with every flow-control field at its default drain
+// entries produced beforehand (the producer package, pipelined), and the
+// benchmark reports entries/s and each primary's server CPU per entry
+// (INFO cpu deltas). A primary serves 1 / (its server µs per entry)
+// entries/s at most, so the busiest primary's figure gives the ceiling of
+// k primaries: one stream stays on one primary whatever k is; n
+// partitions spread evenly over k primaries (n a multiple of k) scale
+// with k. Run it alone:
+//
+//	TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 \
+//	  PELWARDEN_IMAGES=pelwarden/redis:8.0 PELWARDEN_OLD_IMAGE=none \
+//	  go test -run '^$' -bench ScaleOut -benchtime 1x -timeout 30m ./integration_test/
+func BenchmarkScaleOut(b *testing.B) {
+	const entries = 100_000
+	ctx := context.Background()
+	cluster, err := testserver.StartCluster(ctx, clusterImage(), testserver.ClusterOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cluster.Close() })
+	rdb := cluster.Client()
+	b.Cleanup(func() { _ = rdb.Close() })
+	shards, err := cluster.Shards(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		parts int
+	}{{"one-stream", 1}, {"6-partitions", 6}} {
+		b.Run(c.name, func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				name := fmt.Sprintf("scale-%s-%d-%d", c.name, i, rand.Int64())
+				parts, err := pelwarden.Partitions(name, c.parts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				produceKeyed(b, ctx, rdb, parts, entries)
+				b.StartTimer()
+				before := primaryCPU(b, ctx, shards)
+				start := time.Now()
+				drainWithDefaults(b, ctx, rdb, parts, entries)
+				wall := time.Since(start)
+				after := primaryCPU(b, ctx, shards)
+				reportScale(b, shards, before, after, entries, wall)
+				for _, p := range parts {
+					rdb.Del(ctx, p, pelwarden.DeadLetterStreamFor(p))
+				}
+			}
+		})
+	}
+}
+
+// produceKeyed writes n entries keyed key-<i> to parts, pipelined.
+func produceKeyed(b *testing.B, ctx context.Context, rdb redis.UniversalClient, parts []string, n int) {
+	b.Helper()
+	p, err := producer.New(rdb, producer.Config{Partitions: parts})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const batch = 5000
+	msgs := make([]producer.Message, 0, batch)
+	payload := pelwarden.Field{Name: "payload", Value: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}
+	for i := 0; i < n; i++ {
+		msgs = append(msgs, producer.Message{Key: "key-" + strconv.Itoa(i), Fields: []pelwarden.Field{{Name: "n", Value: strconv.Itoa(i)}, payload}})
+		if len(msgs) == batch || i == n-1 {
+			if _, err := p.PublishBatch(ctx, msgs); err != nil {
+				b.Fatal(err)
+			}
+			msgs = msgs[:0]
+		}
+	}
+	for _, s := range parts {
+		if err := rdb.XGroupCreate(ctx, s, "g", "0").Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// drainWithDefaults runs two consumers with the driver's defaults over
+// parts until n entries were acked.
+func drainWithDefaults(b *testing.B, ctx context.Context, rdb redis.UniversalClient, parts []string, n int) {
+	b.Helper()
+	var acked atomic.Int64
+	done := make(chan struct{})
+	m := ackCounter(func(k int) {
+		if acked.Add(int64(k)) >= int64(n) {
+			select {
+			case <-done:
+			default:
+				close(done)
+			}
+		}
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	errs := make(chan error, 2)
+	for _, name := range []string{"a", "b"} {
+		c, err := driver.New(rdb, driver.Config{Streams: parts, Group: "g", Consumer: name, Metrics: m,
+			Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() { errs <- c.Run(runCtx) }()
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Minute):
+		b.Fatalf("%d of %d entries acked after 10 minutes", acked.Load(), n)
+	}
+	stop()
+	for range 2 {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// ackCounter is a driver.Metrics that reports acks.
+type ackCounter func(n int)
+
+func (f ackCounter) Count(e driver.Event, n int) {
+	if e == driver.EventAcked {
+		f(n)
+	}
+}
+func (f ackCounter) DeadLettered(string, int)     {}
+func (f ackCounter) HandlerDuration(time.Duration) {}
+
+// primaryCPU reads used_cpu_user+used_cpu_sys of every primary.
+func primaryCPU(b *testing.B, ctx context.Context, shards []testserver.Shard) []time.Duration {
+	b.Helper()
+	out := make([]time.Duration, len(shards))
+	for i, sh := range shards {
+		c := sh.Primary.Client()
+		info, err := c.Info(ctx, "cpu").Result()
+		_ = c.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		out[i] = cpuOfInfo(info)
+	}
+	return out
+}
+
+// reportScale reports entries/s, each primary's server µs per entry, and
+// the ceilings the busiest primary implies for 3, 10 and 100 primaries.
+func reportScale(b *testing.B, shards []testserver.Shard, before, after []time.Duration, n int, wall time.Duration) {
+	b.Helper()
+	var busiest float64
+	var total time.Duration
+	per := make([]float64, len(shards))
+	for i := range shards {
+		d := after[i] - before[i]
+		total += d
+		per[i] = float64(d.Microseconds()) / float64(n)
+		busiest = max(busiest, per[i])
+	}
+	b.ReportMetric(float64(n)/wall.Seconds(), "entries/s")
+	b.ReportMetric(float64(total.Microseconds())/float64(n), "server-µs/entry")
+	b.ReportMetric(busiest, "busiest-primary-µs/entry")
+	for i, v := range per {
+		b.Logf("primary %d (%s): %.2f µs/entry, %.0f%% of the server CPU", i, shards[i].Primary.Addr(), v, 100*float64(after[i]-before[i])/float64(total))
+	}
+	// One primary's ceiling: 1 / busiest µs per entry. The busiest primary
+	// limits the whole: a single stream keeps all its work there; n even
+	// partitions give each of k primaries n/k of it.
+	perPrimary := 1e6 / busiest
+	b.Logf("ceiling of the busiest primary: %.0f entries/s", perPrimary)
+	b.ReportMetric(perPrimary, "ceiling-entries/s/primary")
+}
+
+// cpuOfInfo is used_cpu_user + used_cpu_sys of an INFO cpu reply.
+func cpuOfInfo(info string) time.Duration {
+	var sum float64
+	for _, k := range []string{"used_cpu_user", "used_cpu_sys"} {
+		if v := infoValue(info, k); v != "" {
+			f, _ := strconv.ParseFloat(v, 64)
+			sum += f
+		}
+	}
+	return time.Duration(sum * float64(time.Second))
+}
+
+func infoValue(info, key string) string {
+	for _, line := range splitLines(info) {
+		if len(line) > len(key) && line[:len(key)] == key && line[len(key)] == ':' {
+			return line[len(key)+1:]
+		}
+	}
+	return ""
+}
+
+func splitLines(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			line := s[start:i]
+			if len(line) > 0 && line[len(line)-1] == '\r' {
+				line = line[:len(line)-1]
+			}
+			out = append(out, line)
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
+}
+
+// BenchmarkIdlePartitions measures what a consumer over 64 idle partitions
+// costs the server: its CPU over a minute with the consumer running, less
+// the server's own idle CPU measured before it starts, as a share of one
+// core; and how long a new entry in a random partition takes to reach a
+// handler (produced one at a time, 20 times, at random moments). The
+// driver's defaults, ReadBlock 2 s included. Run it alone:
+//
+//	TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 \
+//	  PELWARDEN_IMAGES=pelwarden/redis:8.0 PELWARDEN_OLD_IMAGE=none \
+//	  go test -run '^$' -bench IdlePartitions -benchtime 1x -timeout 30m ./integration_test/
+func BenchmarkIdlePartitions(b *testing.B) {
+	const (
+		n      = 64
+		window = time.Minute
+		probes = 20
+	)
+	s := servers[0]
+	ctx := context.Background()
+	for i := 0; b.Loop(); i++ {
+		parts, err := pelwarden.Partitions(fmt.Sprintf("idle-%d-%d", i, rand.Int64()), n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, p := range parts {
+			if err := s.rdb.XGroupCreateMkStream(ctx, p, "g", "$").Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cpu := func() time.Duration {
+			info, err := s.rdb.Info(ctx, "cpu").Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			return cpuOfInfo(info)
+		}
+		c0 := cpu()
+		time.Sleep(window / 4)
+		idlePerSec := (cpu() - c0).Seconds() / (window / 4).Seconds()
+
+		seen := make(chan time.Time, probes)
+		c, err := driver.New(s.rdb, driver.Config{Streams: parts, Group: "g", Consumer: "idle",
+			Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { seen <- time.Now(); return nil })})
+		if err != nil {
+			b.Fatal(err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		go func() { errc <- c.Run(runCtx) }()
+		time.Sleep(5 * time.Second) // started: groups checked, first reads done
+		c1 := cpu()
+		time.Sleep(window)
+		perSec := (cpu() - c1).Seconds() / window.Seconds()
+
+		var lat []time.Duration
+		for range probes {
+			time.Sleep(time.Duration(rand.Int64N(int64(3 * time.Second))))
+			p := parts[rand.IntN(n)]
+			sent := time.Now()
+			if err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: p, Values: []string{"probe", "1"}}).Err(); err != nil {
+				b.Fatal(err)
+			}
+			select {
+			case at := <-seen:
+				lat = append(lat, at.Sub(sent))
+			case <-time.After(30 * time.Second):
+				b.Fatal("a probe entry did not reach its handler within 30 s")
+			}
+		}
+		stop()
+		if err := <-errc; err != nil {
+			b.Fatal(err)
+		}
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		b.ReportMetric(100*perSec, "server-%core")
+		b.ReportMetric(100*(perSec-idlePerSec), "net-of-idle-%core")
+		b.ReportMetric(float64(lat[len(lat)/2].Milliseconds()), "median-latency-ms")
+		b.ReportMetric(float64(lat[len(lat)-1].Milliseconds()), "max-latency-ms")
+		b.Logf("%d idle partitions: server %.3f%% of a core (idle server alone %.3f%%); new entry to handler: median %v, max %v (ReadBlock %v)",
+			n, 100*perSec, 100*idlePerSec, lat[len(lat)/2], lat[len(lat)-1], driver.DefaultReadBlock)
+		for _, p := range parts {
+			s.rdb.Del(ctx, p)
+		}
+	}
+}
