@@ -146,7 +146,7 @@ func (f ackCounter) Count(e driver.Event, n int) {
 		f(n)
 	}
 }
-func (f ackCounter) DeadLettered(string, int)     {}
+func (f ackCounter) DeadLettered(string, int)      {}
 func (f ackCounter) HandlerDuration(time.Duration) {}
 
 // primaryCPU reads used_cpu_user+used_cpu_sys of every primary.
