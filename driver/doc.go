@@ -30,10 +30,25 @@
 // (MaxInHandBytes). New and reclaimed entries share the window and take
 // turns in it.
 //
+// # Several streams
+//
+// Config.Streams runs one Consumer over several streams, typically the
+// partitions of a partitioned stream (pelwarden.Partitions). Each stream
+// gets a lane (run.go): its own read, reclaim, lease and ack loops, its
+// own entries in hand (stream ids repeat across streams) and its own
+// dead-letter stream, because a cluster keeps each partition in its own
+// slot and refuses commands across slots. The lanes share the window and
+// the handler workers; takers of one kind queue in the window first come,
+// first served, so busy streams take turns and none starves. An idle
+// stream's read loop polls without BLOCK every ReadBlock/2 instead of
+// blocking, so idle streams hold no connection and no place in the
+// window.
+//
 // # How it runs
 //
-// One Run starts these goroutines (run.go); arrows are the queues between
-// them:
+// One Run starts these goroutines per stream (run.go), around one window
+// and Concurrency handler workers shared by all streams; arrows are the
+// queues between them:
 //
 //		read loop ──XREADGROUP──┐                      ┌─> ack loop ──ack fn / XACK──> Redis
 //		reclaim loop ──claim fn─┼─> tracker + job queue ─> Concurrency workers (handlers)
