@@ -287,7 +287,7 @@ func TestPartitionsOnCluster(t *testing.T) {
 			info, err := c.Info(ctx, "cpu").Result()
 			_ = c.Close()
 			require.NoError(t, err)
-			out[sh.Primary.Addr()] = infoCPU(t, info)
+			out[sh.Primary.Addr()] = cpuOfInfo(info)
 		}
 		return out
 	}
@@ -311,19 +311,4 @@ func TestPartitionsOnCluster(t *testing.T) {
 		t.Logf("primary %s: %v of server CPU (%.0f%%)", addr, after[addr]-before[addr], 100*share)
 		require.True(t, share >= 0.15 && share <= 0.55, "primary %s did %.0f%% of the run's server CPU", addr, 100*share)
 	}
-}
-
-// infoCPU is used_cpu_user + used_cpu_sys of an INFO cpu reply.
-func infoCPU(t *testing.T, info string) time.Duration {
-	t.Helper()
-	var sum float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
-			f, err := strconv.ParseFloat(v, 64)
-			require.NoError(t, err)
-			sum += f
-		}
-	}
-	return time.Duration(sum * float64(time.Second))
 }
