@@ -312,3 +312,53 @@ func TestPartitionsOnCluster(t *testing.T) {
 		require.True(t, share >= 0.15 && share <= 0.55, "primary %s did %.0f%% of the run's server CPU", addr, 100*share)
 	}
 }
+
+// Streams take turns: entries of a quiet partition are handled while a
+// flooded one is still draining, not after it.
+func TestDriverStreamsTakeTurns(t *testing.T) {
+	t.Parallel()
+	s := servers[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	pt := newPartitionTest(t, 2)
+	const flood, quiet = 20_000, 20
+	for _, p := range pt.parts {
+		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, p, pt.group, "0").Err())
+	}
+	pipe := s.rdb.Pipeline()
+	for i := range flood {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: pt.parts[0], Values: []any{"n", i}})
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(t, err)
+
+	var floodDone, quietDone atomic.Int64
+	var floodAtQuietEnd atomic.Int64
+	cfg := pt.config("turns")
+	cfg.Handler = driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
+		time.Sleep(time.Millisecond)
+		if m.Stream == pt.parts[1] {
+			if quietDone.Add(1) == quiet {
+				floodAtQuietEnd.Store(floodDone.Load())
+			}
+			return nil
+		}
+		floodDone.Add(1)
+		return nil
+	})
+	stop := startConsumer(t, s.rdb, cfg)
+	for floodDone.Load() < flood/10 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := range quiet {
+		require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: pt.parts[1], Values: []any{"q", i}}).Err())
+	}
+	for quietDone.Load() < quiet || floodDone.Load() < flood {
+		require.NoError(t, ctx.Err(), "flood %d/%d, quiet %d/%d", floodDone.Load(), flood, quietDone.Load(), quiet)
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.NoError(t, stop())
+	require.Less(t, floodAtQuietEnd.Load(), int64(flood*3/4),
+		"the quiet partition's entries waited for most of the flood (%d of %d handled before them)", floodAtQuietEnd.Load(), flood)
+	t.Logf("the quiet partition's %d entries were done when %d of the flood's %d were", quiet, floodAtQuietEnd.Load(), flood)
+}
