@@ -17,6 +17,7 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/producer"
 )
 
 // serverOptions reaches the server the examples run against, named by
@@ -202,4 +203,58 @@ func Example_throughput() {
 	fmt.Println("page 0 views:", views[0].Load(), "pending:", pending.Count)
 	// Output:
 	// page 0 views: 715 pending: 0
+}
+
+// A partitioned stream: the producer sends each customer's orders to one
+// partition (pelwarden.PartitionFor), and one Consumer reads all of them
+// with Config.Streams; Message.Stream names the partition of each entry.
+func Example_partitions() {
+	rdb := redis.NewClient(serverOptions)
+	defer rdb.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	parts, err := pelwarden.Partitions("example-orders", 4)
+	if err != nil {
+		panic(err)
+	}
+	p, err := producer.New(rdb, producer.Config{Partitions: parts})
+	if err != nil {
+		panic(err)
+	}
+	const n = 100
+	for i := range n {
+		customer := "customer-" + strconv.Itoa(i%10)
+		if _, err := p.Publish(ctx, customer, "customer", customer, "order", strconv.Itoa(i)); err != nil {
+			panic(err)
+		}
+	}
+	var misplaced atomic.Int64
+	handled := make(chan struct{}, n)
+	c, err := driver.New(rdb, driver.Config{
+		Streams: parts, Group: "billing", CreateGroup: true,
+		Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
+			customer, _ := m.Value("customer")
+			if m.Stream != p.StreamFor(customer) {
+				misplaced.Add(1)
+			}
+			handled <- struct{}{}
+			return nil
+		}),
+	})
+	if err != nil {
+		panic(err)
+	}
+	stopped := make(chan error)
+	go func() { stopped <- c.Run(ctx) }()
+	for range n {
+		<-handled
+	}
+	cancel()
+	if err := <-stopped; err != nil {
+		panic(err)
+	}
+	fmt.Println("handled:", n, "misplaced:", misplaced.Load())
+	// Output:
+	// handled: 100 misplaced: 0
 }
