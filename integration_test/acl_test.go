@@ -52,14 +52,14 @@ func readmeACL(t *testing.T) map[string][]string {
 }
 
 // aclUser creates an ACL user from role's README line for the keys k (the
-// README's {orders} and {orders}:dead become k.Stream and k.DLQ), without
+// README's {orders} and {orders}:dead become k.Stream and k.DeadLetterStream), without
 // the rules in drop and with extra rules. It returns a client logged in as
 // the user, its name and its password (distinctive, with characters a URL
 // must escape: see TestSecretsNeverPrinted); the client is closed and the
 // user deleted at the end of the test.
-func aclUser(t *testing.T, s *target, k keys, role string, drop []string, extra ...string) (*redis.Client, string, string) {
+func aclUser(t *testing.T, s *target, k pelwardentest.Keys, role string, drop []string, extra ...string) (*redis.Client, string, string) {
 	t.Helper()
-	require.Equal(t, readmeStream+":dead", strings.Replace(k.DLQ, k.Stream, readmeStream, 1), "keys must follow the README's naming")
+	require.Equal(t, readmeStream+":dead", strings.Replace(k.DeadLetterStream, k.Stream, readmeStream, 1), "keys must follow the README's naming")
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	user, pass := "pw-"+role+"-"+hex.EncodeToString(b), newSecret()
@@ -81,7 +81,7 @@ func aclUser(t *testing.T, s *target, k keys, role string, drop []string, extra 
 	for _, r := range extra {
 		args = append(args, strings.ReplaceAll(r, readmeStream, k.Stream))
 	}
-	ctx := ctxFor(t)
+	ctx := t.Context()
 	require.NoError(t, s.rdb.Do(ctx, args...).Err(), "%v", args)
 	opts := s.srv.Options()
 	opts.Username, opts.Password = user, pass
@@ -107,7 +107,7 @@ func contains(list []string, v string) bool {
 // userURL is a redis:// URL of s for user.
 func userURL(t *testing.T, s *target, user, pass string) string {
 	t.Helper()
-	addr, err := s.srv.Addr(ctxFor(t))
+	addr, err := s.srv.Addr(t.Context())
 	require.NoError(t, err)
 	return (&url.URL{Scheme: "redis", User: url.UserPassword(user, pass), Host: addr}).String()
 }
@@ -171,7 +171,7 @@ func TestACLReadmeRoles(t *testing.T) {
 	}
 	for _, r := range roles["operator"][3:] {
 		if strings.Contains(r, "~") {
-			require.True(t, strings.HasPrefix(r, "%R~"), "operator keys are read-only: %s", r)
+			require.True(t, strings.HasPrefix(r, "%R~"), "operator pelwardentest.Keys are read-only: %s", r)
 		}
 		for _, w := range []string{"+fcall", "+xadd", "+xack", "+xclaim", "+xdel", "+xtrim", "+xgroup"} {
 			require.False(t, r == w || strings.HasPrefix(r, w+"|"), "operator may not write: %s", r)
@@ -196,8 +196,9 @@ func keyRules(rules []string) []string {
 // dead-lettered; the server refused nothing it asked.
 func TestACLConsumer(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		f, k := fixture(t, s)
+		ctx := t.Context()
+		f := s.fixture(t)
+		k := f.Keys
 		orphans := f.Produce(5, nil)
 		require.Len(t, f.LeavePending("crashed", 5), 5)
 		healthy := f.Produce(20, nil)
@@ -206,9 +207,7 @@ func TestACLConsumer(t *testing.T) {
 
 		handled := newSeen()
 		cfg := driver.Config{
-			Stream: k.Stream, Group: k.Group, Consumer: "worker", MaxDeliveries: 3,
-			MinIdle: 200 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond,
-			ReadBlock: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second, Logger: testLogger(t),
+			Consumer: "worker", MaxDeliveries: 3,
 			Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
 				if pelwardentest.IsPoison(m.Fields) {
 					return errors.New("cannot handle this one")
@@ -217,7 +216,7 @@ func TestACLConsumer(t *testing.T) {
 				return nil
 			}),
 		}
-		r := start(t, rdb, cfg)
+		r := f.WithClient(rdb).RunConsumer(cfg)
 		for _, id := range poison {
 			f.Within(time.Minute).RequireDeadLettered(id, pelwardentest.DeadLettered{Reason: pelwarden.ReasonMaxDeliveries})
 		}
@@ -226,7 +225,7 @@ func TestACLConsumer(t *testing.T) {
 		for _, id := range append(orphans, healthy...) {
 			require.Positive(t, handled.count(id), "entry %s handled", id)
 		}
-		require.NoError(t, r.stop(t))
+		require.NoError(t, r.Stop())
 		require.Empty(t, aclDenials(t, ctx, s, user), "the consumer's line covers every command the driver runs")
 	})
 }
@@ -236,11 +235,12 @@ func TestACLConsumer(t *testing.T) {
 // with the refusal in the message and nothing changed.
 func TestACLOperator(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 4)
-		deliver(t, ctx, s.rdb, k, "c1", 4)
-		dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c1", IDs: ids[:1], Error: "bad"})
+		ctx := t.Context()
+		f := s.fixture(t)
+		k := f.Keys
+		ids := f.Produce(4, order)
+		f.LeavePending("c1", 4)
+		dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "c1", IDs: ids[:1], Error: "bad"})
 		require.NoError(t, err)
 		require.Len(t, dl.DeadLettered, 1)
 		_, user, pass := aclUser(t, s, k, "operator", nil)
@@ -253,7 +253,7 @@ func TestACLOperator(t *testing.T) {
 		require.Contains(t, r.stdout, `"pending": 3`)
 		require.Contains(t, r.stdout, `"dead_letter_length": 1`)
 		require.Contains(t, r.stdout, `"library_version": "`+pelwarden.LibraryVersion+`"`)
-		r = op("dlq", "list", k.DLQ, "--json")
+		r = op("dlq", "list", k.DeadLetterStream, "--json")
 		require.Equal(t, cli.ExitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, ids[0])
 		var recID string
@@ -264,7 +264,7 @@ func TestACLOperator(t *testing.T) {
 			}
 		}
 		require.NotEmpty(t, recID)
-		r = op("dlq", "show", k.DLQ, recID)
+		r = op("dlq", "show", k.DeadLetterStream, recID)
 		require.Equal(t, cli.ExitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, "original id       "+ids[0])
 		r = op("load", "--json")
@@ -277,10 +277,10 @@ func TestACLOperator(t *testing.T) {
 		}{
 			{[]string{"poison", k.Stream, k.Group, "--max-deliveries", "1"}, "'fcall'"},
 			{[]string{"reap", k.Stream, k.Group, "--idle", "1ms"}, "'fcall'"},
-			{[]string{"dlq", "redrive", k.DLQ}, "'fcall'"},
-			{[]string{"dlq", "redrive", k.DLQ, "--to", k.Stream}, "'fcall'"},
-			{[]string{"dlq", "purge", k.DLQ, "--yes"}, "'xtrim'"},
-			{[]string{"dlq", "purge", k.DLQ, "--older-than", "1ms", "--yes"}, "'xtrim'"},
+			{[]string{"dlq", "redrive", k.DeadLetterStream}, "'fcall'"},
+			{[]string{"dlq", "redrive", k.DeadLetterStream, "--to", k.Stream}, "'fcall'"},
+			{[]string{"dlq", "purge", k.DeadLetterStream, "--yes"}, "'xtrim'"},
+			{[]string{"dlq", "purge", k.DeadLetterStream, "--older-than", "1ms", "--yes"}, "'xtrim'"},
 		} {
 			r := op(c.args...)
 			requireError(t, r, cli.ExitFailure, "NOPERM")
@@ -294,9 +294,10 @@ func TestACLOperator(t *testing.T) {
 // key.
 func TestACLDeployer(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		setup(t, ctx, s.rdb, k, 1)
+		ctx := t.Context()
+		f := s.fixture(t)
+		k := f.Keys
+		f.Produce(1, order)
 		_, user, pass := aclUser(t, s, k, "deployer", nil)
 		url := userURL(t, s, user, pass)
 		r := pwRaw(t, "--redis", url, "load", "--json")
@@ -305,7 +306,7 @@ func TestACLDeployer(t *testing.T) {
 		r = pwRaw(t, "--redis", url, "status", k.Stream, k.Group)
 		requireError(t, r, cli.ExitFailure, "may not access key "+k.Stream+" (FCALL_RO needs read access")
 		for _, d := range aclDenials(t, ctx, s, user) {
-			require.True(t, strings.HasPrefix(d, "key "), "only keys were refused: %v", d)
+			require.True(t, strings.HasPrefix(d, "key "), "only pelwardentest.Keys were refused: %v", d)
 		}
 	})
 }
@@ -321,16 +322,16 @@ func TestACLConsumerMissingPermission(t *testing.T) {
 			}
 			t.Run(rule, func(t *testing.T) {
 				t.Parallel()
-				f, k := fixture(t, s)
+				f := s.fixture(t)
+				k := f.Keys
 				poison := f.Add("n", "poison")
 				require.Equal(t, []string{poison}, f.LeavePending("crashed", 1))
 				f.SetDeliveries(3, poison) // the first reclaim pass dead-letters it
 				ids := append(f.Produce(10, nil), poison)
 				rdb, _, _ := aclUser(t, s, k, "consumer", []string{rule})
-				r := runUntilError(t, rdb, driver.Config{Stream: k.Stream, Group: k.Group, Consumer: "worker", MaxDeliveries: 3,
-					MinIdle: 10 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond, ReadBlock: 100 * time.Millisecond,
-					ShutdownTimeout: 5 * time.Second, Logger: testLogger(t),
-					Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
+				r := runUntilError(t, rdb, f.ConsumerConfig(driver.Config{Consumer: "worker", MaxDeliveries: 3,
+					MinIdle: 10 * time.Millisecond, // the poison entry is taken at once
+					Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })}))
 				t.Logf("without %s, Run returned: %v", rule, r)
 				require.ErrorIs(t, r, pelwarden.ErrNoPermission, "%v", r)
 				requireNames(t, r.Error(), rule, k)
@@ -354,11 +355,11 @@ func TestACLConsumerOptionalPermissions(t *testing.T) {
 		} {
 			t.Run(c.rule, func(t *testing.T) {
 				t.Parallel()
-				f, k := fixture(t, s)
+				f := s.fixture(t)
+				k := f.Keys
 				ids := f.Produce(5, nil)
-				cfg := driver.Config{Stream: k.Stream, Group: k.Group, Consumer: "worker", MinIdle: 100 * time.Millisecond,
-					ReclaimInterval: 50 * time.Millisecond, ReadBlock: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
-					Logger: testLogger(t), Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })}
+				cfg := f.ConsumerConfig(driver.Config{Consumer: "worker", MinIdle: 100 * time.Millisecond,
+					Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
 				c.cfg(&cfg)
 
 				without, _, _ := aclUser(t, s, k, "consumer", nil)
@@ -368,15 +369,15 @@ func TestACLConsumerOptionalPermissions(t *testing.T) {
 
 				with, _, _ := aclUser(t, s, k, "consumer", nil, c.rule)
 				require.NoError(t, f.Client().XGroupCreateConsumer(f.Context(), k.Stream, k.Group, "idle").Err())
-				r := start(t, with, cfg)
+				r := f.WithClient(with).RunConsumer(cfg)
 				f.Within(time.Minute).RequireAcked(ids...)
 				if cfg.ReapIdle > 0 {
-					require.Eventually(t, func() bool {
+					f.Within(time.Minute).Eventually("the idle consumer reaped", func() bool {
 						cons, err := f.Client().XInfoConsumers(f.Context(), k.Stream, k.Group).Result()
 						return err == nil && len(cons) == 1 && cons[0].Name == "worker"
-					}, time.Minute, 20*time.Millisecond, "the idle consumer reaped")
+					})
 				}
-				require.NoError(t, r.stop(t))
+				require.NoError(t, r.Stop())
 			})
 		}
 	})
@@ -398,7 +399,7 @@ func runUntilError(t *testing.T, rdb redis.UniversalClient, cfg driver.Config) e
 // requireNames checks that msg names what rule grants: the command (in the
 // server's words, 'xreadgroup', or the library's, "the xack command") or
 // the key (with the test's keys for the README's).
-func requireNames(t *testing.T, msg, rule string, k keys) {
+func requireNames(t *testing.T, msg, rule string, k pelwardentest.Keys) {
 	t.Helper()
 	if key, ok := strings.CutPrefix(rule, "~"); ok {
 		key = strings.ReplaceAll(key, readmeStream, k.Stream)
@@ -413,7 +414,7 @@ func requireNames(t *testing.T, msg, rule string, k keys) {
 // requireNothingLost checks that every entry is still in the stream and
 // that no dead-letter record's entry is still pending (a half-done
 // dead-lettering would leave both).
-func requireNothingLost(t *testing.T, f *pelwardentest.Fixture, k keys, ids []string) {
+func requireNothingLost(t *testing.T, f *pelwardentest.Fixture, k pelwardentest.Keys, ids []string) {
 	t.Helper()
 	ctx := f.Context()
 	n, err := f.Client().XLen(ctx, k.Stream).Result()

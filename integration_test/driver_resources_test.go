@@ -44,8 +44,8 @@ const leakLabel = "pelwarden-resources"
 // longer listed under the pool's client name; alone it passed every run.
 func TestDriverStartStopLeaksNothing(t *testing.T) {
 	s := servers[0]
-	ctx := ctxFor(t)
-	k := newKeys(t)
+	ctx := t.Context()
+	f := s.fixture(t)
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	name := "pw-resources-" + hex.EncodeToString(b)
@@ -56,7 +56,7 @@ func TestDriverStartStopLeaksNothing(t *testing.T) {
 
 	const cycles, perCycle = 100, 5
 	m := newCounts()
-	cfg := fastConfig(t, k, "cycler", driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }))
+	cfg := f.ConsumerConfig(driver.Config{Consumer: "cycler", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
 	cfg.Concurrency = 4
 	cfg.ReadBlock = 20 * time.Millisecond
 	cfg.ReclaimInterval = 50 * time.Millisecond
@@ -71,11 +71,11 @@ func TestDriverStartStopLeaksNothing(t *testing.T) {
 	var peak uint32
 	running := 0 // goroutines of the running consumer, in the first cycle
 	for i := range cycles {
-		produce(t, ctx, s.rdb, k, perCycle)
+		f.Produce(perCycle, order)
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go pprof.Do(runCtx, pprof.Labels(leakLabel, name), func(ctx context.Context) { done <- c.Run(ctx) })
-		waitFor(t, fmt.Sprintf("cycle %d: %d acked", i, (i+1)*perCycle), func() bool {
+		f.Eventually(fmt.Sprintf("cycle %d: %d acked", i, (i+1)*perCycle), func() bool {
 			return m.get(driver.EventAcked) == (i+1)*perCycle
 		})
 		if i == 0 {
@@ -108,7 +108,7 @@ func TestDriverStartStopLeaksNothing(t *testing.T) {
 		st := rdb.PoolStats()
 		require.LessOrEqual(t, st.TotalConns, maxConns, "cycle %d: pool %+v", i, *st)
 	}
-	require.Zero(t, pelSize(t, ctx, s.rdb, k))
+	require.Zero(t, f.PendingCount())
 	st := rdb.PoolStats()
 	t.Logf("%d cycles: %d goroutines while running, none left after any cycle; pool at the end: %d connections, %d idle; at most %d after a cycle (bound %d)",
 		cycles, running, st.TotalConns, st.IdleConns, peak, maxConns)

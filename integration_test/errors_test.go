@@ -8,18 +8,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
 // Server-side errors come back as the library's codes and match the
 // sentinel errors; the server's state is unchanged.
 func TestErrors(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 3)
-		deliver(t, ctx, s.rdb, k, "a", 3)
+		ctx := t.Context()
+		f := s.fixture(t)
+		k := f.Keys
+		ids := f.Produce(3, order)
+		f.LeavePending("a", 3)
 		claim := func(mod func(*pelwarden.ClaimArgs)) error {
-			a := pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c", MaxDeliveries: 1}
+			a := pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "c", MaxDeliveries: 1}
 			mod(&a)
 			_, err := s.lib.Claim(ctx, a)
 			return err
@@ -32,30 +34,30 @@ func TestErrors(t *testing.T) {
 		require.ErrorAs(t, err, &pe)
 		require.Equal(t, "PWNOGROUP", pe.Code)
 		require.Contains(t, err.Error(), "XGROUP CREATE")
-		missing := newKeys(t)
-		err = claim(func(a *pelwarden.ClaimArgs) { a.Stream, a.DeadLetterStream = missing.Stream, missing.DLQ })
+		missing := pelwardentest.NewKeys(t)
+		err = claim(func(a *pelwarden.ClaimArgs) { a.Stream, a.DeadLetterStream = missing.Stream, missing.DeadLetterStream })
 		require.ErrorIs(t, err, pelwarden.ErrNoGroup)
 		_, err = s.lib.Ack(ctx, pelwarden.AckArgs{Stream: missing.Stream, Group: "g", Consumer: "c", IDs: ids})
 		require.ErrorIs(t, err, pelwarden.ErrNoGroup)
-		_, err = s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: "nope"})
+		_, err = s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: "nope"})
 		require.ErrorIs(t, err, pelwarden.ErrNoGroup)
-		exists, err := s.rdb.Exists(ctx, missing.Stream, missing.DLQ).Result()
+		exists, err := s.rdb.Exists(ctx, missing.Stream, missing.DeadLetterStream).Result()
 		require.NoError(t, err)
 		require.Zero(t, exists, "an error creates no key")
 
 		// WRONGTYPE: the dead-letter key is a hash; the stream key a string.
-		require.NoError(t, s.rdb.HSet(ctx, k.DLQ, "f", "v").Err())
+		require.NoError(t, s.rdb.HSet(ctx, k.DeadLetterStream, "f", "v").Err())
 		err = claim(func(a *pelwarden.ClaimArgs) {})
 		require.ErrorIs(t, err, pelwarden.ErrWrongType)
-		require.Contains(t, err.Error(), k.DLQ)
-		_, err = s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "a", IDs: ids})
+		require.Contains(t, err.Error(), k.DeadLetterStream)
+		_, err = s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "a", IDs: ids})
 		require.ErrorIs(t, err, pelwarden.ErrWrongType)
-		require.EqualValues(t, 3, pelSize(t, ctx, s.rdb, k), "nothing was acked")
-		str := newKeys(t)
+		require.EqualValues(t, 3, f.PendingCount(), "nothing was acked")
+		str := pelwardentest.NewKeys(t)
 		require.NoError(t, s.rdb.Set(ctx, str.Stream, "x", 0).Err())
 		_, err = s.lib.Extend(ctx, pelwarden.ExtendArgs{Stream: str.Stream, Group: "g", Consumer: "c", IDs: ids})
 		require.ErrorIs(t, err, pelwarden.ErrWrongType)
-		_, err = s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream})
+		_, err = s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DeadLetterStream, Stream: k.Stream})
 		require.ErrorIs(t, err, pelwarden.ErrWrongType)
 	})
 }
@@ -64,10 +66,11 @@ func TestErrors(t *testing.T) {
 // or foreign caller might send) get PWBADARG/PWBADID, never a raw Lua error.
 func TestLibraryRejectsBadArguments(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		setup(t, ctx, s.rdb, k, 1)
-		two := []string{k.Stream, k.DLQ}
+		ctx := t.Context()
+		f := s.fixture(t)
+		k := f.Keys
+		f.Produce(1, order)
+		two := []string{k.Stream, k.DeadLetterStream}
 		cases := []struct {
 			fn   string
 			keys []string
@@ -95,7 +98,7 @@ func TestLibraryRejectsBadArguments(t *testing.T) {
 			require.Error(t, err, "case %d", i)
 			require.True(t, redis.HasErrorPrefix(err, c.code), "case %d (%s %v): got %v", i, c.fn, c.args, err)
 		}
-		require.Zero(t, pelSize(t, ctx, s.rdb, k), "nothing was delivered")
+		require.Zero(t, f.PendingCount(), "nothing was delivered")
 		n, err := s.rdb.XLen(ctx, k.Stream).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "nothing was deleted")
@@ -106,8 +109,8 @@ func TestLibraryRejectsBadArguments(t *testing.T) {
 // through the wrappers' errors.
 func TestErrorsAreComparable(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
+		ctx := t.Context()
+		k := pelwardentest.NewKeys(t)
 		_, err := s.lib.Reap(ctx, pelwarden.ReapArgs{Stream: k.Stream, Group: "g", Idle: 1})
 		require.True(t, errors.Is(err, pelwarden.ErrNoGroup))
 		require.False(t, errors.Is(err, pelwarden.ErrWrongType))

@@ -11,15 +11,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
 // Ack is fenced: ids whose ownership moved are reported, not acked.
 func TestAckFenced(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 6)
-		deliver(t, ctx, s.rdb, k, "a", 6)
+		ctx := t.Context()
+		f := s.fixture(t)
+		k := f.Keys
+		ids := f.Produce(6, order)
+		f.LeavePending("a", 6)
 		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: ids[:2]}).Err())
 		require.NoError(t, s.rdb.XAck(ctx, k.Stream, k.Group, ids[2]).Err())
 
@@ -40,9 +42,9 @@ func TestAckFenced(t *testing.T) {
 		require.ElementsMatch(t, ids[2:], r.NotPending)
 		require.Empty(t, r.OwnedElsewhere())
 		for _, id := range ids[:2] {
-			require.Equal(t, "b", pendingOf(t, ctx, s.rdb, k, id).Consumer, "b keeps %s", id)
+			f.RequirePending(id, pelwardentest.Pending{Consumer: "b"})
 		}
-		require.EqualValues(t, 2, pelSize(t, ctx, s.rdb, k))
+		require.EqualValues(t, 2, f.PendingCount())
 
 		r, err = s.lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", IDs: ids[:2], Delete: true})
 		require.NoError(t, err)
@@ -62,11 +64,12 @@ func TestAckFenced(t *testing.T) {
 // anything is acked.
 func TestAckAnyOrder(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
+		ctx := t.Context()
 		for _, via := range []string{"fcall", "wrapper"} {
-			k := newKeys(t)
-			ids := setup(t, ctx, s.rdb, k, 300)
-			deliver(t, ctx, s.rdb, k, "a", 300)
+			f := s.fixture(t)
+			k := f.Keys
+			ids := f.Produce(300, order)
+			f.LeavePending("a", 300)
 			want := map[string]bool{} // id -> acked by this call
 			var moved []string
 			ackedBefore := 0
@@ -102,7 +105,7 @@ func TestAckAnyOrder(t *testing.T) {
 				_, err := s.lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: bad})
 				require.ErrorIs(t, err, pelwarden.ErrInvalidID)
 			}
-			before := pelSize(t, ctx, s.rdb, k)
+			before := f.PendingCount()
 			require.EqualValues(t, 300-ackedBefore, before, "nothing acked by the refused call")
 
 			var acked int64
@@ -130,9 +133,9 @@ func TestAckAnyOrder(t *testing.T) {
 			}
 			require.Equal(t, wantAcked, acked, via)
 			require.ElementsMatch(t, wantNotOwned, notOwned, via)
-			require.EqualValues(t, len(moved), pelSize(t, ctx, s.rdb, k), "only b's entries stay pending")
+			require.EqualValues(t, len(moved), f.PendingCount(), "only b's entries stay pending")
 			for _, id := range moved {
-				require.Equal(t, "b", pendingOf(t, ctx, s.rdb, k, id).Consumer)
+				f.RequirePending(id, pelwardentest.Pending{Consumer: "b"})
 			}
 		}
 	})
@@ -149,14 +152,15 @@ func anys(ss []string) []any {
 // DeadLetter is atomic, fenced and idempotent, and bounds the error text.
 func TestDeadLetter(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 4)
-		deliver(t, ctx, s.rdb, k, "a", 4)
+		ctx := t.Context()
+		f := s.fixture(t)
+		k := f.Keys
+		ids := f.Produce(4, order)
+		f.LeavePending("a", 4)
 		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: ids[3:]}).Err())
 		require.NoError(t, s.rdb.XDel(ctx, k.Stream, ids[2]).Err())
 		long := strings.Repeat("é", 3000) // 6000 bytes, 2-byte characters
-		args := pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "a",
+		args := pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "a",
 			IDs: ids, Reason: "invalid_order", Error: long}
 		r, err := s.lib.DeadLetter(ctx, args)
 		require.NoError(t, err)
@@ -165,14 +169,14 @@ func TestDeadLetter(t *testing.T) {
 		require.Empty(t, r.NotPending)
 		require.Equal(t, []string{ids[3]}, r.OwnedElsewhere())
 		require.Equal(t, []string{ids[2]}, r.Deleted)
-		require.Equal(t, "b", pendingOf(t, ctx, s.rdb, k, ids[3]).Consumer)
+		f.RequirePending(ids[3], pelwardentest.Pending{Consumer: "b"})
 
 		again, err := s.lib.DeadLetter(ctx, args)
 		require.NoError(t, err)
 		require.Empty(t, again.DeadLettered, "a second call writes nothing")
 		require.Equal(t, ids[:3], again.NotPending, "a retry finds its ids no longer pending, not taken over")
 		require.Equal(t, []string{ids[3]}, again.OwnedElsewhere())
-		recs, err := s.rdb.XRange(ctx, k.DLQ, "-", "+").Result()
+		recs, err := s.rdb.XRange(ctx, k.DeadLetterStream, "-", "+").Result()
 		require.NoError(t, err)
 		require.Len(t, recs, 2)
 		for i, rec := range recs {
@@ -185,21 +189,23 @@ func TestDeadLetter(t *testing.T) {
 			require.True(t, strings.HasSuffix(e, pelwarden.TruncatedMarker))
 			require.True(t, utf8.ValidString(e), "cut on a character boundary")
 		}
-		require.Nil(t, pendingOf(t, ctx, s.rdb, k, ids[0]))
+		_, pending := f.PendingEntry(ids[0])
+		require.False(t, pending)
 	})
 }
 
 // The library bounds the error text on its own too (raw FCALL).
 func TestDeadLetterBoundsErrorServerSide(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 1)
-		deliver(t, ctx, s.rdb, k, "a", 1)
-		err := s.rdb.FCall(ctx, pelwarden.FunctionDeadLetter, []string{k.Stream, k.DLQ}, k.Group, "a", "0", "handler",
+		ctx := t.Context()
+		f := s.fixture(t)
+		k := f.Keys
+		ids := f.Produce(1, order)
+		f.LeavePending("a", 1)
+		err := s.rdb.FCall(ctx, pelwarden.FunctionDeadLetter, []string{k.Stream, k.DeadLetterStream}, k.Group, "a", "0", "handler",
 			strings.Repeat("x", 100000), ids[0]).Err()
 		require.NoError(t, err)
-		recs, err := s.rdb.XRange(ctx, k.DLQ, "-", "+").Result()
+		recs, err := s.rdb.XRange(ctx, k.DeadLetterStream, "-", "+").Result()
 		require.NoError(t, err)
 		require.Len(t, recs, 1)
 		require.Len(t, recs[0].Values[pelwarden.FieldError], pelwarden.MaxErrorBytes)
@@ -210,10 +216,11 @@ func TestDeadLetterBoundsErrorServerSide(t *testing.T) {
 // ids no longer owned.
 func TestExtend(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 3)
-		deliver(t, ctx, s.rdb, k, "a", 3)
+		ctx := t.Context()
+		f := s.fixture(t)
+		k := f.Keys
+		ids := f.Produce(3, order)
+		f.LeavePending("a", 3)
 		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: ids[2:]}).Err())
 		time.Sleep(1500 * time.Millisecond)
 		r, err := s.lib.Extend(ctx, pelwarden.ExtendArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids})
@@ -222,12 +229,12 @@ func TestExtend(t *testing.T) {
 		require.Equal(t, []string{ids[2]}, r.NotOwned)
 		require.ErrorIs(t, r.Err(), pelwarden.ErrNotOwner)
 		for _, id := range ids[:2] {
-			pe := pendingOf(t, ctx, s.rdb, k, id)
+			pe, _ := f.PendingEntry(id)
 			require.Less(t, pe.Idle, time.Second, "idle reset (it was 1.5s)")
 			require.EqualValues(t, 1, pe.RetryCount, "delivery count not bumped")
 			require.Equal(t, "a", pe.Consumer)
 		}
-		require.Equal(t, "b", pendingOf(t, ctx, s.rdb, k, ids[2]).Consumer)
+		f.RequirePending(ids[2], pelwardentest.Pending{Consumer: "b"})
 	})
 }
 
@@ -235,10 +242,11 @@ func TestExtend(t *testing.T) {
 // entries.
 func TestReap(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 2)
-		deliver(t, ctx, s.rdb, k, "holder", 2)
+		ctx := t.Context()
+		f := s.fixture(t)
+		k := f.Keys
+		ids := f.Produce(2, order)
+		f.LeavePending("holder", 2)
 		require.NoError(t, s.rdb.XAck(ctx, k.Stream, k.Group, ids[0]).Err())
 		for _, c := range []string{"gone-1", "gone-2", "me"} {
 			require.NoError(t, s.rdb.XGroupCreateConsumer(ctx, k.Stream, k.Group, c).Err())
@@ -257,7 +265,7 @@ func TestReap(t *testing.T) {
 			names = append(names, c.Name)
 		}
 		require.ElementsMatch(t, []string{"holder", "me", "fresh"}, names)
-		require.Equal(t, "holder", pendingOf(t, ctx, s.rdb, k, ids[1]).Consumer, "its PEL is intact")
+		f.RequirePending(ids[1], pelwardentest.Pending{Consumer: "holder"})
 	})
 }
 
@@ -265,9 +273,9 @@ func TestReap(t *testing.T) {
 // the dead-letter stream and skips foreign and other-source records.
 func TestRedriveRoundTrip(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "$").Err())
+		ctx := t.Context()
+		f := s.fixture(t)
+		k := f.Keys
 		values := []string{"b", "2", "a", "1", "b", "dup", "bin", "\x00\xff"}
 		var ids []string
 		for range 5 {
@@ -275,13 +283,13 @@ func TestRedriveRoundTrip(t *testing.T) {
 			require.NoError(t, err)
 			ids = append(ids, id)
 		}
-		deliver(t, ctx, s.rdb, k, "a", 5)
-		_, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group,
+		f.LeavePending("a", 5)
+		_, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group,
 			Consumer: "a", IDs: ids, Error: "boom"})
 		require.NoError(t, err)
-		foreign, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DLQ, Values: []string{"not", "ours"}}).Result()
+		foreign, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DeadLetterStream, Values: []string{"not", "ours"}}).Result()
 		require.NoError(t, err)
-		other, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DLQ, Values: []string{"x", "1",
+		other, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DeadLetterStream, Values: []string{"x", "1",
 			pelwarden.FieldStream, "{elsewhere}", pelwarden.FieldMetaCount, "2"}}).Result()
 		require.NoError(t, err)
 
@@ -289,7 +297,7 @@ func TestRedriveRoundTrip(t *testing.T) {
 		var skippedForeign, skippedOther []string
 		cursor := ""
 		for {
-			p, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream, Cursor: cursor, Count: 2})
+			p, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DeadLetterStream, Stream: k.Stream, Cursor: cursor, Count: 2})
 			require.NoError(t, err)
 			moved = append(moved, p.Moved...)
 			skippedForeign = append(skippedForeign, p.Foreign...)
@@ -302,7 +310,7 @@ func TestRedriveRoundTrip(t *testing.T) {
 		require.Len(t, moved, 5)
 		require.Equal(t, []string{foreign}, skippedForeign)
 		require.Equal(t, []string{other}, skippedOther)
-		left, err := s.rdb.XRange(ctx, k.DLQ, "-", "+").Result()
+		left, err := s.rdb.XRange(ctx, k.DeadLetterStream, "-", "+").Result()
 		require.NoError(t, err)
 		require.Len(t, left, 2, "only the skipped records stay")
 
@@ -320,10 +328,10 @@ func TestRedriveRoundTrip(t *testing.T) {
 
 		// A second round trip bumps the counter instead of adding a field.
 		e := moved[0].To
-		deliver(t, ctx, s.rdb, k, "a", 5)
-		_, err = s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "a", IDs: []string{e}})
+		f.LeavePending("a", 5)
+		_, err = s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "a", IDs: []string{e}})
 		require.NoError(t, err)
-		p, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream, Count: 10})
+		p, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DeadLetterStream, Stream: k.Stream, Count: 10})
 		require.NoError(t, err)
 		require.Len(t, p.Moved, 1)
 		rec, err := s.rdb.XRange(ctx, k.Stream, p.Moved[0].To, p.Moved[0].To).Result()
@@ -331,7 +339,7 @@ func TestRedriveRoundTrip(t *testing.T) {
 		require.Equal(t, "2", rec[0].Values[pelwarden.FieldRedrives])
 
 		// AnySource moves the other-source record too; never the foreign one.
-		p, err = s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream, AnySource: true})
+		p, err = s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DeadLetterStream, Stream: k.Stream, AnySource: true})
 		require.NoError(t, err)
 		require.Len(t, p.Moved, 1)
 		require.Equal(t, []string{foreign}, p.Foreign)
@@ -341,14 +349,15 @@ func TestRedriveRoundTrip(t *testing.T) {
 // Stats is a one-call snapshot.
 func TestStats(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 10)
-		deliver(t, ctx, s.rdb, k, "a", 4)
-		deliver(t, ctx, s.rdb, k, "b", 2)
-		_, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "a", IDs: ids[:1]})
+		ctx := t.Context()
+		f := s.fixture(t)
+		k := f.Keys
+		ids := f.Produce(10, order)
+		f.LeavePending("a", 4)
+		f.LeavePending("b", 2)
+		_, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "a", IDs: ids[:1]})
 		require.NoError(t, err)
-		st, err := s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group})
+		st, err := s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group})
 		require.NoError(t, err)
 		require.EqualValues(t, 5, st.Pending)
 		require.Equal(t, ids[1], st.LowestID)
@@ -368,9 +377,9 @@ func TestStats(t *testing.T) {
 		require.Less(t, byName["b"].Idle, time.Minute)
 
 		// An empty group.
-		k2 := newKeys(t)
+		k2 := pelwardentest.NewKeys(t)
 		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k2.Stream, k2.Group, "$").Err())
-		st, err = s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: k2.Stream, DeadLetterStream: k2.DLQ, Group: k2.Group})
+		st, err = s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: k2.Stream, DeadLetterStream: k2.DeadLetterStream, Group: k2.Group})
 		require.NoError(t, err)
 		require.Zero(t, st.Pending)
 		require.Empty(t, st.LowestID)
@@ -381,7 +390,7 @@ func TestStats(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		v, err := s.lib.Version(ctxFor(t))
+		v, err := s.lib.Version(t.Context())
 		require.NoError(t, err)
 		require.Equal(t, pelwarden.LibraryVersion, v)
 	})
@@ -391,10 +400,11 @@ func TestVersion(t *testing.T) {
 // count unchanged, claimable once the delay has passed.
 func TestRelease(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 3)
-		deliver(t, ctx, s.rdb, k, "a", 3)
+		ctx := t.Context()
+		f := s.fixture(t)
+		k := f.Keys
+		ids := f.Produce(3, order)
+		f.LeavePending("a", 3)
 		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: ids[2:]}).Err())
 		minIdle := time.Hour
 		r, err := s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids[:1], MinIdle: minIdle, Delay: 0})
@@ -405,12 +415,12 @@ func TestRelease(t *testing.T) {
 		require.EqualValues(t, 1, r.Extended)
 		require.Equal(t, []string{ids[2]}, r.NotOwned)
 
-		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c", MinIdle: minIdle})
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "c", MinIdle: minIdle})
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 1, "delay 0: claimable at once; delay 10m: not yet")
 		require.Equal(t, ids[0], p.Entries[0].ID)
 		require.EqualValues(t, 2, p.Entries[0].Deliveries, "release did not bump the count")
-		pe := pendingOf(t, ctx, s.rdb, k, ids[1])
+		pe, _ := f.PendingEntry(ids[1])
 		require.Equal(t, "a", pe.Consumer)
 		require.EqualValues(t, 1, pe.RetryCount)
 		require.InDelta(t, float64(50*time.Minute), float64(pe.Idle), float64(time.Minute))

@@ -24,14 +24,15 @@ import (
 // distinctive part (secretMarker).
 func TestSecretsNeverPrinted(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		f, k := fixture(t, s)
+		ctx := t.Context()
+		f := s.fixture(t)
+		k := f.Keys
 		ids := f.Produce(3, nil)
 		require.Len(t, f.LeavePending("c1", 1), 1)
-		dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c1", IDs: ids[:1]})
+		dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "c1", IDs: ids[:1]})
 		require.NoError(t, err)
 		require.Len(t, dl.DeadLettered, 1)
-		rec, err := s.rdb.XRange(ctx, k.DLQ, "-", "+").Result()
+		rec, err := s.rdb.XRange(ctx, k.DeadLetterStream, "-", "+").Result()
 		require.NoError(t, err)
 		_, opUser, opPass := aclUser(t, s, k, "operator", nil)
 		consumer, _, cPass := aclUser(t, s, k, "consumer", nil)
@@ -58,13 +59,13 @@ func TestSecretsNeverPrinted(t *testing.T) {
 			{opURL, []string{"status", k.Stream, k.Group}, cli.ExitOK},
 			{opURL, []string{"status", k.Stream, k.Group, "--json"}, cli.ExitOK},
 			{opURL, []string{"status", k.Stream, "nope", "--json"}, cli.ExitBadTarget},
-			{opURL, []string{"dlq", "list", k.DLQ}, cli.ExitOK},
-			{opURL, []string{"dlq", "show", k.DLQ, rec[0].ID, "--json"}, cli.ExitOK},
-			{opURL, []string{"dlq", "show", k.DLQ, "1-1"}, cli.ExitBadTarget},
+			{opURL, []string{"dlq", "list", k.DeadLetterStream}, cli.ExitOK},
+			{opURL, []string{"dlq", "show", k.DeadLetterStream, rec[0].ID, "--json"}, cli.ExitOK},
+			{opURL, []string{"dlq", "show", k.DeadLetterStream, "1-1"}, cli.ExitBadTarget},
 			{opURL, []string{"load"}, cli.ExitOK},
 			{opURL, []string{"poison", k.Stream, k.Group, "--max-deliveries", "1", "--json"}, cli.ExitFailure},
-			{opURL, []string{"dlq", "purge", k.DLQ, "--yes"}, cli.ExitFailure},
-			{opURL, []string{"dlq", "redrive", k.DLQ}, cli.ExitFailure},
+			{opURL, []string{"dlq", "purge", k.DeadLetterStream, "--yes"}, cli.ExitFailure},
+			{opURL, []string{"dlq", "redrive", k.DeadLetterStream}, cli.ExitFailure},
 			{opURL, []string{"demo", "--orders", "10"}, cli.ExitFailure},
 			{opURL, []string{"bench", "--entries", "10", "--links", "loopback", "--methods", "pelwarden"}, cli.ExitFailure},
 			{badURL, []string{"status", k.Stream, k.Group}, cli.ExitFailure},
@@ -87,9 +88,9 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		cfg := driver.Config{Stream: k.Stream, Group: k.Group, Consumer: "worker", MinIdle: 100 * time.Millisecond,
 			ReclaimInterval: 50 * time.Millisecond, ReadBlock: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
 			Logger: logger, Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })}
-		run := start(t, consumer, cfg)
+		run := f.WithClient(consumer).RunConsumer(cfg)
 		f.Within(time.Minute).RequireAcked(ids[1:]...)
-		require.NoError(t, run.stop(t))
+		require.NoError(t, run.Stop())
 		refused, _, _ := aclUser(t, s, k, "consumer", []string{"+xack"})
 		seen("driver without +xack", runUntilError(t, refused, cfg).Error())
 		opts, err := redis.ParseURL(userURL(t, s, "nobody", wrong))
