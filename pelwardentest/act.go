@@ -309,3 +309,99 @@ func callHandler(ctx context.Context, h driver.Handler, m *driver.Message) (err 
 	}()
 	return h.Handle(ctx, m), nil
 }
+
+// Metrics is a driver.Metrics that keeps what a consumer reports in
+// memory, for a test to check (pass it as driver.Config.Metrics). It is
+// safe for concurrent use; the zero value is ready.
+type Metrics struct {
+	mu       sync.Mutex
+	events   map[driver.Event]int
+	dead     map[string]int
+	handlers int
+}
+
+var _ driver.Metrics = (*Metrics)(nil)
+
+// Count adds n to the counter of e (driver.Metrics).
+func (m *Metrics) Count(e driver.Event, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.events == nil {
+		m.events = map[driver.Event]int{}
+	}
+	m.events[e] += n
+}
+
+// DeadLettered adds n entries dead-lettered for reason (driver.Metrics).
+func (m *Metrics) DeadLettered(reason string, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.dead == nil {
+		m.dead = map[string]int{}
+	}
+	m.dead[reason] += n
+}
+
+// HandlerDuration counts one handler call (driver.Metrics); the duration
+// is not kept.
+func (m *Metrics) HandlerDuration(time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.handlers++
+}
+
+// Total returns the counter of e so far.
+func (m *Metrics) Total(e driver.Event) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.events[e]
+}
+
+// DeadLetteredTotal returns how many entries were dead-lettered for reason
+// so far.
+func (m *Metrics) DeadLetteredTotal(reason string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.dead[reason]
+}
+
+// HandlerCalls returns how many handler calls were observed so far.
+func (m *Metrics) HandlerCalls() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.handlers
+}
+
+// Calls counts a handler's calls per entry id, for a test to check how
+// often each entry reached it: call Add from the handler. It is safe for
+// concurrent use; the zero value is ready.
+type Calls struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+// Add records one call for id and returns how many calls id has had, this
+// one included (1 on its first delivery to the handler).
+func (c *Calls) Add(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.calls == nil {
+		c.calls = map[string]int{}
+	}
+	c.calls[id]++
+	return c.calls[id]
+}
+
+// Count returns how many calls id has had.
+func (c *Calls) Count(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls[id]
+}
+
+// Distinct returns how many different ids reached the handler.
+func (c *Calls) Distinct() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.calls)
+}

@@ -278,22 +278,39 @@ func (f *Fixture) check(what string, cond func(ctx context.Context) (string, err
 // milliseconds, for up to the fixture's Within duration (DefaultWithin on a
 // fixture without Within), and fails the test with what ("all entries
 // acked") when it does not come. cond runs on the caller's goroutine, so
-// it may use the fixture's helpers and fail the test itself. Use it for what the Require methods do not
-// describe: a handler's count, a metric, a consumer's state.
+// it may use the fixture's helpers and fail the test itself. Use it for
+// what the Require methods do not describe: a handler's count, a metric, a
+// consumer's state.
 func (f *Fixture) Eventually(what string, cond func() bool) {
+	f.t.Helper()
+	f.EventuallyState(what, func() (string, bool) { return "", cond() })
+}
+
+// EventuallyState is Eventually for a cond that also describes the state
+// it saw ("pool 4 connections, 2 idle"): the failure message carries the
+// last description.
+func (f *Fixture) EventuallyState(what string, cond func() (state string, ok bool)) {
 	f.t.Helper()
 	d := f.within
 	if d <= 0 {
 		d = DefaultWithin
 	}
 	deadline := time.Now().Add(d)
-	for !cond() {
+	for {
+		state, ok := cond()
+		if ok {
+			return
+		}
+		last := ""
+		if state != "" {
+			last = "; last seen: " + state
+		}
 		if time.Now().After(deadline) {
-			f.fatalf("%s: want %s within %v", f, what, d)
+			f.fatalf("%s: want %s within %v%s", f, what, d, last)
 			return
 		}
 		if f.ctx.Err() != nil {
-			f.fatalf("%s: want %s: the test ended", f, what)
+			f.fatalf("%s: want %s: the test ended%s", f, what, last)
 			return
 		}
 		time.Sleep(pollInterval)

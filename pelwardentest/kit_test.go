@@ -2,6 +2,7 @@ package pelwardentest_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
 	"github.com/pelwarden/pelwarden/pelwardentest"
 )
@@ -41,6 +43,10 @@ func TestPendingEntryAndEventually(t *testing.T) {
 		f.WithT(rec).Within(50*time.Millisecond).Eventually("the impossible", func() bool { return false })
 	})
 	require.Contains(t, msg, "want the impossible within 50ms")
+	msg = rec.run(func() {
+		f.WithT(rec).Within(50*time.Millisecond).EventuallyState("the impossible", func() (string, bool) { return "3 pending", false })
+	})
+	require.Contains(t, msg, "want the impossible within 50ms; last seen: 3 pending")
 }
 
 // ConsumerConfig fills the zero fields with the fixture's keys and the test
@@ -140,4 +146,35 @@ func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(int64(len(cmds))); return next(ctx, cmds) }
+}
+
+// Metrics and Calls record what a consumer and its handler did: here two
+// entries handled, one of them failing once, and a poison entry
+// dead-lettered by the handler.
+func TestMetricsAndCalls(t *testing.T) {
+	t.Parallel()
+	f := pelwardentest.Start(t).NewFixture(t)
+	ids := f.Produce(2, nil)
+	poison := f.AddPoison("n", "x")
+	var m pelwardentest.Metrics
+	var calls pelwardentest.Calls
+	c := f.RunConsumer(driver.Config{Metrics: &m, MinIdle: 50 * time.Millisecond,
+		Handler: driver.HandlerFunc(func(_ context.Context, msg *driver.Message) error {
+			n := calls.Add(msg.ID)
+			switch {
+			case pelwardentest.IsPoison(msg.Fields):
+				return driver.DeadLetter(errors.New("poison"))
+			case msg.ID == ids[0] && n == 1:
+				return errors.New("first delivery fails")
+			}
+			return nil
+		})})
+	f.Eventually("both entries acked", func() bool { return m.Total(driver.EventAcked) == 2 })
+	f.Within(0).RequireDeadLettered(poison, pelwardentest.DeadLettered{Reason: pelwarden.ReasonHandler})
+	require.NoError(t, c.Stop())
+	require.Equal(t, 2, calls.Count(ids[0]))
+	require.Equal(t, 1, calls.Count(ids[1]))
+	require.Equal(t, 3, calls.Distinct())
+	require.Equal(t, 1, m.DeadLetteredTotal(pelwarden.ReasonHandler))
+	require.Equal(t, 4, m.HandlerCalls())
 }
