@@ -205,14 +205,14 @@ func TestACLConsumer(t *testing.T) {
 		poison := []string{f.AddPoison("n", "p1"), f.AddPoison("n", "p2")}
 		rdb, user, _ := aclUser(t, s, k, "consumer", nil)
 
-		handled := newSeen()
+		handled := &pelwardentest.Calls{}
 		cfg := driver.Config{
 			Consumer: "worker", MaxDeliveries: 3,
 			Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
 				if pelwardentest.IsPoison(m.Fields) {
 					return errors.New("cannot handle this one")
 				}
-				handled.add(m.ID)
+				handled.Add(m.ID)
 				return nil
 			}),
 		}
@@ -223,7 +223,7 @@ func TestACLConsumer(t *testing.T) {
 		f.Within(time.Minute).RequirePELEmpty()
 		f.RequireAcked(append(orphans, healthy...)...)
 		for _, id := range append(orphans, healthy...) {
-			require.Positive(t, handled.count(id), "entry %s handled", id)
+			require.Positive(t, handled.Count(id), "entry %s handled", id)
 		}
 		require.NoError(t, r.Stop())
 		require.Empty(t, aclDenials(t, ctx, s, user), "the consumer's line covers every command the driver runs")

@@ -102,7 +102,7 @@ func TestClusterFailover(t *testing.T) {
 		require.NoError(t, fs.createGroup(ctx))
 		streams[i] = fs
 	}
-	m := newCounts()
+	m := &pelwardentest.Metrics{}
 	kit := pelwardentest.Use(t, admin) // the library is loaded: Use finds it current
 	var consumers []*pelwardentest.Consumer
 	for _, fs := range streams {
@@ -251,7 +251,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	require.Zero(t, functionLoads.Load(), "no FUNCTION LOAD was needed at any point")
 	t.Logf("failover of %s: replica %s promoted %v after the kill; its consumers were on it %v after the kill; command errors %d",
-		victim.Primary.Addr(), promoted.Addr(), promotion.Round(100*time.Millisecond), followed.Round(100*time.Millisecond), m.get(driver.EventCommandError))
+		victim.Primary.Addr(), promoted.Addr(), promotion.Round(100*time.Millisecond), followed.Round(100*time.Millisecond), m.Total(driver.EventCommandError))
 	t.Logf("all streams: %s", total)
 }
 

@@ -314,13 +314,13 @@ func testClusterSelfHeal(t *testing.T, ctx context.Context, rdb *redis.ClusterCl
 // the consumer goes on without an error reaching Run.
 func testClusterDriverSelfHeal(t *testing.T, ctx context.Context, rdb *redis.ClusterClient, s testserver.Shard) {
 	f := clusterFixture(t, rdb, func(slot int) bool { return s.Owns(slot) && !newPrimarySlots.Contains(slot) })
-	m := newCounts()
+	m := &pelwardentest.Metrics{}
 	// After the flush every entry fails once: its release and its reclaim
 	// are function calls (reads and quick acks are not).
 	var failOnce atomic.Bool
-	seen := newSeen()
+	seen := &pelwardentest.Calls{}
 	cfg := driver.Config{Consumer: "healer", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(_ context.Context, msg *driver.Message) error {
-		if seen.add(msg.ID) == 1 && failOnce.Load() {
+		if seen.Add(msg.ID) == 1 && failOnce.Load() {
 			return errors.New("first delivery fails")
 		}
 		return nil
@@ -328,16 +328,16 @@ func testClusterDriverSelfHeal(t *testing.T, ctx context.Context, rdb *redis.Clu
 	cfg.Metrics = m
 	r := f.RunConsumer(cfg)
 	f.Produce(100, order)
-	f.Eventually("100 acked", func() bool { return m.get(driver.EventAcked) == 100 })
+	f.Eventually("100 acked", func() bool { return m.Total(driver.EventAcked) == 100 })
 
 	node := nodeClient(t, s.Primary)
 	require.NoError(t, node.FunctionFlush(ctx).Err())
 	require.ErrorContains(t, node.FCallRO(ctx, pelwarden.FunctionVersion, nil).Err(), "Function not found")
 	failOnce.Store(true)
 	f.Produce(100, order)
-	f.Eventually("200 acked", func() bool { return m.get(driver.EventAcked) == 200 })
+	f.Eventually("200 acked", func() bool { return m.Total(driver.EventAcked) == 200 })
 	require.NoError(t, r.Stop())
-	require.Zero(t, m.get(driver.EventCommandError), "the reload happened inside the calls, invisibly")
+	require.Zero(t, m.Total(driver.EventCommandError), "the reload happened inside the calls, invisibly")
 	require.Zero(t, f.PendingCount())
 	v, err := node.FCallRO(ctx, pelwarden.FunctionVersion, nil).Text()
 	require.NoError(t, err, "the library is back on %s", s.Primary.Addr())
@@ -467,7 +467,7 @@ func testClusterDriver(t *testing.T, ctx context.Context, rdb *redis.ClusterClie
 	k := f.Keys
 	ids := f.Produce(200, order)
 	poison := ids[7]
-	m := newCounts()
+	m := &pelwardentest.Metrics{}
 	cfg := driver.Config{Consumer: "cluster-worker", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 		if msg.ID == poison {
 			return errors.New("poison")
@@ -478,7 +478,7 @@ func testClusterDriver(t *testing.T, ctx context.Context, rdb *redis.ClusterClie
 	r := f.RunConsumer(cfg)
 	f.Eventually("199 acked and the poison entry dead-lettered", func() bool {
 		n, _ := rdb.XLen(ctx, k.DeadLetterStream).Result()
-		return m.get(driver.EventAcked) == 199 && n == 1
+		return m.Total(driver.EventAcked) == 199 && n == 1
 	})
 	require.NoError(t, r.Stop())
 	require.Zero(t, f.PendingCount())
@@ -531,7 +531,7 @@ func testClusterLeastPrivilege(t *testing.T, ctx context.Context, c *testserver.
 		t.Cleanup(func() { _ = cc.Close() })
 		return cc
 	}
-	m := newCounts()
+	m := &pelwardentest.Metrics{}
 	cfg := f.ConsumerConfig(driver.Config{Consumer: "cluster-least-privilege", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 		if msg.ID == poison {
 			return driver.DeadLetter(errors.New("poison"))
@@ -549,7 +549,7 @@ func testClusterLeastPrivilege(t *testing.T, ctx context.Context, c *testserver.
 	r := f.WithClient(consumerClient()).RunConsumer(cfg)
 	f.Eventually("99 acked and the poison entry dead-lettered", func() bool {
 		n, _ := admin.XLen(ctx, k.DeadLetterStream).Result()
-		return m.get(driver.EventAcked) == len(ids)-1 && n == 1
+		return m.Total(driver.EventAcked) == len(ids)-1 && n == 1
 	})
 	require.NoError(t, r.Stop())
 	require.Zero(t, f.PendingCount())

@@ -59,13 +59,13 @@ func TestDriverSlowHandlersShareBurst(t *testing.T) {
 		ctx := t.Context()
 		f := s.fixture(t)
 		k := f.Keys
-		calls := newSeen()
+		calls := &pelwardentest.Calls{}
 		var mu sync.Mutex
 		handledBy := map[string]int{}
 		handler := func(name string) driver.Handler {
 			return driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
 				time.Sleep(40 * time.Millisecond)
-				calls.add(m.ID)
+				calls.Add(m.ID)
 				mu.Lock()
 				handledBy[name]++
 				mu.Unlock()
@@ -87,12 +87,12 @@ func TestDriverSlowHandlersShareBurst(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 		stop := heldSampler(t, ctx, s.rdb, k)
 		ids := f.Produce(800, order)
-		f.Within(time.Minute).Eventually("the burst drained", func() bool { return calls.distinct() == 800 && f.PendingCount() == 0 })
+		f.Within(time.Minute).Eventually("the burst drained", func() bool { return calls.Distinct() == 800 && f.PendingCount() == 0 })
 		maxHeld := stop()
 		require.NoError(t, a.Stop())
 		require.NoError(t, b.Stop())
 		for _, id := range ids {
-			require.Equal(t, 1, calls.count(id), "entry %s handled once", id)
+			require.Equal(t, 1, calls.Count(id), "entry %s handled once", id)
 		}
 		// Neither hoards the burst. The PEL counts the window (queued and
 		// running) plus successes whose batched ack is on its way, and the
@@ -174,12 +174,12 @@ func TestDriverLargeEntriesReadFewAtATime(t *testing.T) {
 		rdb := redis.NewClient(s.rdb.Options())
 		defer rdb.Close()
 		rdb.AddHook(hook)
-		calls := newSeen()
+		calls := &pelwardentest.Calls{}
 		r := f.WithClient(rdb).RunConsumer(driver.Config{Consumer: "big", Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
-			calls.add(m.ID)
+			calls.Add(m.ID)
 			return nil
 		})})
-		f.Within(time.Minute).Eventually("32 handled, the PEL empty", func() bool { return calls.distinct() == 32 && f.PendingCount() == 0 })
+		f.Within(time.Minute).Eventually("32 handled, the PEL empty", func() bool { return calls.Distinct() == 32 && f.PendingCount() == 0 })
 		require.NoError(t, r.Stop())
 		hook.mu.Lock()
 		defer hook.mu.Unlock()
@@ -241,7 +241,7 @@ func TestDriverDrainLogsAreSummarised(t *testing.T) {
 			failing[ids[i]] = true // a handler failure on every delivery
 		}
 		logs := &countingHandler{}
-		m := newCounts()
+		m := &pelwardentest.Metrics{}
 		cfg := f.ConsumerConfig(driver.Config{Consumer: "rescuer", Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			if failing[msg.ID] {
 				return fmt.Errorf("cannot handle %s", msg.ID)
@@ -254,12 +254,12 @@ func TestDriverDrainLogsAreSummarised(t *testing.T) {
 		c := f.RunConsumer(cfg)
 		f.Within(60 * time.Second).RequirePELEmpty()
 		require.NoError(t, c.Stop())
-		require.Equal(t, len(poison)+len(failing), m.deadFor(pelwarden.ReasonMaxDeliveries))
+		require.Equal(t, len(poison)+len(failing), m.DeadLetteredTotal(pelwarden.ReasonMaxDeliveries))
 		// Each failing entry runs at most MaxDeliveries-1 times (fewer when
 		// the consumer's own pass reclaimed it while it waited in its queue
 		// past the test's 20 ms MinIdle).
-		require.LessOrEqual(t, m.get(driver.EventHandlerError), len(failing)*(driver.DefaultMaxDeliveries-1))
-		require.GreaterOrEqual(t, m.get(driver.EventHandlerError), len(failing))
+		require.LessOrEqual(t, m.Total(driver.EventHandlerError), len(failing)*(driver.DefaultMaxDeliveries-1))
+		require.GreaterOrEqual(t, m.Total(driver.EventHandlerError), len(failing))
 		logs.mu.Lock()
 		defer logs.mu.Unlock()
 		require.LessOrEqual(t, logs.n.Load(), int64(50), "log records: %v", logs.recs)
@@ -339,7 +339,7 @@ func TestDriverFullServer(t *testing.T) {
 		gate.Store(true)
 		var logBuf bytes.Buffer
 		var logMu sync.Mutex
-		m := newCounts()
+		m := &pelwardentest.Metrics{}
 		cfg := f.ConsumerConfig(driver.Config{Consumer: "full", Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			if gate.Load() {
 				<-release
@@ -367,7 +367,7 @@ func TestDriverFullServer(t *testing.T) {
 		close(release)
 		// The entries in hand are handled and acked on the full server;
 		// the failed ones wait for a claim, which the full server refuses.
-		f.Eventually("the consumer paused", func() bool { return m.get(driver.EventPaused) == 1 })
+		f.Eventually("the consumer paused", func() bool { return m.Total(driver.EventPaused) == 1 })
 		time.Sleep(500 * time.Millisecond)
 		pending, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: k.Stream, Group: k.Group, Start: "-", End: "+", Count: 1000}).Result()
 		require.NoError(t, err)
@@ -394,7 +394,7 @@ func TestDriverFullServer(t *testing.T) {
 			}
 			require.Equal(t, want, runs[id], "entry %s", id)
 		}
-		require.Equal(t, 1, m.get(driver.EventPaused))
+		require.Equal(t, 1, m.Total(driver.EventPaused))
 		logMu.Lock()
 		defer logMu.Unlock()
 		require.Equal(t, 1, strings.Count(logBuf.String(), "server out of memory"), "said once: %s", logBuf.String())

@@ -129,13 +129,13 @@ func TestDriverSlowHandlerStolenWithoutLease(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		f := s.fixture(t)
 		ids := f.Produce(1, order)
-		calls := newSeen()
+		calls := &pelwardentest.Calls{}
 		slow := driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
-			calls.add(msg.ID)
+			calls.Add(msg.ID)
 			time.Sleep(1500 * time.Millisecond)
 			return nil
 		})
-		m := newCounts()
+		m := &pelwardentest.Metrics{}
 		cfgA := driver.Config{Consumer: "slow", MaxDeliveries: 3, Handler: slow}
 		cfgA.LeaseInterval = driver.NoLease
 		// Its own reclaim pass would take the entry back from itself (and so
@@ -143,17 +143,17 @@ func TestDriverSlowHandlerStolenWithoutLease(t *testing.T) {
 		cfgA.ReclaimInterval = time.Hour
 		cfgA.Metrics = m
 		a := f.RunConsumer(cfgA)
-		f.Eventually("slow handler started", func() bool { return calls.count(ids[0]) == 1 })
-		mb := newCounts()
+		f.Eventually("slow handler started", func() bool { return calls.Count(ids[0]) == 1 })
+		mb := &pelwardentest.Metrics{}
 		cfgB := driver.Config{Consumer: "thief", MaxDeliveries: 3, Handler: slow}
 		cfgB.Metrics = mb
 		b := f.RunConsumer(cfgB)
-		f.Eventually("stolen and handled twice", func() bool { return calls.count(ids[0]) == 2 })
-		f.Eventually("the thief acks", func() bool { return mb.get(driver.EventAcked) == 1 })
-		f.Eventually("the first ack refused", func() bool { return m.get(driver.EventLostOwnership) == 1 })
+		f.Eventually("stolen and handled twice", func() bool { return calls.Count(ids[0]) == 2 })
+		f.Eventually("the thief acks", func() bool { return mb.Total(driver.EventAcked) == 1 })
+		f.Eventually("the first ack refused", func() bool { return m.Total(driver.EventLostOwnership) == 1 })
 		require.NoError(t, a.Stop())
 		require.NoError(t, b.Stop())
-		require.Zero(t, m.get(driver.EventAcked))
+		require.Zero(t, m.Total(driver.EventAcked))
 	})
 }
 
@@ -165,13 +165,13 @@ func TestDriverSurvivesFunctionFlush(t *testing.T) {
 		defer rdb.Close()
 		f := pelwardentest.Use(t, rdb).FixtureFor(t, pelwardentest.NewKeys(t)) // the consumer creates the group
 		k := f.Keys
-		m := newCounts()
+		m := &pelwardentest.Metrics{}
 		// After the flush some entries fail once: their release and their
 		// reclaim need the library (reads and quick acks do not).
 		var failSome atomic.Bool
-		seen := newSeen()
+		seen := &pelwardentest.Calls{}
 		cfg := driver.Config{Consumer: "w", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(_ context.Context, msg *driver.Message) error {
-			if seen.add(msg.ID) == 1 && failSome.Load() && strings.HasSuffix(msg.ID, "0") {
+			if seen.Add(msg.ID) == 1 && failSome.Load() && strings.HasSuffix(msg.ID, "0") {
 				return errors.New("first delivery fails")
 			}
 			return nil
@@ -181,11 +181,11 @@ func TestDriverSurvivesFunctionFlush(t *testing.T) {
 		r := f.RunConsumer(cfg)
 		f.Eventually("group created", func() bool { return rdb.Exists(ctx, k.Stream).Val() == 1 })
 		f.Produce(100, order)
-		f.Eventually("100 acked", func() bool { return m.get(driver.EventAcked) == 100 })
+		f.Eventually("100 acked", func() bool { return m.Total(driver.EventAcked) == 100 })
 		require.NoError(t, rdb.FunctionFlush(ctx).Err())
 		failSome.Store(true)
 		f.Produce(100, order)
-		f.Eventually("200 acked", func() bool { return m.get(driver.EventAcked) == 200 })
+		f.Eventually("200 acked", func() bool { return m.Total(driver.EventAcked) == 200 })
 		require.NoError(t, r.Stop())
 		v, err := rdb.FCallRO(ctx, pelwarden.FunctionVersion, nil).Text()
 		require.NoError(t, err)
@@ -203,7 +203,7 @@ func TestDriverReconnectsAfterRestart(t *testing.T) {
 		f := pelwardentest.Use(t, rdb).FixtureFor(t, pelwardentest.NewKeys(t)) // the consumer creates the group
 		k := f.Keys
 		led := &ledger{ok: map[string]int{}}
-		m := newCounts()
+		m := &pelwardentest.Metrics{}
 		cfg := driver.Config{Consumer: "w", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			led.success(msg.ID)
 			return nil
@@ -283,13 +283,13 @@ func TestDriverTooLargeToDeadLetterStaysPending(t *testing.T) {
 		}
 		id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: values}).Result()
 		require.NoError(t, err)
-		m := newCounts()
+		m := &pelwardentest.Metrics{}
 		cfg := driver.Config{Consumer: "w", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			return driver.DeadLetter(errors.New("cannot parse"))
 		})}
 		cfg.Metrics = m
 		r := f.RunConsumer(cfg)
-		f.Eventually("too large reported", func() bool { return m.get(driver.EventTooLarge) >= 1 })
+		f.Eventually("too large reported", func() bool { return m.Total(driver.EventTooLarge) >= 1 })
 		require.NoError(t, r.Stop())
 		f.RequirePending(id, pelwardentest.Pending{})
 		n, err := s.rdb.XLen(ctx, k.Stream).Result()
@@ -351,14 +351,14 @@ func TestDriverSurvivesFailedSelfHeal(t *testing.T) {
 		defer rdb.Close()
 		cut := &selfHealCut{}
 		rdb.AddHook(cut)
-		m := newCounts()
+		m := &pelwardentest.Metrics{}
 		// In the second half every entry fails once: giving it back for a
 		// retry (the release function) and reclaiming it (the claim
 		// function) need the library; reads and quick acks do not.
 		var failOnce atomic.Bool
-		seen := newSeen()
+		seen := &pelwardentest.Calls{}
 		cfg := driver.Config{Consumer: "w", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(_ context.Context, msg *driver.Message) error {
-			if seen.add(msg.ID) == 1 && failOnce.Load() {
+			if seen.Add(msg.ID) == 1 && failOnce.Load() {
 				return errors.New("first delivery fails")
 			}
 			return nil
@@ -371,7 +371,7 @@ func TestDriverSurvivesFailedSelfHeal(t *testing.T) {
 		f.Eventually("3 loads cut at start", func() bool { return cut.loads.Load() >= 3 || isDone(r.Done()) })
 		require.False(t, isDone(r.Done()), "Run returned: %v", r.Err())
 		cut.armed.Store(false)
-		f.Eventually("20 acked", func() bool { return m.get(driver.EventAcked) == 20 })
+		f.Eventually("20 acked", func() bool { return m.Total(driver.EventAcked) == 20 })
 
 		failOnce.Store(true)
 		cut.armed.Store(true) // while running: releases and claims need the library
@@ -380,7 +380,7 @@ func TestDriverSurvivesFailedSelfHeal(t *testing.T) {
 		f.Eventually("3 more loads cut", func() bool { return cut.loads.Load() >= before+3 || isDone(r.Done()) })
 		require.False(t, isDone(r.Done()), "Run returned: %v", r.Err())
 		cut.armed.Store(false)
-		f.Eventually("40 acked", func() bool { return m.get(driver.EventAcked) == 40 })
+		f.Eventually("40 acked", func() bool { return m.Total(driver.EventAcked) == 40 })
 		require.NoError(t, r.Stop())
 		require.Zero(t, f.PendingCount())
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
 // leakLabel is the pprof label key that marks the goroutines of one test's
@@ -55,7 +56,7 @@ func TestDriverStartStopLeaksNothing(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 
 	const cycles, perCycle = 100, 5
-	m := newCounts()
+	m := &pelwardentest.Metrics{}
 	cfg := f.ConsumerConfig(driver.Config{Consumer: "cycler", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
 	cfg.Concurrency = 4
 	cfg.ReadBlock = 20 * time.Millisecond
@@ -76,7 +77,7 @@ func TestDriverStartStopLeaksNothing(t *testing.T) {
 		done := make(chan error, 1)
 		go pprof.Do(runCtx, pprof.Labels(leakLabel, name), func(ctx context.Context) { done <- c.Run(ctx) })
 		f.Eventually(fmt.Sprintf("cycle %d: %d acked", i, (i+1)*perCycle), func() bool {
-			return m.get(driver.EventAcked) == (i+1)*perCycle
+			return m.Total(driver.EventAcked) == (i+1)*perCycle
 		})
 		if i == 0 {
 			// The count sees the running consumer (Run, its loops, its
@@ -92,11 +93,11 @@ func TestDriverStartStopLeaksNothing(t *testing.T) {
 			t.Fatalf("cycle %d: Run did not return within 30s", i)
 		}
 
-		eventually(t, 30*time.Second, fmt.Sprintf("cycle %d: the consumer's goroutines gone", i), func() (string, bool) {
+		f.EventuallyState(fmt.Sprintf("cycle %d: the consumer's goroutines gone", i), func() (string, bool) {
 			n, stacks := labeledGoroutines(t, name)
 			return fmt.Sprintf("%d left:\n%s", n, stacks), n == 0
 		})
-		eventually(t, 30*time.Second, fmt.Sprintf("cycle %d: every connection back in the pool and seen by the server", i), func() (string, bool) {
+		f.EventuallyState(fmt.Sprintf("cycle %d: every connection back in the pool and seen by the server", i), func() (string, bool) {
 			st := rdb.PoolStats()
 			server, err := namedConnections(ctx, s.rdb, name)
 			if err != nil {
