@@ -1,11 +1,19 @@
 // Package integration_test runs pelwarden against real servers in
 // containers: every test runs on each server of the matrix (Redis 7.0,
 // Redis 8.0, Valkey 8.1, Valkey 9.1 by default; see internal/testserver).
+// Tests use the public test kit, pelwardentest, as users do: a fixture per
+// test (s.fixture, or FixtureFor on keys the test chose), its arrange, act
+// and assert helpers, and its test timings.
 //
-// Run it with `make test` (which builds the images first), or:
+// Run it with `make test` (which builds the images first), or, in this
+// module's directory:
 //
 //	TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 \
-//	  go test ./integration_test/
+//	  go test ./...
+//
+// Without Docker the package is skipped with one message saying how to run
+// it; PELWARDEN_REQUIRE_DOCKER=1 (set by the Makefile) makes it fail
+// instead.
 package integration_test
 
 import (
