@@ -198,12 +198,11 @@ func TestACLConsumer(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		orphans := f.Produce(5, nil)
 		require.Len(t, f.LeavePending("crashed", 5), 5)
 		healthy := f.Produce(20, nil)
 		poison := []string{f.AddPoison("n", "p1"), f.AddPoison("n", "p2")}
-		rdb, user, _ := aclUser(t, s, k, "consumer", nil)
+		rdb, user, _ := aclUser(t, s, f.Keys, "consumer", nil)
 
 		handled := &pelwardentest.Calls{}
 		cfg := driver.Config{
@@ -237,23 +236,22 @@ func TestACLOperator(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		ids := f.Produce(4, order)
 		f.LeavePending("c1", 4)
-		dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "c1", IDs: ids[:1], Error: "bad"})
+		dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c1", IDs: ids[:1], Error: "bad"})
 		require.NoError(t, err)
 		require.Len(t, dl.DeadLettered, 1)
-		_, user, pass := aclUser(t, s, k, "operator", nil)
+		_, user, pass := aclUser(t, s, f.Keys, "operator", nil)
 		url := userURL(t, s, user, pass)
 		op := func(args ...string) cliResult { return pwRaw(t, append([]string{"--redis", url}, args...)...) }
-		before := snap(t, ctx, s.rdb, k)
+		before := snap(t, ctx, s.rdb, f.Keys)
 
-		r := op("status", k.Stream, k.Group, "--json")
+		r := op("status", f.Stream, f.Group, "--json")
 		require.Equal(t, cli.ExitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, `"pending": 3`)
 		require.Contains(t, r.stdout, `"dead_letter_length": 1`)
 		require.Contains(t, r.stdout, `"library_version": "`+pelwarden.LibraryVersion+`"`)
-		r = op("dlq", "list", k.DeadLetterStream, "--json")
+		r = op("dlq", "list", f.DeadLetterStream, "--json")
 		require.Equal(t, cli.ExitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, ids[0])
 		var recID string
@@ -264,7 +262,7 @@ func TestACLOperator(t *testing.T) {
 			}
 		}
 		require.NotEmpty(t, recID)
-		r = op("dlq", "show", k.DeadLetterStream, recID)
+		r = op("dlq", "show", f.DeadLetterStream, recID)
 		require.Equal(t, cli.ExitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, "original id       "+ids[0])
 		r = op("load", "--json")
@@ -275,18 +273,18 @@ func TestACLOperator(t *testing.T) {
 			args []string
 			says string // the refused command, in the server's or the library's words
 		}{
-			{[]string{"poison", k.Stream, k.Group, "--max-deliveries", "1"}, "'fcall'"},
-			{[]string{"reap", k.Stream, k.Group, "--idle", "1ms"}, "'fcall'"},
-			{[]string{"dlq", "redrive", k.DeadLetterStream}, "'fcall'"},
-			{[]string{"dlq", "redrive", k.DeadLetterStream, "--to", k.Stream}, "'fcall'"},
-			{[]string{"dlq", "purge", k.DeadLetterStream, "--yes"}, "'xtrim'"},
-			{[]string{"dlq", "purge", k.DeadLetterStream, "--older-than", "1ms", "--yes"}, "'xtrim'"},
+			{[]string{"poison", f.Stream, f.Group, "--max-deliveries", "1"}, "'fcall'"},
+			{[]string{"reap", f.Stream, f.Group, "--idle", "1ms"}, "'fcall'"},
+			{[]string{"dlq", "redrive", f.DeadLetterStream}, "'fcall'"},
+			{[]string{"dlq", "redrive", f.DeadLetterStream, "--to", f.Stream}, "'fcall'"},
+			{[]string{"dlq", "purge", f.DeadLetterStream, "--yes"}, "'xtrim'"},
+			{[]string{"dlq", "purge", f.DeadLetterStream, "--older-than", "1ms", "--yes"}, "'xtrim'"},
 		} {
 			r := op(c.args...)
 			requireError(t, r, cli.ExitFailure, "NOPERM")
 			require.Contains(t, r.stderr, c.says, "%v", c.args)
 		}
-		require.Equal(t, before, snap(t, ctx, s.rdb, k), "the operator changed nothing")
+		require.Equal(t, before, snap(t, ctx, s.rdb, f.Keys), "the operator changed nothing")
 	})
 }
 
@@ -296,15 +294,14 @@ func TestACLDeployer(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		f.Produce(1, order)
-		_, user, pass := aclUser(t, s, k, "deployer", nil)
+		_, user, pass := aclUser(t, s, f.Keys, "deployer", nil)
 		url := userURL(t, s, user, pass)
 		r := pwRaw(t, "--redis", url, "load", "--json")
 		require.Equal(t, cli.ExitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, `"after": "`+pelwarden.LibraryVersion+`"`)
-		r = pwRaw(t, "--redis", url, "status", k.Stream, k.Group)
-		requireError(t, r, cli.ExitFailure, "may not access key "+k.Stream+" (FCALL_RO needs read access")
+		r = pwRaw(t, "--redis", url, "status", f.Stream, f.Group)
+		requireError(t, r, cli.ExitFailure, "may not access key "+f.Stream+" (FCALL_RO needs read access")
 		for _, d := range aclDenials(t, ctx, s, user) {
 			require.True(t, strings.HasPrefix(d, "key "), "only pelwardentest.Keys were refused: %v", d)
 		}
@@ -323,19 +320,18 @@ func TestACLConsumerMissingPermission(t *testing.T) {
 			t.Run(rule, func(t *testing.T) {
 				t.Parallel()
 				f := s.fixture(t)
-				k := f.Keys
 				poison := f.Add("n", "poison")
 				require.Equal(t, []string{poison}, f.LeavePending("crashed", 1))
 				f.SetDeliveries(3, poison) // the first reclaim pass dead-letters it
 				ids := append(f.Produce(10, nil), poison)
-				rdb, _, _ := aclUser(t, s, k, "consumer", []string{rule})
+				rdb, _, _ := aclUser(t, s, f.Keys, "consumer", []string{rule})
 				r := runUntilError(t, rdb, f.ConsumerConfig(driver.Config{Consumer: "worker", MaxDeliveries: 3,
 					MinIdle: 10 * time.Millisecond, // the poison entry is taken at once
 					Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })}))
 				t.Logf("without %s, Run returned: %v", rule, r)
 				require.ErrorIs(t, r, pelwarden.ErrNoPermission, "%v", r)
-				requireNames(t, r.Error(), rule, k)
-				requireNothingLost(t, f, k, ids)
+				requireNames(t, r.Error(), rule, f.Keys)
+				requireNothingLost(t, f, f.Keys, ids)
 			})
 		}
 	})
@@ -356,24 +352,23 @@ func TestACLConsumerOptionalPermissions(t *testing.T) {
 			t.Run(c.rule, func(t *testing.T) {
 				t.Parallel()
 				f := s.fixture(t)
-				k := f.Keys
 				ids := f.Produce(5, nil)
 				cfg := f.ConsumerConfig(driver.Config{Consumer: "worker", MinIdle: 100 * time.Millisecond,
 					Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
 				c.cfg(&cfg)
 
-				without, _, _ := aclUser(t, s, k, "consumer", nil)
+				without, _, _ := aclUser(t, s, f.Keys, "consumer", nil)
 				err := runUntilError(t, without, cfg)
 				require.ErrorIs(t, err, pelwarden.ErrNoPermission)
-				requireNames(t, err.Error(), c.rule, k)
+				requireNames(t, err.Error(), c.rule, f.Keys)
 
-				with, _, _ := aclUser(t, s, k, "consumer", nil, c.rule)
-				require.NoError(t, f.Client().XGroupCreateConsumer(f.Context(), k.Stream, k.Group, "idle").Err())
+				with, _, _ := aclUser(t, s, f.Keys, "consumer", nil, c.rule)
+				require.NoError(t, f.Client().XGroupCreateConsumer(f.Context(), f.Stream, f.Group, "idle").Err())
 				r := f.WithClient(with).RunConsumer(cfg)
 				f.Within(time.Minute).RequireAcked(ids...)
 				if cfg.ReapIdle > 0 {
 					f.Within(time.Minute).Eventually("the idle consumer reaped", func() bool {
-						cons, err := f.Client().XInfoConsumers(f.Context(), k.Stream, k.Group).Result()
+						cons, err := f.Client().XInfoConsumers(f.Context(), f.Stream, f.Group).Result()
 						return err == nil && len(cons) == 1 && cons[0].Name == "worker"
 					})
 				}

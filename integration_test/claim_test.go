@@ -21,7 +21,6 @@ func TestClaimMaxDeliveries(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		ids := f.Produce(20, order)
 		deliveries := map[string]int{}
 		for _, id := range f.LeavePending("dead-consumer", 20) {
@@ -46,7 +45,7 @@ func TestClaimMaxDeliveries(t *testing.T) {
 		}
 		require.Zero(t, f.PendingCount(), "dead-lettered entries are acked")
 
-		recs, err := s.rdb.XRange(ctx, k.DeadLetterStream, "-", "+").Result()
+		recs, err := s.rdb.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
 		require.NoError(t, err)
 		require.Len(t, recs, 20)
 		for i, r := range recs {
@@ -54,8 +53,8 @@ func TestClaimMaxDeliveries(t *testing.T) {
 			require.Equal(t, ids[i], m[pelwarden.FieldOriginalID])
 			require.Equal(t, fmt.Sprint(i), m["n"])
 			require.Equal(t, fmt.Sprintf("order-%d", i), m["payload"])
-			require.Equal(t, k.Stream, m[pelwarden.FieldStream])
-			require.Equal(t, k.Group, m[pelwarden.FieldGroup])
+			require.Equal(t, f.Stream, m[pelwarden.FieldStream])
+			require.Equal(t, f.Group, m[pelwarden.FieldGroup])
 			require.Equal(t, "rescuer", m[pelwarden.FieldConsumer])
 			require.Equal(t, "3", m[pelwarden.FieldDeliveries])
 			require.Equal(t, pelwarden.ReasonMaxDeliveries, m[pelwarden.FieldReason])
@@ -65,7 +64,7 @@ func TestClaimMaxDeliveries(t *testing.T) {
 			require.Equal(t, "9", m[pelwarden.FieldMetaCount])
 		}
 		// The source entries stay in the stream unless asked to delete.
-		n, err := s.rdb.XLen(ctx, k.Stream).Result()
+		n, err := s.rdb.XLen(ctx, f.Stream).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, 20, n)
 	})
@@ -77,16 +76,15 @@ func TestClaimDeadLetterKeepsFieldsExactly(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		values := []string{"b", "2", "a", "1", "b", "dup", "bin", "\x00\xff\xfe nul", "", "empty-name"}
-		id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: values}).Result()
+		id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: values}).Result()
 		require.NoError(t, err)
 		f.LeavePending("c1", 1)
-		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group,
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group,
 			Consumer: "c2", MaxDeliveries: 1, DeleteDeadLettered: true})
 		require.NoError(t, err)
 		require.Equal(t, []string{id}, p.DeadLettered)
-		raw, err := s.rdb.Do(ctx, "XRANGE", k.DeadLetterStream, "-", "+").Slice()
+		raw, err := s.rdb.Do(ctx, "XRANGE", f.DeadLetterStream, "-", "+").Slice()
 		require.NoError(t, err)
 		require.Len(t, raw, 1)
 		flat := raw[0].([]any)[1].([]any)
@@ -96,7 +94,7 @@ func TestClaimDeadLetterKeepsFieldsExactly(t *testing.T) {
 		}
 		require.Equal(t, values, got[:len(values)], "original fields first, unchanged and in order")
 		require.Equal(t, "c1", fieldAfter(got, pelwarden.FieldConsumer), "the consumer that last held it")
-		n, err := s.rdb.XLen(ctx, k.Stream).Result()
+		n, err := s.rdb.XLen(ctx, f.Stream).Result()
 		require.NoError(t, err)
 		require.Zero(t, n, "DeleteDeadLettered removes the source entry")
 	})
@@ -117,12 +115,11 @@ func TestClaimDeletedWhilePending(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		ids := f.Produce(10, order)
 		f.LeavePending("c1", 10)
 		// ids[0..2] will be live, ids[3..4] at max deliveries; delete some of each.
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", Messages: ids[3:5]}).Err())
-		require.NoError(t, s.rdb.XDel(ctx, k.Stream, ids[1], ids[4], ids[7]).Err())
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", Messages: ids[3:5]}).Err())
+		require.NoError(t, s.rdb.XDel(ctx, f.Stream, ids[1], ids[4], ids[7]).Err())
 		all := f.Reclaim(pelwardentest.ReclaimArgs{Consumer: "c2", MaxDeliveries: 2, Count: 3})
 		require.ElementsMatch(t, []string{ids[1], ids[4], ids[7]}, all.Deleted)
 		require.Equal(t, []string{ids[3]}, all.DeadLettered)
@@ -136,7 +133,7 @@ func TestClaimDeletedWhilePending(t *testing.T) {
 			require.False(t, pending, "%s left the PEL", id)
 		}
 		require.EqualValues(t, 6, f.PendingCount())
-		n, err := s.rdb.XLen(ctx, k.DeadLetterStream).Result()
+		n, err := s.rdb.XLen(ctx, f.DeadLetterStream).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "a deleted entry is never dead-lettered")
 	})
@@ -148,12 +145,11 @@ func TestClaimBackoff(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		ids := f.Produce(2, order)
 		f.LeavePending("c1", 2)
 		// ids[1] has been delivered twice.
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", Messages: ids[1:2]}).Err())
-		args := pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "c2",
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", Messages: ids[1:2]}).Err())
+		args := pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c2",
 			Backoff: []time.Duration{0, time.Hour}}
 		p, err := s.lib.Claim(ctx, args)
 		require.NoError(t, err)
@@ -194,10 +190,9 @@ func TestClaimBoundedScan(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		f.Produce(5000, order)
 		f.LeavePending("c1", 5000)
-		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group,
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group,
 			Consumer: "c2", MinIdle: time.Hour, Count: 10})
 		require.NoError(t, err)
 		require.False(t, p.Done(), "one call stops after 100 PEL entries")
@@ -211,13 +206,12 @@ func TestClaimPageBounds(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		big := strings.Repeat("x", 1000)
 		for range 10 {
-			require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: []string{"v", big}}).Err())
+			require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: []string{"v", big}}).Err())
 		}
 		f.LeavePending("c1", 10)
-		args := pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "c2", MaxBytes: 2500}
+		args := pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c2", MaxBytes: 2500}
 		p, err := s.lib.Claim(ctx, args)
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 3, "stops once 2500 bytes are reached")
@@ -233,10 +227,9 @@ func TestClaimDeadLetterOnly(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		ids := f.Produce(4, order)
 		f.LeavePending("c1", 4)
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", Messages: ids[:2]}).Err())
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", Messages: ids[:2]}).Err())
 		all := f.Reclaim(pelwardentest.ReclaimArgs{Consumer: "operator", MaxDeliveries: 2, DeadLetterOnly: true})
 		require.ElementsMatch(t, ids[:2], all.DeadLettered)
 		require.Empty(t, all.Claimed)
@@ -254,7 +247,6 @@ func TestClaimRace(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		const n = 2000
 		ids := f.Produce(n, order)
 		f.LeavePending("dead", n)
@@ -263,7 +255,7 @@ func TestClaimRace(t *testing.T) {
 		for i := 0; i < n; i += 4 {
 			poison = append(poison, ids[i])
 		}
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "dead", Messages: poison}).Err())
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "dead", Messages: poison}).Err())
 		time.Sleep(2200 * time.Millisecond) // make every entry idle past MinIdle
 
 		var wg sync.WaitGroup
@@ -295,7 +287,7 @@ func TestClaimRace(t *testing.T) {
 		}
 		require.Len(t, seen, n-len(poison))
 		require.Len(t, dead, len(poison))
-		recs, err := s.rdb.XRange(ctx, k.DeadLetterStream, "-", "+").Result()
+		recs, err := s.rdb.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
 		require.NoError(t, err)
 		require.Len(t, recs, len(poison), "one dead-letter record per poison entry")
 	})

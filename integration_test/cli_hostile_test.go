@@ -35,14 +35,13 @@ func (h hostileKeys) all() []string { return []string{h.Missing, h.Str, h.Hash, 
 func arrangeHostile(t *testing.T, ctx context.Context, s *target) hostileKeys {
 	t.Helper()
 	f := s.fixture(t)
-	k := f.Keys
-	h := hostileKeys{Keys: k, Missing: k.Stream + ":missing", Str: k.Stream + ":str", Hash: k.Stream + ":hash", Foreign: k.Stream + ":foreign"}
+	h := hostileKeys{Keys: f.Keys, Missing: f.Stream + ":missing", Str: f.Stream + ":str", Hash: f.Stream + ":hash", Foreign: f.Stream + ":foreign"}
 	ids := f.Produce(3, order)
 	f.LeavePending("a", 3)
-	dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "a", IDs: ids[2:], Error: "boom"})
+	dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "a", IDs: ids[2:], Error: "boom"})
 	require.NoError(t, err)
 	require.Len(t, dl.DeadLettered, 1)
-	rec, err := s.rdb.XRange(ctx, k.DeadLetterStream, "-", "+").Result()
+	rec, err := s.rdb.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
 	require.NoError(t, err)
 	h.Record = rec[0].ID
 	require.NoError(t, s.rdb.Set(ctx, h.Str, "x", 0).Err())
@@ -50,8 +49,8 @@ func arrangeHostile(t *testing.T, ctx context.Context, s *target) hostileKeys {
 	for _, fields := range [][]string{
 		{"plain", "entry"},
 		{"a", "b", pelwarden.FieldMetaCount, "2"},                                  // a count taking in a foreign field
-		{pelwarden.FieldStream, k.Stream, "x", "y"},                                // metadata, but not at the end
-		{"a", "b", pelwarden.FieldStream, k.Stream, pelwarden.FieldMetaCount, "x"}, // not a number
+		{pelwarden.FieldStream, f.Stream, "x", "y"},                                // metadata, but not at the end
+		{"a", "b", pelwarden.FieldStream, f.Stream, pelwarden.FieldMetaCount, "x"}, // not a number
 	} {
 		id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: h.Foreign, Values: fields}).Result()
 		require.NoError(t, err)

@@ -169,18 +169,17 @@ func TestCLIStatus(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		ids := f.Produce(6, order)
 		f.LeavePending("c1", 3)
 		f.LeavePending("c2", 1)
-		dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "c2", IDs: ids[3:4], Error: "bad"})
+		dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c2", IDs: ids[3:4], Error: "bad"})
 		require.NoError(t, err)
 		require.Len(t, dl.DeadLettered, 1)
 
-		v := pwJSON(t, s, "status", k.Stream, k.Group, "--min-idle", "1h")
-		require.Equal(t, k.Stream, v["stream"])
-		require.Equal(t, k.Group, v["group"])
-		require.Equal(t, k.DeadLetterStream, v["dead_letter_stream"])
+		v := pwJSON(t, s, "status", f.Stream, f.Group, "--min-idle", "1h")
+		require.Equal(t, f.Stream, v["stream"])
+		require.Equal(t, f.Group, v["group"])
+		require.Equal(t, f.DeadLetterStream, v["dead_letter_stream"])
 		require.EqualValues(t, 3, num(t, v["pending"]))
 		require.Equal(t, ids[0], v["oldest_pending_id"])
 		require.Equal(t, ids[2], v["newest_pending_id"])
@@ -201,15 +200,15 @@ func TestCLIStatus(t *testing.T) {
 		require.Equal(t, map[string]int64{"c1": 3, "c2": 0}, got)
 
 		// With --min-idle 0 the consumer owning entries is flagged.
-		v = pwJSON(t, s, "status", k.Stream, k.Group, "--min-idle", "0s")
+		v = pwJSON(t, s, "status", f.Stream, f.Group, "--min-idle", "0s")
 		require.EqualValues(t, 1, num(t, v["stalled_consumers"]))
 		require.EqualValues(t, 3, num(t, v["stalled_pending"]))
 
-		r := pw(t, s, "status", k.Stream, k.Group, "--min-idle", "0s")
+		r := pw(t, s, "status", f.Stream, f.Group, "--min-idle", "0s")
 		require.Equal(t, cli.ExitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, "3 entries, oldest "+ids[0])
 		require.Contains(t, r.stdout, "stalled")
-		require.Contains(t, r.stdout, k.DeadLetterStream+": 1 record")
+		require.Contains(t, r.stdout, f.DeadLetterStream+": 1 record")
 	})
 }
 
@@ -218,9 +217,8 @@ func TestCLIStatusEmpty(t *testing.T) {
 	t.Parallel()
 	s := servers[0]
 	f := s.fixture(t)
-	k := f.Keys
 	f.Produce(0, order)
-	v := pwJSON(t, s, "status", k.Stream, k.Group)
+	v := pwJSON(t, s, "status", f.Stream, f.Group)
 	require.Zero(t, num(t, v["pending"]))
 	require.Nil(t, v["oldest_pending_id"])
 	require.Nil(t, v["oldest_pending_age_ms"])
@@ -235,12 +233,11 @@ func TestCLIErrors(t *testing.T) {
 	s := servers[0]
 	ctx := t.Context()
 	f := s.fixture(t)
-	k := f.Keys
 	ids := f.Produce(2, order)
 	f.LeavePending("c1", 2)
-	str := k.Stream + ":string"
+	str := f.Stream + ":string"
 	require.NoError(t, s.rdb.Set(ctx, str, "x", 0).Err())
-	missing := k.Stream + ":missing"
+	missing := f.Stream + ":missing"
 
 	for _, tc := range []struct {
 		name     string
@@ -249,24 +246,24 @@ func TestCLIErrors(t *testing.T) {
 		contains string
 	}{
 		{"status unknown stream", []string{"status", missing, "g"}, cli.ExitBadTarget, `stream "` + missing + `" does not exist`},
-		{"status unknown group", []string{"status", k.Stream, "nope"}, cli.ExitBadTarget, `group "nope" does not exist on stream "` + k.Stream + `" (its groups: ` + k.Group + `)`},
+		{"status unknown group", []string{"status", f.Stream, "nope"}, cli.ExitBadTarget, `group "nope" does not exist on stream "` + f.Stream + `" (its groups: ` + f.Group + `)`},
 		{"status wrong type", []string{"status", str, "g"}, cli.ExitBadTarget, "holds a string, not a stream"},
-		{"status dlq wrong type", []string{"status", k.Stream, k.Group, "--dlq", str}, cli.ExitBadTarget, `dead-letter stream "` + str + `" holds a string`},
-		{"poison unknown group", []string{"poison", k.Stream, "nope", "--max-deliveries", "1"}, cli.ExitBadTarget, `group "nope" does not exist`},
+		{"status dlq wrong type", []string{"status", f.Stream, f.Group, "--dlq", str}, cli.ExitBadTarget, `dead-letter stream "` + str + `" holds a string`},
+		{"poison unknown group", []string{"poison", f.Stream, "nope", "--max-deliveries", "1"}, cli.ExitBadTarget, `group "nope" does not exist`},
 		{"poison wrong type", []string{"poison", str, "g", "--max-deliveries", "1"}, cli.ExitBadTarget, "not a stream"},
 		{"reap unknown stream", []string{"reap", missing, "g", "--idle", "1s"}, cli.ExitBadTarget, "does not exist"},
 		{"dlq list unknown", []string{"dlq", "list", missing}, cli.ExitBadTarget, `dead-letter stream "` + missing + `" does not exist`},
 		{"dlq list wrong type", []string{"dlq", "list", str}, cli.ExitBadTarget, "holds a string"},
-		{"dlq show unknown record", []string{"dlq", "show", k.Stream, "1-1"}, cli.ExitBadTarget, "no record 1-1"},
-		{"dlq redrive to unknown", []string{"dlq", "redrive", k.Stream, "--to", missing}, cli.ExitBadTarget, `--to stream "` + missing + `" does not exist`},
-		{"dlq purge a work stream", []string{"dlq", "purge", k.Stream, "--yes"}, cli.ExitBadTarget, "has consumer groups (" + k.Group + ")"},
+		{"dlq show unknown record", []string{"dlq", "show", f.Stream, "1-1"}, cli.ExitBadTarget, "no record 1-1"},
+		{"dlq redrive to unknown", []string{"dlq", "redrive", f.Stream, "--to", missing}, cli.ExitBadTarget, `--to stream "` + missing + `" does not exist`},
+		{"dlq purge a work stream", []string{"dlq", "purge", f.Stream, "--yes"}, cli.ExitBadTarget, "has consumer groups (" + f.Group + ")"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			requireError(t, pw(t, s, tc.args...), tc.code, tc.contains)
 		})
 	}
 	// Nothing was changed by the refused commands.
-	n, err := s.rdb.XLen(ctx, k.Stream).Result()
+	n, err := s.rdb.XLen(ctx, f.Stream).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 	require.EqualValues(t, 2, f.PendingCount())
@@ -348,15 +345,14 @@ func TestCLIConnect(t *testing.T) {
 	addr, err := s.srv.Addr(ctx)
 	require.NoError(t, err)
 	f := s.fixture(t)
-	k := f.Keys
 	f.Produce(1, order)
-	r = pwRaw(t, "--redis", fmt.Sprintf("redis://%s:%s@%s", user, pass, addr), "status", k.Stream, k.Group)
+	r = pwRaw(t, "--redis", fmt.Sprintf("redis://%s:%s@%s", user, pass, addr), "status", f.Stream, f.Group)
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
-	r = pwRaw(t, "--redis", fmt.Sprintf("redis://%s:wrong-%s@%s", user, pass, addr), "status", k.Stream, k.Group)
+	r = pwRaw(t, "--redis", fmt.Sprintf("redis://%s:wrong-%s@%s", user, pass, addr), "status", f.Stream, f.Group)
 	requireError(t, r, cli.ExitFailure, "cannot reach redis://"+user+":xxxxx@")
 	require.NotContains(t, r.stderr, pass)
 	// A bare host:port works too.
-	r = pwRaw(t, "--redis", addr, "status", k.Stream, k.Group)
+	r = pwRaw(t, "--redis", addr, "status", f.Stream, f.Group)
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 }
 
@@ -367,24 +363,23 @@ func TestCLIPoison(t *testing.T) {
 	s := servers[0]
 	ctx := t.Context()
 	f := s.fixture(t)
-	k := f.Keys
 	ids := f.Produce(6, order)
 	f.LeavePending("c1", 6)
 	for range 2 { // two more deliveries of the first three: 3 in all
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", Messages: ids[:3]}).Err())
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", Messages: ids[:3]}).Err())
 	}
 
 	// Entries idle less than --min-idle are spared.
-	v := pwJSON(t, s, "poison", k.Stream, k.Group, "--max-deliveries", "3", "--min-idle", "1h")
+	v := pwJSON(t, s, "poison", f.Stream, f.Group, "--max-deliveries", "3", "--min-idle", "1h")
 	require.Zero(t, num(t, v["count"]))
 	require.EqualValues(t, 6, num(t, v["pending_after"]))
 
-	v = pwJSON(t, s, "poison", k.Stream, k.Group, "--max-deliveries", "3")
+	v = pwJSON(t, s, "poison", f.Stream, f.Group, "--max-deliveries", "3")
 	require.EqualValues(t, 3, num(t, v["count"]))
 	require.Equal(t, []any{ids[0], ids[1], ids[2]}, v["dead_lettered"])
 	require.Empty(t, list(t, v["deleted"]))
 	require.EqualValues(t, 3, num(t, v["pending_after"]))
-	require.Equal(t, k.DeadLetterStream, v["dead_letter_stream"])
+	require.Equal(t, f.DeadLetterStream, v["dead_letter_stream"])
 	for _, id := range ids[3:] {
 		p, _ := f.PendingEntry(id)
 		require.NotNil(t, p)
@@ -392,7 +387,7 @@ func TestCLIPoison(t *testing.T) {
 		require.EqualValues(t, 1, p.RetryCount, "left untouched")
 	}
 
-	d := pwJSON(t, s, "dlq", "list", k.DeadLetterStream)
+	d := pwJSON(t, s, "dlq", "list", f.DeadLetterStream)
 	recs := list(t, d["records"])
 	require.Len(t, recs, 3)
 	for i, rec := range recs {
@@ -403,11 +398,11 @@ func TestCLIPoison(t *testing.T) {
 		require.EqualValues(t, 3, num(t, rec["deliveries"]))
 	}
 	// Not a consumer of the group: dead-letter-only claims create none.
-	cons, err := s.rdb.XInfoConsumers(ctx, k.Stream, k.Group).Result()
+	cons, err := s.rdb.XInfoConsumers(ctx, f.Stream, f.Group).Result()
 	require.NoError(t, err)
 	require.Len(t, cons, 1)
 
-	r := pw(t, s, "poison", k.Stream, k.Group, "--max-deliveries", "3")
+	r := pw(t, s, "poison", f.Stream, f.Group, "--max-deliveries", "3")
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "moved 0 entries delivered at least 3 times")
 	require.Contains(t, r.stdout, "3 entries still pending, left with their owners")
@@ -551,14 +546,13 @@ func TestCLIReap(t *testing.T) {
 	s := servers[0]
 	ctx := t.Context()
 	f := s.fixture(t)
-	k := f.Keys
 	f.Produce(2, order)
 	f.LeavePending("busy", 2)
 	for _, c := range []string{"idle", "protected"} {
-		require.NoError(t, s.rdb.XGroupCreateConsumer(ctx, k.Stream, k.Group, c).Err())
+		require.NoError(t, s.rdb.XGroupCreateConsumer(ctx, f.Stream, f.Group, c).Err())
 	}
 	require.Eventually(t, func() bool {
-		cons, err := s.rdb.XInfoConsumers(ctx, k.Stream, k.Group).Result()
+		cons, err := s.rdb.XInfoConsumers(ctx, f.Stream, f.Group).Result()
 		if err != nil {
 			return false
 		}
@@ -569,10 +563,10 @@ func TestCLIReap(t *testing.T) {
 		}
 		return true
 	}, 10*time.Second, 20*time.Millisecond, "consumers idle for 100ms")
-	v := pwJSON(t, s, "reap", k.Stream, k.Group, "--idle", "50ms", "--keep", "protected")
+	v := pwJSON(t, s, "reap", f.Stream, f.Group, "--idle", "50ms", "--keep", "protected")
 	require.Equal(t, []any{"idle"}, v["deleted"])
 	require.Equal(t, []any{map[string]any{"name": "busy", "pending": float64(2)}}, v["kept"])
-	cons, err := s.rdb.XInfoConsumers(ctx, k.Stream, k.Group).Result()
+	cons, err := s.rdb.XInfoConsumers(ctx, f.Stream, f.Group).Result()
 	require.NoError(t, err)
 	var names []string
 	for _, c := range cons {
@@ -580,7 +574,7 @@ func TestCLIReap(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{"busy", "protected"}, names)
 
-	r := pw(t, s, "reap", k.Stream, k.Group, "--idle", "50ms", "--keep", "protected")
+	r := pw(t, s, "reap", f.Stream, f.Group, "--idle", "50ms", "--keep", "protected")
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "deleted 0 consumers")
 	require.Contains(t, r.stdout, "kept 1 consumer idle that long that still own entries")
@@ -649,20 +643,19 @@ func testCLICluster(t *testing.T, ctx context.Context, c *testserver.Cluster, rd
 	require.ElementsMatch(t, want, addrs)
 
 	f := clusterFixture(t, rdb, func(slot int) bool { return !newPrimarySlots.Contains(slot) })
-	k := f.Keys
 	ids := f.Produce(3, order)
 	f.LeavePending("c1", 3)
-	require.NoError(t, rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", Messages: ids[:1]}).Err())
-	r = run("status", k.Stream, k.Group, "--json")
+	require.NoError(t, rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", Messages: ids[:1]}).Err())
+	r = run("status", f.Stream, f.Group, "--json")
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &v))
 	require.EqualValues(t, 3, num(t, v["pending"]))
 
-	other := clusterKeys(t, func(slot int) bool { return slot != pelwarden.Slot(k.Stream) && !newPrimarySlots.Contains(slot) })
-	requireError(t, run("poison", k.Stream, k.Group, "--max-deliveries", "2", "--dlq", other.DeadLetterStream), cli.ExitUsage, "hash tag")
+	other := clusterKeys(t, func(slot int) bool { return slot != pelwarden.Slot(f.Stream) && !newPrimarySlots.Contains(slot) })
+	requireError(t, run("poison", f.Stream, f.Group, "--max-deliveries", "2", "--dlq", other.DeadLetterStream), cli.ExitUsage, "hash tag")
 	require.EqualValues(t, 3, f.PendingCount(), "nothing changed")
 
-	r = run("poison", k.Stream, k.Group, "--max-deliveries", "2", "--json")
+	r = run("poison", f.Stream, f.Group, "--max-deliveries", "2", "--json")
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &v))
 	require.Equal(t, []any{ids[0]}, v["dead_lettered"])

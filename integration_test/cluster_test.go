@@ -176,12 +176,11 @@ func testClusterLoad(t *testing.T, ctx context.Context, rdb *redis.ClusterClient
 // hash-tagged keys that live on one shard's primary.
 func testClusterShard(t *testing.T, ctx context.Context, rdb *redis.ClusterClient, s testserver.Shard) {
 	f := clusterFixture(t, rdb, func(slot int) bool { return s.Owns(slot) && !newPrimarySlots.Contains(slot) })
-	k := f.Keys
 	lib := pelwarden.NewLibrary(rdb)
 	ids := f.Produce(10, order)
 	f.LeavePending("dead-consumer", 10)
 	// The first three were delivered twice (a retry that crashed too).
-	require.NoError(t, rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "dead-consumer", Messages: ids[:3]}).Err())
+	require.NoError(t, rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "dead-consumer", Messages: ids[:3]}).Err())
 
 	all := f.Reclaim(pelwardentest.ReclaimArgs{Consumer: "rescuer", MaxDeliveries: 2, Count: 4})
 	require.Equal(t, ids[:3], all.DeadLettered)
@@ -193,12 +192,12 @@ func testClusterShard(t *testing.T, ctx context.Context, rdb *redis.ClusterClien
 	}
 	require.Equal(t, ids[3:], live)
 
-	dl, err := lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group,
+	dl, err := lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group,
 		Consumer: "rescuer", IDs: ids[3:4], Reason: "invalid_order", Error: "unknown sku"})
 	require.NoError(t, err)
 	require.Equal(t, ids[3:4], dl.DeadLettered)
 	require.NoError(t, dl.Err())
-	ack, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "rescuer", IDs: ids[4:]})
+	ack, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "rescuer", IDs: ids[4:]})
 	require.NoError(t, err)
 	require.EqualValues(t, 6, ack.Acked)
 	require.NoError(t, ack.Err())
@@ -206,13 +205,13 @@ func testClusterShard(t *testing.T, ctx context.Context, rdb *redis.ClusterClien
 	// The shard's primary holds the keys: it answers for them itself, where
 	// any other node would answer MOVED.
 	node := nodeClient(t, s.Primary)
-	p, err := node.XPending(ctx, k.Stream, k.Group).Result()
+	p, err := node.XPending(ctx, f.Stream, f.Group).Result()
 	require.NoError(t, err)
 	require.Zero(t, p.Count, "PEL empty")
-	n, err := node.XLen(ctx, k.Stream).Result()
+	n, err := node.XLen(ctx, f.Stream).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 10, n)
-	recs, err := node.XRange(ctx, k.DeadLetterStream, "-", "+").Result()
+	recs, err := node.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
 	require.NoError(t, err)
 	require.Len(t, recs, 4)
 	for i, r := range recs {
@@ -220,8 +219,8 @@ func testClusterShard(t *testing.T, ctx context.Context, rdb *redis.ClusterClien
 		require.Equal(t, ids[i], m[pelwarden.FieldOriginalID])
 		require.Equal(t, fmt.Sprint(i), m["n"])
 		require.Equal(t, fmt.Sprintf("order-%d", i), m["payload"])
-		require.Equal(t, k.Stream, m[pelwarden.FieldStream])
-		require.Equal(t, k.Group, m[pelwarden.FieldGroup])
+		require.Equal(t, f.Stream, m[pelwarden.FieldStream])
+		require.Equal(t, f.Group, m[pelwarden.FieldGroup])
 		require.Equal(t, "2", m[pelwarden.FieldDeliveries])
 		if i < 3 {
 			require.Equal(t, pelwarden.ReasonMaxDeliveries, m[pelwarden.FieldReason])
@@ -281,7 +280,6 @@ func testClusterSelfHeal(t *testing.T, ctx context.Context, rdb *redis.ClusterCl
 	require.NoError(t, err)
 	target, other := shards[1], shards[2]
 	f := clusterFixture(t, rdb, func(slot int) bool { return target.Owns(slot) && !newPrimarySlots.Contains(slot) })
-	k := f.Keys
 	ids := f.Produce(3, order)
 	f.LeavePending("dead-consumer", 3)
 
@@ -291,7 +289,7 @@ func testClusterSelfHeal(t *testing.T, ctx context.Context, rdb *redis.ClusterCl
 		require.ErrorContains(t, node.FCallRO(ctx, pelwarden.FunctionVersion, nil).Err(), "Function not found", s.Primary.Addr())
 	}
 
-	page, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "rescuer"})
+	page, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "rescuer"})
 	require.NoError(t, err)
 	require.True(t, page.Done())
 	var got []string
@@ -377,19 +375,18 @@ func testClusterNewPrimary(t *testing.T, ctx context.Context, c *testserver.Clus
 	// Keys of the moved slots live on the new primary, and the library
 	// works there.
 	f := clusterFixture(t, rdb, newPrimarySlots.Contains)
-	k := f.Keys
 	t.Cleanup(func() { // keep the slots empty for a later run (-count)
-		_ = rdb.Del(context.Background(), k.Stream, k.DeadLetterStream).Err()
+		_ = rdb.Del(context.Background(), f.Stream, f.DeadLetterStream).Err()
 	})
 	ids := f.Produce(2, order)
 	f.LeavePending("dead-consumer", 2)
-	page, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "rescuer"})
+	page, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "rescuer"})
 	require.NoError(t, err)
 	require.Len(t, page.Entries, 2)
-	ack, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "rescuer", IDs: ids})
+	ack, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "rescuer", IDs: ids})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, ack.Acked)
-	l, err := node.XLen(ctx, k.Stream).Result()
+	l, err := node.XLen(ctx, f.Stream).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 2, l, "the stream lives on the new primary")
 }
@@ -464,7 +461,6 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // shard that owns them.
 func testClusterDriver(t *testing.T, ctx context.Context, rdb *redis.ClusterClient, s testserver.Shard) {
 	f := clusterFixture(t, rdb, func(slot int) bool { return s.Owns(slot) && !newPrimarySlots.Contains(slot) })
-	k := f.Keys
 	ids := f.Produce(200, order)
 	poison := ids[7]
 	m := &pelwardentest.Metrics{}
@@ -477,7 +473,7 @@ func testClusterDriver(t *testing.T, ctx context.Context, rdb *redis.ClusterClie
 	cfg.Metrics = m
 	r := f.RunConsumer(cfg)
 	f.Eventually("199 acked and the poison entry dead-lettered", func() bool {
-		n, _ := rdb.XLen(ctx, k.DeadLetterStream).Result()
+		n, _ := rdb.XLen(ctx, f.DeadLetterStream).Result()
 		return m.Total(driver.EventAcked) == 199 && n == 1
 	})
 	require.NoError(t, r.Stop())
@@ -490,7 +486,6 @@ func testClusterDriver(t *testing.T, ctx context.Context, rdb *redis.ClusterClie
 // missing. ACL users are per node: the user is created on every node.
 func testClusterLeastPrivilege(t *testing.T, ctx context.Context, c *testserver.Cluster, admin *redis.ClusterClient, s testserver.Shard) {
 	f := clusterFixture(t, admin, func(slot int) bool { return s.Owns(slot) && !newPrimarySlots.Contains(slot) })
-	k := f.Keys
 	ids := f.Produce(100, order)
 	poison := ids[3]
 
@@ -503,7 +498,7 @@ func testClusterLeastPrivilege(t *testing.T, ctx context.Context, c *testserver.
 			if strings.HasPrefix(r, ">") {
 				r = ">" + pass
 			}
-			args = append(args, strings.ReplaceAll(r, readmeStream, k.Stream))
+			args = append(args, strings.ReplaceAll(r, readmeStream, f.Stream))
 		}
 		for _, r := range extra {
 			args = append(args, r)
@@ -548,7 +543,7 @@ func testClusterLeastPrivilege(t *testing.T, ctx context.Context, c *testserver.
 	setUser("+cluster|slots", "+command")
 	r := f.WithClient(consumerClient()).RunConsumer(cfg)
 	f.Eventually("99 acked and the poison entry dead-lettered", func() bool {
-		n, _ := admin.XLen(ctx, k.DeadLetterStream).Result()
+		n, _ := admin.XLen(ctx, f.DeadLetterStream).Result()
 		return m.Total(driver.EventAcked) == len(ids)-1 && n == 1
 	})
 	require.NoError(t, r.Stop())

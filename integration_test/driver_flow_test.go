@@ -58,7 +58,6 @@ func TestDriverSlowHandlersShareBurst(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		calls := &pelwardentest.Calls{}
 		var mu sync.Mutex
 		handledBy := map[string]int{}
@@ -85,7 +84,7 @@ func TestDriverSlowHandlersShareBurst(t *testing.T) {
 		// Both consumers started and blocked in their reads (Redis 7.0 lists
 		// a consumer in XINFO CONSUMERS only once a read returned entries).
 		time.Sleep(500 * time.Millisecond)
-		stop := heldSampler(t, ctx, s.rdb, k)
+		stop := heldSampler(t, ctx, s.rdb, f.Keys)
 		ids := f.Produce(800, order)
 		f.Within(time.Minute).Eventually("the burst drained", func() bool { return calls.Distinct() == 800 && f.PendingCount() == 0 })
 		maxHeld := stop()
@@ -152,13 +151,12 @@ func TestDriverLargeEntriesReadFewAtATime(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
-		t.Cleanup(func() { s.rdb.Del(context.Background(), k.Stream, k.DeadLetterStream) })
+		t.Cleanup(func() { s.rdb.Del(context.Background(), f.Stream, f.DeadLetterStream) })
 		big := strings.Repeat("x", 1<<20)
 		add := func(n int) {
 			p := s.rdb.Pipeline()
 			for range n {
-				p.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: []string{"payload", big}})
+				p.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: []string{"payload", big}})
 			}
 			_, err := p.Exec(ctx)
 			require.NoError(t, err)
@@ -326,7 +324,6 @@ func TestDriverFullServer(t *testing.T) {
 		rdb := srv.Client()
 		defer rdb.Close()
 		f := pelwardentest.Use(t, rdb).NewFixture(t)
-		k := f.Keys
 		ids := f.Produce(400, order)
 		failOnce := map[string]bool{}
 		for i := 0; i < len(ids); i += 10 {
@@ -360,7 +357,7 @@ func TestDriverFullServer(t *testing.T) {
 		// The consumer holds entries, its handlers blocked. Fill the server.
 		f.Eventually("entries in hand", func() bool { return f.PendingCount() >= 4 })
 		require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", "1").Err())
-		require.True(t, redis.HasErrorPrefix(rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream + ":probe", Values: []string{"a", "b"}}).Err(), "OOM"),
+		require.True(t, redis.HasErrorPrefix(rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream + ":probe", Values: []string{"a", "b"}}).Err(), "OOM"),
 			"the server is full")
 		held := f.PendingCount()
 		gate.Store(false)
@@ -369,7 +366,7 @@ func TestDriverFullServer(t *testing.T) {
 		// the failed ones wait for a claim, which the full server refuses.
 		f.Eventually("the consumer paused", func() bool { return m.Total(driver.EventPaused) == 1 })
 		time.Sleep(500 * time.Millisecond)
-		pending, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: k.Stream, Group: k.Group, Start: "-", End: "+", Count: 1000}).Result()
+		pending, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: f.Stream, Group: f.Group, Start: "-", End: "+", Count: 1000}).Result()
 		require.NoError(t, err)
 		mu.Lock()
 		for _, p := range pending {
@@ -377,9 +374,9 @@ func TestDriverFullServer(t *testing.T) {
 		}
 		handledDuringOOM := len(runs)
 		mu.Unlock()
-		length := rdb.XInfoGroups(ctx, k.Stream).Val()
+		length := rdb.XInfoGroups(ctx, f.Stream).Val()
 		time.Sleep(300 * time.Millisecond)
-		require.Equal(t, length, rdb.XInfoGroups(ctx, k.Stream).Val(), "no reads while paused")
+		require.Equal(t, length, rdb.XInfoGroups(ctx, f.Stream).Val(), "no reads while paused")
 		t.Logf("held %d when full; %d handled, %d pending while full", held, handledDuringOOM, len(pending))
 
 		require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", "0").Err())
@@ -436,7 +433,6 @@ func TestLibraryOnFullServer(t *testing.T) {
 			t.Run(mode, func(t *testing.T) {
 				require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "0").Err())
 				f := pelwardentest.Use(t, admin).NewFixture(t)
-				k := f.Keys
 				rdb := admin
 				if mode == "evalsha" {
 					// A user refused FUNCTION and FCALL runs the library
@@ -457,7 +453,7 @@ func TestLibraryOnFullServer(t *testing.T) {
 				ids := f.LeavePending("c1", 6)
 				// A first call in evalsha mode loads the script while memory
 				// is free.
-				_, err := lib.Extend(ctx, pelwarden.ExtendArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", IDs: ids[:1]})
+				_, err := lib.Extend(ctx, pelwarden.ExtendArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", IDs: ids[:1]})
 				require.NoError(t, err)
 				wantMode := pelwarden.ModeFunction
 				if mode == "evalsha" {
@@ -468,28 +464,28 @@ func TestLibraryOnFullServer(t *testing.T) {
 				require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "1").Err())
 				defer func() { require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "0").Err()) }()
 
-				ack, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", IDs: ids[:2]})
+				ack, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", IDs: ids[:2]})
 				require.NoError(t, err, "ack on a full server")
 				require.EqualValues(t, 2, ack.Acked)
-				ext, err := lib.Extend(ctx, pelwarden.ExtendArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", IDs: ids[2:3]})
+				ext, err := lib.Extend(ctx, pelwarden.ExtendArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", IDs: ids[2:3]})
 				require.NoError(t, err, "extend on a full server")
 				require.EqualValues(t, 1, ext.Extended)
-				rel, err := lib.Release(ctx, pelwarden.ReleaseArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", IDs: ids[3:4], MinIdle: time.Second})
+				rel, err := lib.Release(ctx, pelwarden.ReleaseArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", IDs: ids[3:4], MinIdle: time.Second})
 				require.NoError(t, err, "release on a full server")
 				require.EqualValues(t, 1, rel.Extended)
-				_, err = lib.Reap(ctx, pelwarden.ReapArgs{Stream: k.Stream, Group: k.Group, Idle: time.Hour})
+				_, err = lib.Reap(ctx, pelwarden.ReapArgs{Stream: f.Stream, Group: f.Group, Idle: time.Hour})
 				require.NoError(t, err, "reap on a full server")
 
-				_, err = lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group,
+				_, err = lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group,
 					Consumer: "c1", IDs: ids[4:5], Reason: pelwarden.ReasonHandler, Error: "boom"})
 				require.Error(t, err, "dead-letter on a full server")
 				require.True(t, isOOM(err), "%v", err)
 				// Only a poison entry left pending: the claim's first write is its
 				// dead-letter XADD.
-				_, err = lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", IDs: ids[2:5]})
+				_, err = lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", IDs: ids[2:5]})
 				require.NoError(t, err)
-				require.NoError(t, admin.Do(ctx, "XCLAIM", k.Stream, k.Group, "c1", 0, ids[5], "RETRYCOUNT", 9).Err())
-				_, err = lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "c2",
+				require.NoError(t, admin.Do(ctx, "XCLAIM", f.Stream, f.Group, "c1", 0, ids[5], "RETRYCOUNT", 9).Err())
+				_, err = lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c2",
 					Cursor: "0-0", Count: 10, MinIdle: time.Millisecond, MaxDeliveries: 3})
 				if mode == "fcall" {
 					require.Error(t, err, "a claim that dead-letters on a full server")

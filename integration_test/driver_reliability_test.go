@@ -39,7 +39,6 @@ func TestDriverAtLeastOnceNothingLost(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		const n = 20000
 		ids := f.Produce(n, order)
 		poison := map[string]bool{}
@@ -90,14 +89,14 @@ func TestDriverAtLeastOnceNothingLost(t *testing.T) {
 			if f.PendingCount() != 0 {
 				return false
 			}
-			dl, _ := s.rdb.XLen(ctx, k.DeadLetterStream).Result()
+			dl, _ := s.rdb.XLen(ctx, f.DeadLetterStream).Result()
 			led.mu.Lock()
 			defer led.mu.Unlock()
 			return len(led.ok)+int(dl) >= n
 		})
 		require.NoError(t, survivor.Stop())
 
-		recs, err := s.rdb.XRange(ctx, k.DeadLetterStream, "-", "+").Result()
+		recs, err := s.rdb.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
 		require.NoError(t, err)
 		dead := map[string]int{}
 		for _, r := range recs {
@@ -164,7 +163,6 @@ func TestDriverSurvivesFunctionFlush(t *testing.T) {
 		rdb := srv.Client()
 		defer rdb.Close()
 		f := pelwardentest.Use(t, rdb).FixtureFor(t, pelwardentest.NewKeys(t)) // the consumer creates the group
-		k := f.Keys
 		m := &pelwardentest.Metrics{}
 		// After the flush some entries fail once: their release and their
 		// reclaim need the library (reads and quick acks do not).
@@ -179,7 +177,7 @@ func TestDriverSurvivesFunctionFlush(t *testing.T) {
 		cfg.Metrics = m
 		cfg.CreateGroup = true
 		r := f.RunConsumer(cfg)
-		f.Eventually("group created", func() bool { return rdb.Exists(ctx, k.Stream).Val() == 1 })
+		f.Eventually("group created", func() bool { return rdb.Exists(ctx, f.Stream).Val() == 1 })
 		f.Produce(100, order)
 		f.Eventually("100 acked", func() bool { return m.Total(driver.EventAcked) == 100 })
 		require.NoError(t, rdb.FunctionFlush(ctx).Err())
@@ -201,7 +199,6 @@ func TestDriverReconnectsAfterRestart(t *testing.T) {
 		rdb := srv.Client()
 		defer rdb.Close()
 		f := pelwardentest.Use(t, rdb).FixtureFor(t, pelwardentest.NewKeys(t)) // the consumer creates the group
-		k := f.Keys
 		led := &ledger{ok: map[string]int{}}
 		m := &pelwardentest.Metrics{}
 		cfg := driver.Config{Consumer: "w", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
@@ -211,7 +208,7 @@ func TestDriverReconnectsAfterRestart(t *testing.T) {
 		cfg.Metrics = m
 		cfg.CreateGroup = true
 		r := f.RunConsumer(cfg)
-		f.Eventually("group created", func() bool { return rdb.Exists(ctx, k.Stream).Val() == 1 })
+		f.Eventually("group created", func() bool { return rdb.Exists(ctx, f.Stream).Val() == 1 })
 		first := f.Produce(200, order)
 		f.Eventually("200 handled", func() bool { led.mu.Lock(); defer led.mu.Unlock(); return len(led.ok) == 200 })
 		require.NoError(t, srv.Restart(ctx))
@@ -276,12 +273,11 @@ func TestDriverTooLargeToDeadLetterStaysPending(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		values := make([]string, 0, 20000)
 		for i := range 10000 {
 			values = append(values, fmt.Sprintf("f%d", i), "v")
 		}
-		id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: values}).Result()
+		id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: values}).Result()
 		require.NoError(t, err)
 		m := &pelwardentest.Metrics{}
 		cfg := driver.Config{Consumer: "w", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
@@ -292,10 +288,10 @@ func TestDriverTooLargeToDeadLetterStaysPending(t *testing.T) {
 		f.Eventually("too large reported", func() bool { return m.Total(driver.EventTooLarge) >= 1 })
 		require.NoError(t, r.Stop())
 		f.RequirePending(id, pelwardentest.Pending{})
-		n, err := s.rdb.XLen(ctx, k.Stream).Result()
+		n, err := s.rdb.XLen(ctx, f.Stream).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "still in the stream")
-		require.Zero(t, s.rdb.Exists(ctx, k.DeadLetterStream).Val(), "no partial dead-letter record")
+		require.Zero(t, s.rdb.Exists(ctx, f.DeadLetterStream).Val(), "no partial dead-letter record")
 	})
 }
 

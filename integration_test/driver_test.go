@@ -169,7 +169,6 @@ func TestDriverReclaimsFromDeadConsumer(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		ids := f.Produce(50, nil)
 		f.LeavePending("crashed", 50) // read, never acked: a crash
 		// Two of them had already been delivered three times.
@@ -192,7 +191,7 @@ func TestDriverReclaimsFromDeadConsumer(t *testing.T) {
 		require.Zero(t, calls.Count(ids[0]), "poison entry never reached a handler again")
 		require.Equal(t, 48, m.Total(driver.EventClaimed))
 		require.Equal(t, 2, m.DeadLetteredTotal(pelwarden.ReasonMaxDeliveries))
-		cs, err := s.rdb.XInfoConsumers(ctx, k.Stream, k.Group).Result()
+		cs, err := s.rdb.XInfoConsumers(ctx, f.Stream, f.Group).Result()
 		require.NoError(t, err)
 		for _, c := range cs {
 			require.NotEqual(t, "crashed", c.Name)
@@ -241,7 +240,6 @@ func TestDriverLostOwnershipCancelsHandler(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		ids := []string{f.Add("n", "0")}
 		started := make(chan struct{})
 		cause := make(chan error, 1)
@@ -255,7 +253,7 @@ func TestDriverLostOwnershipCancelsHandler(t *testing.T) {
 		cfg.Metrics = m
 		c := f.RunConsumer(cfg)
 		<-started
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "other", Messages: ids}).Err())
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "other", Messages: ids}).Err())
 		select {
 		case err := <-cause:
 			require.ErrorContains(t, err, "ownership lost")
@@ -357,7 +355,6 @@ func TestDriverAckModes(t *testing.T) {
 			each(t, func(t *testing.T, s *target) {
 				ctx := t.Context()
 				f := s.fixture(t)
-				k := f.Keys
 				const n = 300
 				ids := f.Produce(n, nil)
 				taken := ids[n/2]
@@ -381,7 +378,7 @@ func TestDriverAckModes(t *testing.T) {
 				// Its lease lapses (no heartbeat); another consumer takes it over
 				// the way a reclaim does, once it is idle for MinIdle.
 				require.Eventually(t, func() bool {
-					claimed, err := s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "other",
+					claimed, err := s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "other",
 						MinIdle: cfg.MinIdle, Messages: []string{taken}}).Result()
 					return err == nil && len(claimed) == 1
 				}, 10*time.Second, 20*time.Millisecond)
@@ -458,7 +455,6 @@ func TestDriverPrefetchAndReadCount(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		f.Produce(40, order)
 		rdb := s.srv.Client()
 		defer rdb.Close()
@@ -524,7 +520,7 @@ func TestDriverPrefetchAndReadCount(t *testing.T) {
 		f.Eventually("9 held", func() bool { return f.PendingCount() == 9 })
 		time.Sleep(100 * time.Millisecond)
 		require.NoError(t, r.Stop())
-		claimable, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: k.Stream, Group: k.Group,
+		claimable, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: f.Stream, Group: f.Group,
 			Idle: cfg.MinIdle, Start: "-", End: "+", Count: 100}).Result()
 		require.NoError(t, err)
 		require.Len(t, claimable, 7, "the queued entries no handler started were released for other consumers")

@@ -17,11 +17,10 @@ func TestErrors(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		ids := f.Produce(3, order)
 		f.LeavePending("a", 3)
 		claim := func(mod func(*pelwarden.ClaimArgs)) error {
-			a := pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "c", MaxDeliveries: 1}
+			a := pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c", MaxDeliveries: 1}
 			mod(&a)
 			_, err := s.lib.Claim(ctx, a)
 			return err
@@ -39,25 +38,25 @@ func TestErrors(t *testing.T) {
 		require.ErrorIs(t, err, pelwarden.ErrNoGroup)
 		_, err = s.lib.Ack(ctx, pelwarden.AckArgs{Stream: missing.Stream, Group: "g", Consumer: "c", IDs: ids})
 		require.ErrorIs(t, err, pelwarden.ErrNoGroup)
-		_, err = s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: "nope"})
+		_, err = s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: "nope"})
 		require.ErrorIs(t, err, pelwarden.ErrNoGroup)
 		exists, err := s.rdb.Exists(ctx, missing.Stream, missing.DeadLetterStream).Result()
 		require.NoError(t, err)
 		require.Zero(t, exists, "an error creates no key")
 
 		// WRONGTYPE: the dead-letter key is a hash; the stream key a string.
-		require.NoError(t, s.rdb.HSet(ctx, k.DeadLetterStream, "f", "v").Err())
+		require.NoError(t, s.rdb.HSet(ctx, f.DeadLetterStream, "f", "v").Err())
 		err = claim(func(a *pelwarden.ClaimArgs) {})
 		require.ErrorIs(t, err, pelwarden.ErrWrongType)
-		require.Contains(t, err.Error(), k.DeadLetterStream)
-		_, err = s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "a", IDs: ids})
+		require.Contains(t, err.Error(), f.DeadLetterStream)
+		_, err = s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "a", IDs: ids})
 		require.ErrorIs(t, err, pelwarden.ErrWrongType)
 		require.EqualValues(t, 3, f.PendingCount(), "nothing was acked")
 		str := pelwardentest.NewKeys(t)
 		require.NoError(t, s.rdb.Set(ctx, str.Stream, "x", 0).Err())
 		_, err = s.lib.Extend(ctx, pelwarden.ExtendArgs{Stream: str.Stream, Group: "g", Consumer: "c", IDs: ids})
 		require.ErrorIs(t, err, pelwarden.ErrWrongType)
-		_, err = s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DeadLetterStream, Stream: k.Stream})
+		_, err = s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream})
 		require.ErrorIs(t, err, pelwarden.ErrWrongType)
 	})
 }
@@ -68,28 +67,27 @@ func TestLibraryRejectsBadArguments(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		f.Produce(1, order)
-		two := []string{k.Stream, k.DeadLetterStream}
+		two := []string{f.Stream, f.DeadLetterStream}
 		cases := []struct {
 			fn   string
 			keys []string
 			args []any
 			code string
 		}{
-			{pelwarden.FunctionClaim, two, []any{k.Group, "c", "0", "0-0", "abc", "0", "0", "1", "0"}, "PWBADARG"},
-			{pelwarden.FunctionClaim, two, []any{k.Group, "c", "0", "0-0", "0", "0", "0", "1", "0"}, "PWBADARG"},
-			{pelwarden.FunctionClaim, two, []any{k.Group, "c", "-5", "0-0", "10", "0", "0", "1", "0"}, "PWBADARG"},
-			{pelwarden.FunctionClaim, two, []any{k.Group, "c", "0", "zzz", "10", "0", "0", "1", "0"}, "PWBADID"},
-			{pelwarden.FunctionClaim, two, []any{k.Group, "c", "0", "0-0", "10", "0", "2", "1", "0"}, "PWBADARG"},
-			{pelwarden.FunctionClaim, two, []any{k.Group}, "PWBADARG"},
-			{pelwarden.FunctionClaim, []string{k.Stream}, []any{k.Group, "c", "0", "0-0", "10", "0", "0", "1", "0"}, "PWBADARG"},
+			{pelwarden.FunctionClaim, two, []any{f.Group, "c", "0", "0-0", "abc", "0", "0", "1", "0"}, "PWBADARG"},
+			{pelwarden.FunctionClaim, two, []any{f.Group, "c", "0", "0-0", "0", "0", "0", "1", "0"}, "PWBADARG"},
+			{pelwarden.FunctionClaim, two, []any{f.Group, "c", "-5", "0-0", "10", "0", "0", "1", "0"}, "PWBADARG"},
+			{pelwarden.FunctionClaim, two, []any{f.Group, "c", "0", "zzz", "10", "0", "0", "1", "0"}, "PWBADID"},
+			{pelwarden.FunctionClaim, two, []any{f.Group, "c", "0", "0-0", "10", "0", "2", "1", "0"}, "PWBADARG"},
+			{pelwarden.FunctionClaim, two, []any{f.Group}, "PWBADARG"},
+			{pelwarden.FunctionClaim, []string{f.Stream}, []any{f.Group, "c", "0", "0-0", "10", "0", "0", "1", "0"}, "PWBADARG"},
 			{pelwarden.FunctionClaim, two, []any{"", "c", "0", "0-0", "10", "0", "0", "1", "0"}, "PWBADARG"},
-			{pelwarden.FunctionAck, []string{k.Stream}, []any{k.Group, "c", "0"}, "PWBADARG"},
-			{pelwarden.FunctionAck, []string{k.Stream}, []any{k.Group, "c", "0", "1-x"}, "PWBADID"},
-			{pelwarden.FunctionExtend, []string{k.Stream}, []any{k.Group, "c", "18446744073709551616-0"}, "PWBADID"},
-			{pelwarden.FunctionDeadLetter, two, []any{k.Group, "c", "0", "", "err", "1-0"}, "PWBADARG"},
-			{pelwarden.FunctionReap, []string{k.Stream}, []any{k.Group, "1.5"}, "PWBADARG"},
+			{pelwarden.FunctionAck, []string{f.Stream}, []any{f.Group, "c", "0"}, "PWBADARG"},
+			{pelwarden.FunctionAck, []string{f.Stream}, []any{f.Group, "c", "0", "1-x"}, "PWBADID"},
+			{pelwarden.FunctionExtend, []string{f.Stream}, []any{f.Group, "c", "18446744073709551616-0"}, "PWBADID"},
+			{pelwarden.FunctionDeadLetter, two, []any{f.Group, "c", "0", "", "err", "1-0"}, "PWBADARG"},
+			{pelwarden.FunctionReap, []string{f.Stream}, []any{f.Group, "1.5"}, "PWBADARG"},
 			{pelwarden.FunctionRedrive, two, []any{"0-0", "10", "maybe"}, "PWBADARG"},
 			{pelwarden.FunctionStats, two, []any{}, "PWBADARG"},
 		}
@@ -99,7 +97,7 @@ func TestLibraryRejectsBadArguments(t *testing.T) {
 			require.True(t, redis.HasErrorPrefix(err, c.code), "case %d (%s %v): got %v", i, c.fn, c.args, err)
 		}
 		require.Zero(t, f.PendingCount(), "nothing was delivered")
-		n, err := s.rdb.XLen(ctx, k.Stream).Result()
+		n, err := s.rdb.XLen(ctx, f.Stream).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "nothing was deleted")
 	})

@@ -228,21 +228,20 @@ func TestHostileInput(t *testing.T) {
 				t.Parallel()
 				ctx := t.Context()
 				f := s.fixture(t)
-				k := f.Keys
 				ids := f.Produce(3, order)
 				f.LeavePending("a", 2)
 				if c.arrange != nil {
-					c.arrange(t, ctx, s, k)
+					c.arrange(t, ctx, s, f.Keys)
 				}
-				extra := []string{k.Stream + ":missing", k.Stream + ":str"}
-				before := snap(t, ctx, s.rdb, k, extra...)
-				err := c.call(ctx, s, k, ids[:2])
+				extra := []string{f.Stream + ":missing", f.Stream + ":str"}
+				before := snap(t, ctx, s.rdb, f.Keys, extra...)
+				err := c.call(ctx, s, f.Keys, ids[:2])
 				require.Error(t, err)
 				require.ErrorIs(t, err, c.want, "got %v", err)
 				var pe *pelwarden.Error
 				require.ErrorAs(t, err, &pe)
 				require.NotContains(t, err.Error(), "user_function", "a raw Lua error leaked")
-				require.Equal(t, before, snap(t, ctx, s.rdb, k, extra...), "state changed")
+				require.Equal(t, before, snap(t, ctx, s.rdb, f.Keys, extra...), "state changed")
 			})
 		}
 	})
@@ -253,35 +252,34 @@ func TestHostileAbsurdValid(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		ids := f.Produce(3, order)
 		f.LeavePending("a", 2)
-		before := snap(t, ctx, s.rdb, k)
+		before := snap(t, ctx, s.rdb, f.Keys)
 
 		// The largest cursor: nothing after it, the pass is done.
-		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "c",
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c",
 			Cursor: "18446744073709551615-18446744073709551615"})
 		require.NoError(t, err)
 		require.True(t, p.Done())
 		require.Empty(t, p.Entries)
 		// Idle longer than any entry: nothing is touched.
-		p, err = s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "c",
+		p, err = s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c",
 			MinIdle: time.Duration(math.MaxInt64), Backoff: []time.Duration{time.Duration(math.MaxInt64)}})
 		require.NoError(t, err)
 		require.Empty(t, p.Entries)
 		// Release with an absurd MinIdle: the idle time is set, ownership and
 		// delivery counts stay.
-		r, err := s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids[:2], MinIdle: time.Duration(math.MaxInt64)})
+		r, err := s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: ids[:2], MinIdle: time.Duration(math.MaxInt64)})
 		require.NoError(t, err)
 		require.EqualValues(t, 2, r.Extended)
-		rp0, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DeadLetterStream, Stream: k.Stream, Cursor: "18446744073709551615-18446744073709551615"})
+		rp0, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream, Cursor: "18446744073709551615-18446744073709551615"})
 		require.NoError(t, err)
 		require.True(t, rp0.Done())
 		// Redrive of a missing dead-letter stream: nothing to do.
-		rp, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DeadLetterStream, Stream: k.Stream, Count: pelwarden.MaxCount})
+		rp, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream, Count: pelwarden.MaxCount})
 		require.NoError(t, err)
 		require.True(t, rp.Done())
-		require.Equal(t, before, snap(t, ctx, s.rdb, k))
+		require.Equal(t, before, snap(t, ctx, s.rdb, f.Keys))
 	})
 }
 
@@ -361,27 +359,26 @@ func TestHostileBinaryRoundTrip(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
-		id1 := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: binaryFields}).Val()
-		id2 := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: binaryFields}).Val()
+		id1 := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: binaryFields}).Val()
+		id2 := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: binaryFields}).Val()
 		f.LeavePending("a", 2)
 
 		want := toFields(binaryFields)
 		// Claim hands them out unchanged.
-		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "b"})
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b"})
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 2)
 		for _, e := range p.Entries {
 			require.Equal(t, want, e.Fields)
 		}
 		// id1 dead-lettered at max deliveries (2), id2 by DeadLetter.
-		p, err = s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "b", MaxDeliveries: 2, Count: 1})
+		p, err = s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b", MaxDeliveries: 2, Count: 1})
 		require.NoError(t, err)
 		require.Equal(t, []string{id1}, p.DeadLettered)
-		d, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "b", IDs: []string{id2}, Error: "bad \xff\x00 bytes"})
+		d, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b", IDs: []string{id2}, Error: "bad \xff\x00 bytes"})
 		require.NoError(t, err)
 		require.Equal(t, []string{id2}, d.DeadLettered)
-		recs, err := s.rdb.Do(ctx, "XRANGE", k.DeadLetterStream, "-", "+").Slice()
+		recs, err := s.rdb.Do(ctx, "XRANGE", f.DeadLetterStream, "-", "+").Slice()
 		require.NoError(t, err)
 		require.Len(t, recs, 2)
 		for _, r := range recs {
@@ -389,12 +386,12 @@ func TestHostileBinaryRoundTrip(t *testing.T) {
 			require.Equal(t, binaryFields, anyStrings(flat[:len(binaryFields)]), "original fields come first, unchanged")
 		}
 		// Redrive restores them, plus the redrive counter.
-		rp, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DeadLetterStream, Stream: k.Stream})
+		rp, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream})
 		require.NoError(t, err)
 		require.Len(t, rp.Moved, 2)
 		require.Empty(t, rp.Foreign)
 		for _, m := range rp.Moved {
-			e, err := s.rdb.Do(ctx, "XRANGE", k.Stream, m.To, m.To).Slice()
+			e, err := s.rdb.Do(ctx, "XRANGE", f.Stream, m.To, m.To).Slice()
 			require.NoError(t, err)
 			require.Len(t, e, 1)
 			got := anyStrings(e[0].([]any)[1].([]any))
@@ -409,15 +406,14 @@ func TestHostileLargeValues(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		mib := strings.Repeat("x", 1<<20)
 		var ids []string
 		for i := 0; i < 4; i++ {
-			ids = append(ids, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: []string{"i", fmt.Sprint(i), "blob", mib}}).Val())
+			ids = append(ids, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: []string{"i", fmt.Sprint(i), "blob", mib}}).Val())
 		}
 		f.LeavePending("a", 4)
 
-		a := pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "b", Count: 100, MaxBytes: 64 << 10}
+		a := pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b", Count: 100, MaxBytes: 64 << 10}
 		var got []string
 		for pages := 0; ; pages++ {
 			require.Less(t, pages, 10)
@@ -451,7 +447,7 @@ func TestHostileLargeValues(t *testing.T) {
 		}
 		require.Equal(t, ids, dead)
 		require.Zero(t, f.PendingCount())
-		require.EqualValues(t, 4, s.rdb.XLen(ctx, k.DeadLetterStream).Val())
+		require.EqualValues(t, 4, s.rdb.XLen(ctx, f.DeadLetterStream).Val())
 	})
 }
 
@@ -462,30 +458,29 @@ func TestHostileManyFields(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		huge := manyFields(10000)
 		fits := manyFields(3940) // 7,880 values + 20 of metadata: the limit
-		hugeID := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: huge}).Val()
-		fitsID := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: fits}).Val()
+		hugeID := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: huge}).Val()
+		fitsID := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: fits}).Val()
 		f.LeavePending("a", 2)
 
 		// Claimed whole.
-		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "b"})
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b"})
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 2)
 		require.Equal(t, toFields(huge), p.Entries[0].Fields)
 		require.Equal(t, toFields(fits), p.Entries[1].Fields)
 
 		// DeadLetter: the huge one is reported and left pending, owned by b.
-		before := snap(t, ctx, s.rdb, k)
-		d, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "b", IDs: []string{hugeID}, Error: "x"})
+		before := snap(t, ctx, s.rdb, f.Keys)
+		d, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b", IDs: []string{hugeID}, Error: "x"})
 		require.NoError(t, err)
 		require.Equal(t, []string{hugeID}, d.TooLarge)
 		require.Empty(t, d.DeadLettered)
-		require.Equal(t, before, snap(t, ctx, s.rdb, k), "nothing changed")
+		require.Equal(t, before, snap(t, ctx, s.rdb, f.Keys), "nothing changed")
 
 		// Claim at max deliveries: the huge one reported, the other moved.
-		p, err = s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "c", MaxDeliveries: 2, DeleteDeadLettered: true})
+		p, err = s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c", MaxDeliveries: 2, DeleteDeadLettered: true})
 		require.NoError(t, err)
 		require.Equal(t, []string{hugeID}, p.TooLarge)
 		require.Equal(t, []string{fitsID}, p.DeadLettered)
@@ -493,26 +488,26 @@ func TestHostileManyFields(t *testing.T) {
 		require.NotNil(t, pe, "still pending")
 		require.Equal(t, "b", pe.Consumer)
 		require.EqualValues(t, 2, pe.RetryCount)
-		require.EqualValues(t, 1, s.rdb.XLen(ctx, k.Stream).Val(), "the huge entry is not deleted")
+		require.EqualValues(t, 1, s.rdb.XLen(ctx, f.Stream).Val(), "the huge entry is not deleted")
 
 		// Redrive: the record that fits comes back whole.
-		rp, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DeadLetterStream, Stream: k.Stream})
+		rp, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream})
 		require.NoError(t, err)
 		require.Len(t, rp.Moved, 1)
-		e, err := s.rdb.Do(ctx, "XRANGE", k.Stream, rp.Moved[0].To, rp.Moved[0].To).Slice()
+		e, err := s.rdb.Do(ctx, "XRANGE", f.Stream, rp.Moved[0].To, rp.Moved[0].To).Slice()
 		require.NoError(t, err)
 		require.Equal(t, append(append([]string{}, fits...), pelwarden.FieldRedrives, "1"), anyStrings(e[0].([]any)[1].([]any)))
 
 		// A dead-letter record too large to re-add (written by someone else
 		// with pelwarden's metadata) is reported and left in place.
-		rec := append(append([]string{}, huge...), pelwarden.FieldOriginalID, "1-0", pelwarden.FieldStream, k.Stream, pelwarden.FieldMetaCount, "3")
-		bigRec := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DeadLetterStream, Values: rec}).Val()
-		before = snap(t, ctx, s.rdb, k)
-		rp, err = s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DeadLetterStream, Stream: k.Stream})
+		rec := append(append([]string{}, huge...), pelwarden.FieldOriginalID, "1-0", pelwarden.FieldStream, f.Stream, pelwarden.FieldMetaCount, "3")
+		bigRec := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.DeadLetterStream, Values: rec}).Val()
+		before = snap(t, ctx, s.rdb, f.Keys)
+		rp, err = s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream})
 		require.NoError(t, err)
 		require.Equal(t, []string{bigRec}, rp.TooLarge)
 		require.Empty(t, rp.Moved)
-		require.Equal(t, before, snap(t, ctx, s.rdb, k), "nothing changed")
+		require.Equal(t, before, snap(t, ctx, s.rdb, f.Keys), "nothing changed")
 	})
 }
 
@@ -523,11 +518,10 @@ func TestHostileForeignDeadLetters(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		ids := f.Produce(1, order)
 		f.LeavePending("a", 1)
 		add := func(fields ...string) string {
-			return s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DeadLetterStream, Values: fields}).Val()
+			return s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.DeadLetterStream, Values: fields}).Val()
 		}
 		meta := pelwarden.FieldMetaCount
 		foreign := []string{
@@ -544,13 +538,13 @@ func TestHostileForeignDeadLetters(t *testing.T) {
 			add("a", "b", meta, " 1"),                   // padded
 			add("a", "b", meta, "\x00"),                 // binary
 		}
-		_, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "a", IDs: ids})
+		_, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "a", IDs: ids})
 		require.NoError(t, err)
-		beforeDLQ, err := s.rdb.Do(ctx, "XRANGE", k.DeadLetterStream, "-", "+").Slice()
+		beforeDLQ, err := s.rdb.Do(ctx, "XRANGE", f.DeadLetterStream, "-", "+").Slice()
 		require.NoError(t, err)
 
 		var page pelwarden.RedrivePage
-		a := pelwarden.RedriveArgs{DeadLetterStream: k.DeadLetterStream, Stream: k.Stream, Count: 5}
+		a := pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream, Count: 5}
 		for {
 			p, err := s.lib.Redrive(ctx, a)
 			require.NoError(t, err)
@@ -563,7 +557,7 @@ func TestHostileForeignDeadLetters(t *testing.T) {
 		}
 		require.Equal(t, foreign, page.Foreign)
 		require.Len(t, page.Moved, 1)
-		afterDLQ, err := s.rdb.Do(ctx, "XRANGE", k.DeadLetterStream, "-", "+").Slice()
+		afterDLQ, err := s.rdb.Do(ctx, "XRANGE", f.DeadLetterStream, "-", "+").Slice()
 		require.NoError(t, err)
 		require.Equal(t, beforeDLQ[:len(foreign)], afterDLQ, "foreign entries stay, unchanged")
 	})

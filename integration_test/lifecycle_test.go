@@ -83,11 +83,10 @@ func TestLoadLifecycle(t *testing.T) {
 		require.Equal(t, "1.10.0", res.Nodes[0].After)
 		require.Equal(t, "1.10.0", serverVersion(t, ctx, rdb))
 		f := pelwardentest.Use(t, rdb).NewFixture(t)
-		k := f.Keys
 		f.Produce(3, order)
 		f.LeavePending("a", 3)
 		lib := pelwarden.NewLibrary(rdb)
-		p, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "b"})
+		p, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b"})
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 3)
 
@@ -133,12 +132,11 @@ func TestSelfHealAfterFunctionFlush(t *testing.T) {
 		_, err := lib.Load(ctx)
 		require.NoError(t, err)
 		f := pelwardentest.Use(t, rdb).NewFixture(t)
-		k := f.Keys
 		ids := f.Produce(4, order)
 		f.LeavePending("a", 4)
 
 		require.NoError(t, rdb.FunctionFlush(ctx).Err())
-		r, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids[:2]})
+		r, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: ids[:2]})
 		require.NoError(t, err)
 		require.EqualValues(t, 2, r.Acked)
 		require.Equal(t, pelwarden.LibraryVersion, serverVersion(t, ctx, rdb))
@@ -149,7 +147,7 @@ func TestSelfHealAfterFunctionFlush(t *testing.T) {
 		errs := make([]error, 20)
 		for i := range errs {
 			wg.Go(func() {
-				_, errs[i] = lib.Stats(ctx, pelwarden.StatsArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group})
+				_, errs[i] = lib.Stats(ctx, pelwarden.StatsArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group})
 			})
 		}
 		wg.Wait()
@@ -176,10 +174,9 @@ func TestSelfHealAfterRestart(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, pelwarden.LibraryVersion, v)
 		f := pelwardentest.Use(t, rdb).NewFixture(t)
-		k := f.Keys
 		f.Produce(2, order)
 		f.LeavePending("a", 2)
-		p, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "b"})
+		p, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b"})
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 2)
 	})
@@ -194,12 +191,11 @@ func TestLibrarySurvivesRestartWithAOF(t *testing.T) {
 		_, err := pelwarden.Load(ctx, rdb)
 		require.NoError(t, err)
 		f := pelwardentest.Use(t, rdb).NewFixture(t)
-		k := f.Keys
 		f.Produce(2, order)
 		require.NoError(t, srv.Restart(ctx))
 		require.Eventually(t, func() bool { return rdb.Ping(ctx).Err() == nil }, 30*time.Second, 100*time.Millisecond)
 		require.Equal(t, pelwarden.LibraryVersion, serverVersion(t, ctx, rdb), "library persisted in the AOF")
-		n, err := rdb.XLen(ctx, k.Stream).Result()
+		n, err := rdb.XLen(ctx, f.Stream).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, 2, n)
 	})
@@ -211,8 +207,7 @@ func TestEvalFallbackForRestrictedUser(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t) // arranged by the admin client
-		k := f.Keys
-		rdb := restrictedClient(t, ctx, s, "noscript-"+strings.Trim(k.Stream, "{}"), "-function", "-fcall", "-fcall_ro")
+		rdb := restrictedClient(t, ctx, s, "noscript-"+strings.Trim(f.Stream, "{}"), "-function", "-fcall", "-fcall_ro")
 		require.True(t, redis.HasErrorPrefix(rdb.FCallRO(ctx, pelwarden.FunctionVersion, nil).Err(), "NOPERM"))
 
 		lib := pelwarden.NewLibrary(rdb)
@@ -227,8 +222,8 @@ func TestEvalFallbackForRestrictedUser(t *testing.T) {
 		require.Equal(t, pelwarden.LibraryVersion, v)
 		ids := f.Produce(10, order)
 		f.LeavePending("dead", 10)
-		require.NoError(t, rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "dead", Messages: ids[:3]}).Err())
-		p, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "c", MaxDeliveries: 2})
+		require.NoError(t, rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "dead", Messages: ids[:3]}).Err())
+		p, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c", MaxDeliveries: 2})
 		require.NoError(t, err)
 		require.Equal(t, ids[:3], p.DeadLettered)
 		require.Len(t, p.Entries, 7)
@@ -236,17 +231,17 @@ func TestEvalFallbackForRestrictedUser(t *testing.T) {
 		for _, e := range p.Entries {
 			live = append(live, e.ID)
 		}
-		a, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "c", IDs: live[:5]})
+		a, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "c", IDs: live[:5]})
 		require.NoError(t, err)
 		require.EqualValues(t, 5, a.Acked)
-		d, err := lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "c", IDs: live[5:], Error: "bad"})
+		d, err := lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c", IDs: live[5:], Error: "bad"})
 		require.NoError(t, err)
 		require.Len(t, d.DeadLettered, 2)
-		st, err := lib.Stats(ctx, pelwarden.StatsArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group})
+		st, err := lib.Stats(ctx, pelwarden.StatsArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group})
 		require.NoError(t, err)
 		require.Zero(t, st.Pending)
 		require.EqualValues(t, 5, st.DeadLetterLength)
-		_, err = lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: "nope", Consumer: "c"})
+		_, err = lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: "nope", Consumer: "c"})
 		require.ErrorIs(t, err, pelwarden.ErrNoGroup, "library errors come through the shim unchanged")
 		// SCRIPT FLUSH is survived too (EVALSHA falls back to EVAL).
 		require.NoError(t, s.rdb.ScriptFlush(ctx).Err())
@@ -261,8 +256,7 @@ func TestAdminLoadedLibraryForRestrictedUser(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t) // arranged by the admin client
-		k := f.Keys
-		rdb := restrictedClient(t, ctx, s, "nofunction-"+strings.Trim(k.Stream, "{}"), "-function")
+		rdb := restrictedClient(t, ctx, s, "nofunction-"+strings.Trim(f.Stream, "{}"), "-function")
 		res, err := pelwarden.Load(ctx, rdb)
 		require.NoError(t, err)
 		require.Equal(t, pelwarden.ModeFunction, res.Mode)
@@ -274,8 +268,7 @@ func TestNoScriptingAtAll(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t) // arranged by the admin client
-		k := f.Keys
-		rdb := restrictedClient(t, ctx, s, "noscripting-"+strings.Trim(k.Stream, "{}"), "-@scripting")
+		rdb := restrictedClient(t, ctx, s, "noscripting-"+strings.Trim(f.Stream, "{}"), "-@scripting")
 		_, err := pelwarden.Load(ctx, rdb)
 		require.ErrorIs(t, err, pelwarden.ErrServerUnsupported)
 		require.Contains(t, err.Error(), "EVAL refused")

@@ -19,13 +19,12 @@ func TestAckFenced(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		ids := f.Produce(6, order)
 		f.LeavePending("a", 6)
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: ids[:2]}).Err())
-		require.NoError(t, s.rdb.XAck(ctx, k.Stream, k.Group, ids[2]).Err())
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "b", Messages: ids[:2]}).Err())
+		require.NoError(t, s.rdb.XAck(ctx, f.Stream, f.Group, ids[2]).Err())
 
-		r, err := s.lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids})
+		r, err := s.lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: ids})
 		require.NoError(t, err)
 		require.EqualValues(t, 3, r.Acked)
 		require.ElementsMatch(t, ids[:3], r.NotOwned)
@@ -36,7 +35,7 @@ func TestAckFenced(t *testing.T) {
 		// The same call again (a retry whose first attempt was applied):
 		// nothing acked, and every id is reported as no longer pending, not
 		// as taken over.
-		r, err = s.lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids[2:]})
+		r, err = s.lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: ids[2:]})
 		require.NoError(t, err)
 		require.Zero(t, r.Acked)
 		require.ElementsMatch(t, ids[2:], r.NotPending)
@@ -46,11 +45,11 @@ func TestAckFenced(t *testing.T) {
 		}
 		require.EqualValues(t, 2, f.PendingCount())
 
-		r, err = s.lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", IDs: ids[:2], Delete: true})
+		r, err = s.lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "b", IDs: ids[:2], Delete: true})
 		require.NoError(t, err)
 		require.EqualValues(t, 2, r.Acked)
 		require.NoError(t, r.Err())
-		n, err := s.rdb.XLen(ctx, k.Stream).Result()
+		n, err := s.rdb.XLen(ctx, f.Stream).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, 4, n, "Delete removed the two acked entries")
 	})
@@ -67,7 +66,6 @@ func TestAckAnyOrder(t *testing.T) {
 		ctx := t.Context()
 		for _, via := range []string{"fcall", "wrapper"} {
 			f := s.fixture(t)
-			k := f.Keys
 			ids := f.Produce(300, order)
 			f.LeavePending("a", 300)
 			want := map[string]bool{} // id -> acked by this call
@@ -79,14 +77,14 @@ func TestAckAnyOrder(t *testing.T) {
 					moved = append(moved, id)
 					want[id] = false
 				case i%11 == 5:
-					require.NoError(t, s.rdb.XAck(ctx, k.Stream, k.Group, id).Err())
+					require.NoError(t, s.rdb.XAck(ctx, f.Stream, f.Group, id).Err())
 					ackedBefore++
 					want[id] = false
 				default:
 					want[id] = true
 				}
 			}
-			require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: moved}).Err())
+			require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "b", Messages: moved}).Err())
 			batch := append([]string(nil), ids...)
 			rand.New(rand.NewPCG(uint64(len(via)), 7)).Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
 			// One owned id written unnormalised: "0" before its milliseconds.
@@ -99,10 +97,10 @@ func TestAckAnyOrder(t *testing.T) {
 
 			bad := append(append(append([]string(nil), batch[:150]...), "bogus"), batch[150:]...)
 			if via == "fcall" {
-				err := s.rdb.FCall(ctx, pelwarden.FunctionAck, []string{k.Stream}, append([]any{k.Group, "a", "0"}, anys(bad)...)...).Err()
+				err := s.rdb.FCall(ctx, pelwarden.FunctionAck, []string{f.Stream}, append([]any{f.Group, "a", "0"}, anys(bad)...)...).Err()
 				require.True(t, redis.HasErrorPrefix(err, "PWBADID"), "got %v", err)
 			} else {
-				_, err := s.lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: bad})
+				_, err := s.lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: bad})
 				require.ErrorIs(t, err, pelwarden.ErrInvalidID)
 			}
 			before := f.PendingCount()
@@ -111,14 +109,14 @@ func TestAckAnyOrder(t *testing.T) {
 			var acked int64
 			var notOwned []string
 			if via == "fcall" {
-				v, err := s.rdb.FCall(ctx, pelwarden.FunctionAck, []string{k.Stream}, append([]any{k.Group, "a", "0"}, anys(batch)...)...).Slice()
+				v, err := s.rdb.FCall(ctx, pelwarden.FunctionAck, []string{f.Stream}, append([]any{f.Group, "a", "0"}, anys(batch)...)...).Slice()
 				require.NoError(t, err)
 				acked = v[0].(int64)
 				for _, x := range v[1].([]any) {
 					notOwned = append(notOwned, x.(string))
 				}
 			} else {
-				r, err := s.lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: batch})
+				r, err := s.lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: batch})
 				require.NoError(t, err)
 				acked, notOwned = r.Acked, r.NotOwned
 			}
@@ -154,13 +152,12 @@ func TestDeadLetter(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		ids := f.Produce(4, order)
 		f.LeavePending("a", 4)
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: ids[3:]}).Err())
-		require.NoError(t, s.rdb.XDel(ctx, k.Stream, ids[2]).Err())
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "b", Messages: ids[3:]}).Err())
+		require.NoError(t, s.rdb.XDel(ctx, f.Stream, ids[2]).Err())
 		long := strings.Repeat("é", 3000) // 6000 bytes, 2-byte characters
-		args := pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "a",
+		args := pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "a",
 			IDs: ids, Reason: "invalid_order", Error: long}
 		r, err := s.lib.DeadLetter(ctx, args)
 		require.NoError(t, err)
@@ -176,7 +173,7 @@ func TestDeadLetter(t *testing.T) {
 		require.Empty(t, again.DeadLettered, "a second call writes nothing")
 		require.Equal(t, ids[:3], again.NotPending, "a retry finds its ids no longer pending, not taken over")
 		require.Equal(t, []string{ids[3]}, again.OwnedElsewhere())
-		recs, err := s.rdb.XRange(ctx, k.DeadLetterStream, "-", "+").Result()
+		recs, err := s.rdb.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
 		require.NoError(t, err)
 		require.Len(t, recs, 2)
 		for i, rec := range recs {
@@ -199,13 +196,12 @@ func TestDeadLetterBoundsErrorServerSide(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		ids := f.Produce(1, order)
 		f.LeavePending("a", 1)
-		err := s.rdb.FCall(ctx, pelwarden.FunctionDeadLetter, []string{k.Stream, k.DeadLetterStream}, k.Group, "a", "0", "handler",
+		err := s.rdb.FCall(ctx, pelwarden.FunctionDeadLetter, []string{f.Stream, f.DeadLetterStream}, f.Group, "a", "0", "handler",
 			strings.Repeat("x", 100000), ids[0]).Err()
 		require.NoError(t, err)
-		recs, err := s.rdb.XRange(ctx, k.DeadLetterStream, "-", "+").Result()
+		recs, err := s.rdb.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
 		require.NoError(t, err)
 		require.Len(t, recs, 1)
 		require.Len(t, recs[0].Values[pelwarden.FieldError], pelwarden.MaxErrorBytes)
@@ -218,12 +214,11 @@ func TestExtend(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		ids := f.Produce(3, order)
 		f.LeavePending("a", 3)
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: ids[2:]}).Err())
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "b", Messages: ids[2:]}).Err())
 		time.Sleep(1500 * time.Millisecond)
-		r, err := s.lib.Extend(ctx, pelwarden.ExtendArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids})
+		r, err := s.lib.Extend(ctx, pelwarden.ExtendArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: ids})
 		require.NoError(t, err)
 		require.EqualValues(t, 2, r.Extended)
 		require.Equal(t, []string{ids[2]}, r.NotOwned)
@@ -244,21 +239,20 @@ func TestReap(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		ids := f.Produce(2, order)
 		f.LeavePending("holder", 2)
-		require.NoError(t, s.rdb.XAck(ctx, k.Stream, k.Group, ids[0]).Err())
+		require.NoError(t, s.rdb.XAck(ctx, f.Stream, f.Group, ids[0]).Err())
 		for _, c := range []string{"gone-1", "gone-2", "me"} {
-			require.NoError(t, s.rdb.XGroupCreateConsumer(ctx, k.Stream, k.Group, c).Err())
+			require.NoError(t, s.rdb.XGroupCreateConsumer(ctx, f.Stream, f.Group, c).Err())
 		}
 		time.Sleep(2 * time.Second)
-		require.NoError(t, s.rdb.XGroupCreateConsumer(ctx, k.Stream, k.Group, "fresh").Err())
+		require.NoError(t, s.rdb.XGroupCreateConsumer(ctx, f.Stream, f.Group, "fresh").Err())
 
-		r, err := s.lib.Reap(ctx, pelwarden.ReapArgs{Stream: k.Stream, Group: k.Group, Idle: 1500 * time.Millisecond, Keep: []string{"me"}})
+		r, err := s.lib.Reap(ctx, pelwarden.ReapArgs{Stream: f.Stream, Group: f.Group, Idle: 1500 * time.Millisecond, Keep: []string{"me"}})
 		require.NoError(t, err)
 		require.ElementsMatch(t, []string{"gone-1", "gone-2"}, r.Deleted)
 		require.Equal(t, []pelwarden.ConsumerPending{{Name: "holder", Pending: 1}}, r.Kept)
-		cs, err := s.rdb.XInfoConsumers(ctx, k.Stream, k.Group).Result()
+		cs, err := s.rdb.XInfoConsumers(ctx, f.Stream, f.Group).Result()
 		require.NoError(t, err)
 		var names []string
 		for _, c := range cs {
@@ -275,21 +269,20 @@ func TestRedriveRoundTrip(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		values := []string{"b", "2", "a", "1", "b", "dup", "bin", "\x00\xff"}
 		var ids []string
 		for range 5 {
-			id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: values}).Result()
+			id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: values}).Result()
 			require.NoError(t, err)
 			ids = append(ids, id)
 		}
 		f.LeavePending("a", 5)
-		_, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group,
+		_, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group,
 			Consumer: "a", IDs: ids, Error: "boom"})
 		require.NoError(t, err)
-		foreign, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DeadLetterStream, Values: []string{"not", "ours"}}).Result()
+		foreign, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.DeadLetterStream, Values: []string{"not", "ours"}}).Result()
 		require.NoError(t, err)
-		other, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DeadLetterStream, Values: []string{"x", "1",
+		other, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.DeadLetterStream, Values: []string{"x", "1",
 			pelwarden.FieldStream, "{elsewhere}", pelwarden.FieldMetaCount, "2"}}).Result()
 		require.NoError(t, err)
 
@@ -297,7 +290,7 @@ func TestRedriveRoundTrip(t *testing.T) {
 		var skippedForeign, skippedOther []string
 		cursor := ""
 		for {
-			p, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DeadLetterStream, Stream: k.Stream, Cursor: cursor, Count: 2})
+			p, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream, Cursor: cursor, Count: 2})
 			require.NoError(t, err)
 			moved = append(moved, p.Moved...)
 			skippedForeign = append(skippedForeign, p.Foreign...)
@@ -310,12 +303,12 @@ func TestRedriveRoundTrip(t *testing.T) {
 		require.Len(t, moved, 5)
 		require.Equal(t, []string{foreign}, skippedForeign)
 		require.Equal(t, []string{other}, skippedOther)
-		left, err := s.rdb.XRange(ctx, k.DeadLetterStream, "-", "+").Result()
+		left, err := s.rdb.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
 		require.NoError(t, err)
 		require.Len(t, left, 2, "only the skipped records stay")
 
 		for _, m := range moved {
-			raw, err := s.rdb.Do(ctx, "XRANGE", k.Stream, m.To, m.To).Slice()
+			raw, err := s.rdb.Do(ctx, "XRANGE", f.Stream, m.To, m.To).Slice()
 			require.NoError(t, err)
 			require.Len(t, raw, 1)
 			flat := raw[0].([]any)[1].([]any)
@@ -329,17 +322,17 @@ func TestRedriveRoundTrip(t *testing.T) {
 		// A second round trip bumps the counter instead of adding a field.
 		e := moved[0].To
 		f.LeavePending("a", 5)
-		_, err = s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "a", IDs: []string{e}})
+		_, err = s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "a", IDs: []string{e}})
 		require.NoError(t, err)
-		p, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DeadLetterStream, Stream: k.Stream, Count: 10})
+		p, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream, Count: 10})
 		require.NoError(t, err)
 		require.Len(t, p.Moved, 1)
-		rec, err := s.rdb.XRange(ctx, k.Stream, p.Moved[0].To, p.Moved[0].To).Result()
+		rec, err := s.rdb.XRange(ctx, f.Stream, p.Moved[0].To, p.Moved[0].To).Result()
 		require.NoError(t, err)
 		require.Equal(t, "2", rec[0].Values[pelwarden.FieldRedrives])
 
 		// AnySource moves the other-source record too; never the foreign one.
-		p, err = s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DeadLetterStream, Stream: k.Stream, AnySource: true})
+		p, err = s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream, AnySource: true})
 		require.NoError(t, err)
 		require.Len(t, p.Moved, 1)
 		require.Equal(t, []string{foreign}, p.Foreign)
@@ -351,13 +344,12 @@ func TestStats(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		ids := f.Produce(10, order)
 		f.LeavePending("a", 4)
 		f.LeavePending("b", 2)
-		_, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "a", IDs: ids[:1]})
+		_, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "a", IDs: ids[:1]})
 		require.NoError(t, err)
-		st, err := s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group})
+		st, err := s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group})
 		require.NoError(t, err)
 		require.EqualValues(t, 5, st.Pending)
 		require.Equal(t, ids[1], st.LowestID)
@@ -402,20 +394,19 @@ func TestRelease(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		k := f.Keys
 		ids := f.Produce(3, order)
 		f.LeavePending("a", 3)
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: ids[2:]}).Err())
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "b", Messages: ids[2:]}).Err())
 		minIdle := time.Hour
-		r, err := s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids[:1], MinIdle: minIdle, Delay: 0})
+		r, err := s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: ids[:1], MinIdle: minIdle, Delay: 0})
 		require.NoError(t, err)
 		require.EqualValues(t, 1, r.Extended)
-		r, err = s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids[1:], MinIdle: minIdle, Delay: 10 * time.Minute})
+		r, err = s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: ids[1:], MinIdle: minIdle, Delay: 10 * time.Minute})
 		require.NoError(t, err)
 		require.EqualValues(t, 1, r.Extended)
 		require.Equal(t, []string{ids[2]}, r.NotOwned)
 
-		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "c", MinIdle: minIdle})
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c", MinIdle: minIdle})
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 1, "delay 0: claimable at once; delay 10m: not yet")
 		require.Equal(t, ids[0], p.Entries[0].ID)

@@ -42,7 +42,6 @@ func TestTLS(t *testing.T) {
 			t.Cleanup(func() { _ = admin.Close() })
 			s := &target{srv: srv, rdb: admin}
 			f := pelwardentest.Use(t, admin).NewFixture(t)
-			k := f.Keys
 			orphans := f.Produce(3, nil)
 			require.Len(t, f.LeavePending("crashed", 3), 3)
 			ids := f.Produce(10, nil)
@@ -50,9 +49,9 @@ func TestTLS(t *testing.T) {
 			// pelwardentest loaded the library: a new server has none.
 			require.NoError(t, admin.FunctionFlush(ctx).Err())
 
-			_, cuser, cpass := aclUser(t, s, k, "consumer", nil)
-			_, duser, dpass := aclUser(t, s, k, "deployer", nil)
-			_, ouser, opass := aclUser(t, s, k, "operator", nil)
+			_, cuser, cpass := aclUser(t, s, f.Keys, "consumer", nil)
+			_, duser, dpass := aclUser(t, s, f.Keys, "deployer", nil)
+			_, ouser, opass := aclUser(t, s, f.Keys, "operator", nil)
 			consumerURL := tlsURL(t, srv, cuser, cpass)
 			cfg := f.ConsumerConfig(driver.Config{Consumer: "worker", MaxDeliveries: 2,
 				Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
@@ -86,17 +85,17 @@ func TestTLS(t *testing.T) {
 
 			// The operator's commands.
 			opURL := tlsURL(t, srv, ouser, opass)
-			st := pwJSONRaw(t, "--redis", opURL, "--cacert", ca.CAFile, "status", k.Stream, k.Group)
+			st := pwJSONRaw(t, "--redis", opURL, "--cacert", ca.CAFile, "status", f.Stream, f.Group)
 			require.Zero(t, num(t, st["pending"]))
 			require.EqualValues(t, 1, num(t, st["dead_letter_length"]))
-			dl := pwJSONRaw(t, "--redis", opURL, "--cacert", ca.CAFile, "dlq", "list", k.DeadLetterStream)
+			dl := pwJSONRaw(t, "--redis", opURL, "--cacert", ca.CAFile, "dlq", "list", f.DeadLetterStream)
 			require.Equal(t, poison, obj(t, list(t, dl["records"])[0])["original_id"])
 
 			// Another CA, or none (the system's CAs): refused, naming
 			// certificate verification, before anything is sent.
 			for _, args := range [][]string{
-				{"--redis", opURL, "--cacert", untrusted.CAFile, "status", k.Stream, k.Group},
-				{"--redis", opURL, "status", k.Stream, k.Group},
+				{"--redis", opURL, "--cacert", untrusted.CAFile, "status", f.Stream, f.Group},
+				{"--redis", opURL, "status", f.Stream, f.Group},
 			} {
 				r := pwRaw(t, args...)
 				requireError(t, r, cli.ExitFailure, "certificate")
@@ -107,7 +106,7 @@ func TestTLS(t *testing.T) {
 			require.ErrorAs(t, err, &cv, "%v", err)
 			require.Contains(t, err.Error(), "failed to verify certificate")
 			// Plain redis:// to a TLS-only server fails too (not silently).
-			r = pwRaw(t, "--redis", strings.Replace(opURL, "rediss://", "redis://", 1), "status", k.Stream, k.Group)
+			r = pwRaw(t, "--redis", strings.Replace(opURL, "rediss://", "redis://", 1), "status", f.Stream, f.Group)
 			requireError(t, r, cli.ExitFailure, "cannot reach")
 		})
 	}
