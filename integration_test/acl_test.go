@@ -325,9 +325,9 @@ func TestACLConsumerMissingPermission(t *testing.T) {
 				f.SetDeliveries(3, poison) // the first reclaim pass dead-letters it
 				ids := append(f.Produce(10, nil), poison)
 				rdb, _, _ := aclUser(t, s, f.Keys, "consumer", []string{rule})
-				r := runUntilError(t, rdb, f.ConsumerConfig(driver.Config{Consumer: "worker", MaxDeliveries: 3,
+				r := runUntilError(t, f.WithClient(rdb), driver.Config{Consumer: "worker", MaxDeliveries: 3,
 					MinIdle: 10 * time.Millisecond, // the poison entry is taken at once
-					Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })}))
+					Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
 				t.Logf("without %s, Run returned: %v", rule, r)
 				require.ErrorIs(t, r, pelwarden.ErrNoPermission, "%v", r)
 				requireNames(t, r.Error(), rule, f.Keys)
@@ -353,12 +353,12 @@ func TestACLConsumerOptionalPermissions(t *testing.T) {
 				t.Parallel()
 				f := s.fixture(t)
 				ids := f.Produce(5, nil)
-				cfg := f.ConsumerConfig(driver.Config{Consumer: "worker", MinIdle: 100 * time.Millisecond,
-					Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
+				cfg := driver.Config{Consumer: "worker", MinIdle: 100 * time.Millisecond,
+					Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })}
 				c.cfg(&cfg)
 
 				without, _, _ := aclUser(t, s, f.Keys, "consumer", nil)
-				err := runUntilError(t, without, cfg)
+				err := runUntilError(t, f.WithClient(without), cfg)
 				require.ErrorIs(t, err, pelwarden.ErrNoPermission)
 				requireNames(t, err.Error(), c.rule, f.Keys)
 
@@ -378,16 +378,21 @@ func TestACLConsumerOptionalPermissions(t *testing.T) {
 	})
 }
 
-// runUntilError runs a consumer that must fail, and returns Run's error.
-func runUntilError(t *testing.T, rdb redis.UniversalClient, cfg driver.Config) error {
+// runUntilError runs a consumer on f (a view with the client under test)
+// that must fail on its own, within a minute, and returns Run's error.
+func runUntilError(t *testing.T, f *pelwardentest.Fixture, cfg driver.Config) error {
 	t.Helper()
-	c, err := driver.New(rdb, cfg)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	err = c.Run(ctx)
+	c := f.RunConsumer(cfg)
+	f.Within(time.Minute).Eventually("Run to fail on its own", func() bool {
+		select {
+		case <-c.Done():
+			return true
+		default:
+			return false
+		}
+	})
+	err := c.Err()
 	require.Error(t, err, "Run must fail")
-	require.NoError(t, ctx.Err(), "Run must fail on its own, not at the deadline: %v", err)
 	return err
 }
 

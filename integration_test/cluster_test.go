@@ -527,17 +527,17 @@ func testClusterLeastPrivilege(t *testing.T, ctx context.Context, c *testserver.
 		return cc
 	}
 	m := &pelwardentest.Metrics{}
-	cfg := f.ConsumerConfig(driver.Config{Consumer: "cluster-least-privilege", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+	cfg := driver.Config{Consumer: "cluster-least-privilege", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 		if msg.ID == poison {
 			return driver.DeadLetter(errors.New("poison"))
 		}
 		return nil
-	})})
+	})}
 	cfg.CreateGroup = false // the README's consumer line has no +xgroup|create
 	cfg.Metrics = m
 
 	setUser() // the README's line alone
-	err := runUntilError(t, consumerClient(), cfg)
+	err := runUntilError(t, f.WithClient(consumerClient()), cfg)
 	require.ErrorContains(t, err, "cluster|slots", "the refused command is named")
 
 	setUser("+cluster|slots", "+command")

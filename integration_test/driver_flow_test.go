@@ -71,7 +71,7 @@ func TestDriverSlowHandlersShareBurst(t *testing.T) {
 				return nil
 			})
 		}
-		ca, cb := f.ConsumerConfig(driver.Config{Consumer: "a", Handler: handler("a")}), f.ConsumerConfig(driver.Config{Consumer: "b", Handler: handler("b")})
+		ca, cb := driver.Config{Consumer: "a", Handler: handler("a")}, driver.Config{Consumer: "b", Handler: handler("b")}
 		// No reclaim here: a consumer stalled past a short MinIdle on a
 		// loaded test machine would have its entries run again elsewhere.
 		ca.MinIdle, cb.MinIdle = 10*time.Second, 10*time.Second
@@ -240,12 +240,12 @@ func TestDriverDrainLogsAreSummarised(t *testing.T) {
 		}
 		logs := &countingHandler{}
 		m := &pelwardentest.Metrics{}
-		cfg := f.ConsumerConfig(driver.Config{Consumer: "rescuer", Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+		cfg := driver.Config{Consumer: "rescuer", Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			if failing[msg.ID] {
 				return fmt.Errorf("cannot handle %s", msg.ID)
 			}
 			return nil
-		})})
+		})}
 		cfg.MinIdle, cfg.ReclaimInterval = 20*time.Millisecond, 20*time.Millisecond
 		cfg.Logger = slog.New(logs)
 		cfg.Metrics = m
@@ -287,13 +287,13 @@ func TestDriverNewAndReclaimedShareTheWindow(t *testing.T) {
 		}
 		var mu sync.Mutex
 		var order []bool // handled in this order: old?
-		cfg := f.ConsumerConfig(driver.Config{Consumer: "both", Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+		cfg := driver.Config{Consumer: "both", Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			time.Sleep(time.Millisecond)
 			mu.Lock()
 			order = append(order, isOld[msg.ID])
 			mu.Unlock()
 			return nil
-		})})
+		})}
 		cfg.Concurrency = 4
 		c := f.RunConsumer(cfg)
 		f.Within(60 * time.Second).RequirePELEmpty()
@@ -337,7 +337,7 @@ func TestDriverFullServer(t *testing.T) {
 		var logBuf bytes.Buffer
 		var logMu sync.Mutex
 		m := &pelwardentest.Metrics{}
-		cfg := f.ConsumerConfig(driver.Config{Consumer: "full", Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+		cfg := driver.Config{Consumer: "full", Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			if gate.Load() {
 				<-release
 			}
@@ -349,7 +349,7 @@ func TestDriverFullServer(t *testing.T) {
 				return fmt.Errorf("first delivery of %s fails", msg.ID)
 			}
 			return nil
-		})})
+		})}
 		cfg.Concurrency = 4
 		cfg.Metrics = m
 		cfg.Logger = slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logBuf}, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -84,19 +84,18 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		// refused by the ACL, refused credentials.
 		logs := &lockedBuffer{}
 		logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		cfg := driver.Config{Stream: f.Stream, Group: f.Group, Consumer: "worker", MinIdle: 100 * time.Millisecond,
-			ReclaimInterval: 50 * time.Millisecond, ReadBlock: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
-			Logger: logger, Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })}
+		cfg := driver.Config{Consumer: "worker", Logger: logger,
+			Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })}
 		run := f.WithClient(consumer).RunConsumer(cfg)
 		f.Within(time.Minute).RequireAcked(ids[1:]...)
 		require.NoError(t, run.Stop())
 		refused, _, _ := aclUser(t, s, f.Keys, "consumer", []string{"+xack"})
-		seen("driver without +xack", runUntilError(t, refused, cfg).Error())
+		seen("driver without +xack", runUntilError(t, f.WithClient(refused), cfg).Error())
 		opts, err := redis.ParseURL(userURL(t, s, "nobody", wrong))
 		require.NoError(t, err)
 		badClient := redis.NewClient(opts)
 		t.Cleanup(func() { _ = badClient.Close() })
-		err = runUntilError(t, badClient, cfg)
+		err = runUntilError(t, f.WithClient(badClient), cfg)
 		require.Contains(t, err.Error(), "WRONGPASS", "the refused credentials are named (without the password)")
 		seen("driver with a wrong password", err.Error())
 		_, err = pelwarden.Load(ctx, badClient)

@@ -53,16 +53,16 @@ func TestTLS(t *testing.T) {
 			_, duser, dpass := aclUser(t, s, f.Keys, "deployer", nil)
 			_, ouser, opass := aclUser(t, s, f.Keys, "operator", nil)
 			consumerURL := tlsURL(t, srv, cuser, cpass)
-			cfg := f.ConsumerConfig(driver.Config{Consumer: "worker", MaxDeliveries: 2,
+			cfg := driver.Config{Consumer: "worker", MaxDeliveries: 2,
 				Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
 					if pelwardentest.IsPoison(m.Fields) {
 						return errors.New("poison")
 					}
 					return nil
-				})})
+				})}
 
 			// The consumer may not load the library: Run says what to do.
-			err := runUntilError(t, tlsClient(t, consumerURL, ca.Pool()), cfg)
+			err := runUntilError(t, f.WithClient(tlsClient(t, consumerURL, ca.Pool())), cfg)
 			require.ErrorIs(t, err, pelwarden.ErrLibraryMissing)
 			require.ErrorIs(t, err, pelwarden.ErrNoPermission)
 			require.Contains(t, err.Error(), "pelwarden load")
@@ -101,7 +101,7 @@ func TestTLS(t *testing.T) {
 				requireError(t, r, cli.ExitFailure, "certificate")
 				require.Contains(t, r.stderr, "could not be verified; pass the CA that signed it with --cacert", "%v", args)
 			}
-			err = runUntilError(t, tlsClient(t, consumerURL, untrusted.Pool()), cfg)
+			err = runUntilError(t, f.WithClient(tlsClient(t, consumerURL, untrusted.Pool())), cfg)
 			var cv *tls.CertificateVerificationError
 			require.ErrorAs(t, err, &cv, "%v", err)
 			require.Contains(t, err.Error(), "failed to verify certificate")
