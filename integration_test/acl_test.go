@@ -52,14 +52,14 @@ func readmeACL(t *testing.T) map[string][]string {
 }
 
 // aclUser creates an ACL user from role's README line for the keys k (the
-// README's {orders} and {orders}:dead become k.Stream and k.DLQ), without
+// README's {orders} and {orders}:dead become k.Stream and k.DeadLetterStream), without
 // the rules in drop and with extra rules. It returns a client logged in as
 // the user, its name and its password (distinctive, with characters a URL
 // must escape: see TestSecretsNeverPrinted); the client is closed and the
 // user deleted at the end of the test.
-func aclUser(t *testing.T, s *target, k keys, role string, drop []string, extra ...string) (*redis.Client, string, string) {
+func aclUser(t *testing.T, s *target, k pelwardentest.Keys, role string, drop []string, extra ...string) (*redis.Client, string, string) {
 	t.Helper()
-	require.Equal(t, readmeStream+":dead", strings.Replace(k.DLQ, k.Stream, readmeStream, 1), "keys must follow the README's naming")
+	require.Equal(t, readmeStream+":dead", strings.Replace(k.DeadLetterStream, k.Stream, readmeStream, 1), "keys must follow the README's naming")
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	user, pass := "pw-"+role+"-"+hex.EncodeToString(b), newSecret()
@@ -81,7 +81,7 @@ func aclUser(t *testing.T, s *target, k keys, role string, drop []string, extra 
 	for _, r := range extra {
 		args = append(args, strings.ReplaceAll(r, readmeStream, k.Stream))
 	}
-	ctx := ctxFor(t)
+	ctx := t.Context()
 	require.NoError(t, s.rdb.Do(ctx, args...).Err(), "%v", args)
 	opts := s.srv.Options()
 	opts.Username, opts.Password = user, pass
@@ -107,7 +107,7 @@ func contains(list []string, v string) bool {
 // userURL is a redis:// URL of s for user.
 func userURL(t *testing.T, s *target, user, pass string) string {
 	t.Helper()
-	addr, err := s.srv.Addr(ctxFor(t))
+	addr, err := s.srv.Addr(t.Context())
 	require.NoError(t, err)
 	return (&url.URL{Scheme: "redis", User: url.UserPassword(user, pass), Host: addr}).String()
 }
@@ -171,7 +171,7 @@ func TestACLReadmeRoles(t *testing.T) {
 	}
 	for _, r := range roles["operator"][3:] {
 		if strings.Contains(r, "~") {
-			require.True(t, strings.HasPrefix(r, "%R~"), "operator keys are read-only: %s", r)
+			require.True(t, strings.HasPrefix(r, "%R~"), "operator pelwardentest.Keys are read-only: %s", r)
 		}
 		for _, w := range []string{"+fcall", "+xadd", "+xack", "+xclaim", "+xdel", "+xtrim", "+xgroup"} {
 			require.False(t, r == w || strings.HasPrefix(r, w+"|"), "operator may not write: %s", r)
@@ -196,37 +196,35 @@ func keyRules(rules []string) []string {
 // dead-lettered; the server refused nothing it asked.
 func TestACLConsumer(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		f, k := fixture(t, s)
+		ctx := t.Context()
+		f := s.fixture(t)
 		orphans := f.Produce(5, nil)
 		require.Len(t, f.LeavePending("crashed", 5), 5)
 		healthy := f.Produce(20, nil)
 		poison := []string{f.AddPoison("n", "p1"), f.AddPoison("n", "p2")}
-		rdb, user, _ := aclUser(t, s, k, "consumer", nil)
+		rdb, user, _ := aclUser(t, s, f.Keys, "consumer", nil)
 
-		handled := newSeen()
+		handled := &pelwardentest.Calls{}
 		cfg := driver.Config{
-			Stream: k.Stream, Group: k.Group, Consumer: "worker", MaxDeliveries: 3,
-			MinIdle: 200 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond,
-			ReadBlock: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second, Logger: testLogger(t),
+			Consumer: "worker", MaxDeliveries: 3,
 			Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
 				if pelwardentest.IsPoison(m.Fields) {
 					return errors.New("cannot handle this one")
 				}
-				handled.add(m.ID)
+				handled.Add(m.ID)
 				return nil
 			}),
 		}
-		r := start(t, rdb, cfg)
+		r := f.WithClient(rdb).RunConsumer(cfg)
 		for _, id := range poison {
 			f.Within(time.Minute).RequireDeadLettered(id, pelwardentest.DeadLettered{Reason: pelwarden.ReasonMaxDeliveries})
 		}
 		f.Within(time.Minute).RequirePELEmpty()
 		f.RequireAcked(append(orphans, healthy...)...)
 		for _, id := range append(orphans, healthy...) {
-			require.Positive(t, handled.count(id), "entry %s handled", id)
+			require.Positive(t, handled.Count(id), "entry %s handled", id)
 		}
-		require.NoError(t, r.stop(t))
+		require.NoError(t, r.Stop())
 		require.Empty(t, aclDenials(t, ctx, s, user), "the consumer's line covers every command the driver runs")
 	})
 }
@@ -236,24 +234,24 @@ func TestACLConsumer(t *testing.T) {
 // with the refusal in the message and nothing changed.
 func TestACLOperator(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 4)
-		deliver(t, ctx, s.rdb, k, "c1", 4)
-		dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c1", IDs: ids[:1], Error: "bad"})
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(4, order)
+		f.LeavePending("c1", 4)
+		dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c1", IDs: ids[:1], Error: "bad"})
 		require.NoError(t, err)
 		require.Len(t, dl.DeadLettered, 1)
-		_, user, pass := aclUser(t, s, k, "operator", nil)
+		_, user, pass := aclUser(t, s, f.Keys, "operator", nil)
 		url := userURL(t, s, user, pass)
 		op := func(args ...string) cliResult { return pwRaw(t, append([]string{"--redis", url}, args...)...) }
-		before := snap(t, ctx, s.rdb, k)
+		before := snap(t, ctx, s.rdb, f.Keys)
 
-		r := op("status", k.Stream, k.Group, "--json")
+		r := op("status", f.Stream, f.Group, "--json")
 		require.Equal(t, cli.ExitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, `"pending": 3`)
 		require.Contains(t, r.stdout, `"dead_letter_length": 1`)
 		require.Contains(t, r.stdout, `"library_version": "`+pelwarden.LibraryVersion+`"`)
-		r = op("dlq", "list", k.DLQ, "--json")
+		r = op("dlq", "list", f.DeadLetterStream, "--json")
 		require.Equal(t, cli.ExitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, ids[0])
 		var recID string
@@ -264,7 +262,7 @@ func TestACLOperator(t *testing.T) {
 			}
 		}
 		require.NotEmpty(t, recID)
-		r = op("dlq", "show", k.DLQ, recID)
+		r = op("dlq", "show", f.DeadLetterStream, recID)
 		require.Equal(t, cli.ExitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, "original id       "+ids[0])
 		r = op("load", "--json")
@@ -275,18 +273,18 @@ func TestACLOperator(t *testing.T) {
 			args []string
 			says string // the refused command, in the server's or the library's words
 		}{
-			{[]string{"poison", k.Stream, k.Group, "--max-deliveries", "1"}, "'fcall'"},
-			{[]string{"reap", k.Stream, k.Group, "--idle", "1ms"}, "'fcall'"},
-			{[]string{"dlq", "redrive", k.DLQ}, "'fcall'"},
-			{[]string{"dlq", "redrive", k.DLQ, "--to", k.Stream}, "'fcall'"},
-			{[]string{"dlq", "purge", k.DLQ, "--yes"}, "'xtrim'"},
-			{[]string{"dlq", "purge", k.DLQ, "--older-than", "1ms", "--yes"}, "'xtrim'"},
+			{[]string{"poison", f.Stream, f.Group, "--max-deliveries", "1"}, "'fcall'"},
+			{[]string{"reap", f.Stream, f.Group, "--idle", "1ms"}, "'fcall'"},
+			{[]string{"dlq", "redrive", f.DeadLetterStream}, "'fcall'"},
+			{[]string{"dlq", "redrive", f.DeadLetterStream, "--to", f.Stream}, "'fcall'"},
+			{[]string{"dlq", "purge", f.DeadLetterStream, "--yes"}, "'xtrim'"},
+			{[]string{"dlq", "purge", f.DeadLetterStream, "--older-than", "1ms", "--yes"}, "'xtrim'"},
 		} {
 			r := op(c.args...)
 			requireError(t, r, cli.ExitFailure, "NOPERM")
 			require.Contains(t, r.stderr, c.says, "%v", c.args)
 		}
-		require.Equal(t, before, snap(t, ctx, s.rdb, k), "the operator changed nothing")
+		require.Equal(t, before, snap(t, ctx, s.rdb, f.Keys), "the operator changed nothing")
 	})
 }
 
@@ -294,18 +292,18 @@ func TestACLOperator(t *testing.T) {
 // key.
 func TestACLDeployer(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		setup(t, ctx, s.rdb, k, 1)
-		_, user, pass := aclUser(t, s, k, "deployer", nil)
+		ctx := t.Context()
+		f := s.fixture(t)
+		f.Produce(1, order)
+		_, user, pass := aclUser(t, s, f.Keys, "deployer", nil)
 		url := userURL(t, s, user, pass)
 		r := pwRaw(t, "--redis", url, "load", "--json")
 		require.Equal(t, cli.ExitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, `"after": "`+pelwarden.LibraryVersion+`"`)
-		r = pwRaw(t, "--redis", url, "status", k.Stream, k.Group)
-		requireError(t, r, cli.ExitFailure, "may not access key "+k.Stream+" (FCALL_RO needs read access")
+		r = pwRaw(t, "--redis", url, "status", f.Stream, f.Group)
+		requireError(t, r, cli.ExitFailure, "may not access key "+f.Stream+" (FCALL_RO needs read access")
 		for _, d := range aclDenials(t, ctx, s, user) {
-			require.True(t, strings.HasPrefix(d, "key "), "only keys were refused: %v", d)
+			require.True(t, strings.HasPrefix(d, "key "), "only pelwardentest.Keys were refused: %v", d)
 		}
 	})
 }
@@ -321,20 +319,19 @@ func TestACLConsumerMissingPermission(t *testing.T) {
 			}
 			t.Run(rule, func(t *testing.T) {
 				t.Parallel()
-				f, k := fixture(t, s)
+				f := s.fixture(t)
 				poison := f.Add("n", "poison")
 				require.Equal(t, []string{poison}, f.LeavePending("crashed", 1))
 				f.SetDeliveries(3, poison) // the first reclaim pass dead-letters it
 				ids := append(f.Produce(10, nil), poison)
-				rdb, _, _ := aclUser(t, s, k, "consumer", []string{rule})
-				r := runUntilError(t, rdb, driver.Config{Stream: k.Stream, Group: k.Group, Consumer: "worker", MaxDeliveries: 3,
-					MinIdle: 10 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond, ReadBlock: 100 * time.Millisecond,
-					ShutdownTimeout: 5 * time.Second, Logger: testLogger(t),
+				rdb, _, _ := aclUser(t, s, f.Keys, "consumer", []string{rule})
+				r := runUntilError(t, f.WithClient(rdb), driver.Config{Consumer: "worker", MaxDeliveries: 3,
+					MinIdle: 10 * time.Millisecond, // the poison entry is taken at once
 					Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
 				t.Logf("without %s, Run returned: %v", rule, r)
 				require.ErrorIs(t, r, pelwarden.ErrNoPermission, "%v", r)
-				requireNames(t, r.Error(), rule, k)
-				requireNothingLost(t, f, k, ids)
+				requireNames(t, r.Error(), rule, f.Keys)
+				requireNothingLost(t, f, f.Keys, ids)
 			})
 		}
 	})
@@ -354,51 +351,55 @@ func TestACLConsumerOptionalPermissions(t *testing.T) {
 		} {
 			t.Run(c.rule, func(t *testing.T) {
 				t.Parallel()
-				f, k := fixture(t, s)
+				f := s.fixture(t)
 				ids := f.Produce(5, nil)
-				cfg := driver.Config{Stream: k.Stream, Group: k.Group, Consumer: "worker", MinIdle: 100 * time.Millisecond,
-					ReclaimInterval: 50 * time.Millisecond, ReadBlock: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
-					Logger: testLogger(t), Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })}
+				cfg := driver.Config{Consumer: "worker", MinIdle: 100 * time.Millisecond,
+					Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })}
 				c.cfg(&cfg)
 
-				without, _, _ := aclUser(t, s, k, "consumer", nil)
-				err := runUntilError(t, without, cfg)
+				without, _, _ := aclUser(t, s, f.Keys, "consumer", nil)
+				err := runUntilError(t, f.WithClient(without), cfg)
 				require.ErrorIs(t, err, pelwarden.ErrNoPermission)
-				requireNames(t, err.Error(), c.rule, k)
+				requireNames(t, err.Error(), c.rule, f.Keys)
 
-				with, _, _ := aclUser(t, s, k, "consumer", nil, c.rule)
-				require.NoError(t, f.Client().XGroupCreateConsumer(f.Context(), k.Stream, k.Group, "idle").Err())
-				r := start(t, with, cfg)
+				with, _, _ := aclUser(t, s, f.Keys, "consumer", nil, c.rule)
+				require.NoError(t, f.Client().XGroupCreateConsumer(f.Context(), f.Stream, f.Group, "idle").Err())
+				r := f.WithClient(with).RunConsumer(cfg)
 				f.Within(time.Minute).RequireAcked(ids...)
 				if cfg.ReapIdle > 0 {
-					require.Eventually(t, func() bool {
-						cons, err := f.Client().XInfoConsumers(f.Context(), k.Stream, k.Group).Result()
+					f.Within(time.Minute).Eventually("the idle consumer reaped", func() bool {
+						cons, err := f.Client().XInfoConsumers(f.Context(), f.Stream, f.Group).Result()
 						return err == nil && len(cons) == 1 && cons[0].Name == "worker"
-					}, time.Minute, 20*time.Millisecond, "the idle consumer reaped")
+					})
 				}
-				require.NoError(t, r.stop(t))
+				require.NoError(t, r.Stop())
 			})
 		}
 	})
 }
 
-// runUntilError runs a consumer that must fail, and returns Run's error.
-func runUntilError(t *testing.T, rdb redis.UniversalClient, cfg driver.Config) error {
+// runUntilError runs a consumer on f (a view with the client under test)
+// that must fail on its own, within a minute, and returns Run's error.
+func runUntilError(t *testing.T, f *pelwardentest.Fixture, cfg driver.Config) error {
 	t.Helper()
-	c, err := driver.New(rdb, cfg)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	err = c.Run(ctx)
+	c := f.RunConsumer(cfg)
+	f.Within(time.Minute).Eventually("Run to fail on its own", func() bool {
+		select {
+		case <-c.Done():
+			return true
+		default:
+			return false
+		}
+	})
+	err := c.Err()
 	require.Error(t, err, "Run must fail")
-	require.NoError(t, ctx.Err(), "Run must fail on its own, not at the deadline: %v", err)
 	return err
 }
 
 // requireNames checks that msg names what rule grants: the command (in the
 // server's words, 'xreadgroup', or the library's, "the xack command") or
 // the key (with the test's keys for the README's).
-func requireNames(t *testing.T, msg, rule string, k keys) {
+func requireNames(t *testing.T, msg, rule string, k pelwardentest.Keys) {
 	t.Helper()
 	if key, ok := strings.CutPrefix(rule, "~"); ok {
 		key = strings.ReplaceAll(key, readmeStream, k.Stream)
@@ -413,7 +414,7 @@ func requireNames(t *testing.T, msg, rule string, k keys) {
 // requireNothingLost checks that every entry is still in the stream and
 // that no dead-letter record's entry is still pending (a half-done
 // dead-lettering would leave both).
-func requireNothingLost(t *testing.T, f *pelwardentest.Fixture, k keys, ids []string) {
+func requireNothingLost(t *testing.T, f *pelwardentest.Fixture, k pelwardentest.Keys, ids []string) {
 	t.Helper()
 	ctx := f.Context()
 	n, err := f.Client().XLen(ctx, k.Stream).Result()

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
 // BenchmarkClaimPageOnMillionEntryPEL measures one claim call on a PEL of
@@ -27,9 +28,9 @@ func BenchmarkClaimPageOnMillionEntryPEL(b *testing.B) {
 	const n = 1_000_000
 	s := servers[0]
 	ctx := context.Background()
-	k := keys{Stream: "{bench-bigpel}", DLQ: "{bench-bigpel}:dead", Group: "g"}
-	s.rdb.Del(ctx, k.Stream, k.DLQ)
-	b.Cleanup(func() { s.rdb.Del(context.Background(), k.Stream, k.DLQ) })
+	k := pelwardentest.Keys{Stream: "{bench-bigpel}", DeadLetterStream: "{bench-bigpel}:dead", Group: "g"}
+	s.rdb.Del(ctx, k.Stream, k.DeadLetterStream)
+	b.Cleanup(func() { s.rdb.Del(context.Background(), k.Stream, k.DeadLetterStream) })
 	if err := s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "$").Err(); err != nil {
 		b.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func BenchmarkClaimPageOnMillionEntryPEL(b *testing.B) {
 			cursor := "0-0"
 			for b.Loop() {
 				start := time.Now()
-				p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group,
+				p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group,
 					Consumer: "rescuer", MinIdle: c.minIdle, Count: 500, MaxDeliveries: 5, Cursor: cursor})
 				if err != nil {
 					b.Fatal(err)

@@ -12,40 +12,40 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
 // An entry reaches handlers at most MaxDeliveries times; the following pass
 // dead-letters it with its fields unchanged and complete metadata.
 func TestClaimMaxDeliveries(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 20)
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(20, order)
 		deliveries := map[string]int{}
-		for _, m := range deliver(t, ctx, s.rdb, k, "dead-consumer", 20) {
-			deliveries[m.ID]++
+		for _, id := range f.LeavePending("dead-consumer", 20) {
+			deliveries[id]++
 		}
-		args := pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group,
-			Consumer: "rescuer", MaxDeliveries: 3, Count: 7}
+		args := pelwardentest.ReclaimArgs{Consumer: "rescuer", MaxDeliveries: 3, Count: 7}
 		for pass := 1; pass <= 2; pass++ {
-			all, _ := walk(t, ctx, s.lib, args)
-			require.Len(t, all.Entries, 20, "pass %d hands out every entry", pass)
+			all := f.Reclaim(args)
+			require.Len(t, all.Claimed, 20, "pass %d hands out every entry", pass)
 			require.Empty(t, all.DeadLettered, "pass %d", pass)
-			for _, e := range all.Entries {
+			for _, e := range all.Claimed {
 				deliveries[e.ID]++
 				require.EqualValues(t, deliveries[e.ID], e.Deliveries, "delivery count of %s", e.ID)
 				require.Equal(t, []pelwarden.Field{{Name: "n", Value: e.Fields[0].Value}, {Name: "payload", Value: "order-" + e.Fields[0].Value}}, e.Fields)
 			}
 		}
-		all, _ := walk(t, ctx, s.lib, args)
-		require.Empty(t, all.Entries, "no entry reaches a handler a fourth time")
+		all := f.Reclaim(args)
+		require.Empty(t, all.Claimed, "no entry reaches a handler a fourth time")
 		require.ElementsMatch(t, ids, all.DeadLettered)
 		for _, n := range deliveries {
 			require.Equal(t, 3, n)
 		}
-		require.Zero(t, pelSize(t, ctx, s.rdb, k), "dead-lettered entries are acked")
+		require.Zero(t, f.PendingCount(), "dead-lettered entries are acked")
 
-		recs, err := s.rdb.XRange(ctx, k.DLQ, "-", "+").Result()
+		recs, err := s.rdb.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
 		require.NoError(t, err)
 		require.Len(t, recs, 20)
 		for i, r := range recs {
@@ -53,8 +53,8 @@ func TestClaimMaxDeliveries(t *testing.T) {
 			require.Equal(t, ids[i], m[pelwarden.FieldOriginalID])
 			require.Equal(t, fmt.Sprint(i), m["n"])
 			require.Equal(t, fmt.Sprintf("order-%d", i), m["payload"])
-			require.Equal(t, k.Stream, m[pelwarden.FieldStream])
-			require.Equal(t, k.Group, m[pelwarden.FieldGroup])
+			require.Equal(t, f.Stream, m[pelwarden.FieldStream])
+			require.Equal(t, f.Group, m[pelwarden.FieldGroup])
 			require.Equal(t, "rescuer", m[pelwarden.FieldConsumer])
 			require.Equal(t, "3", m[pelwarden.FieldDeliveries])
 			require.Equal(t, pelwarden.ReasonMaxDeliveries, m[pelwarden.FieldReason])
@@ -64,7 +64,7 @@ func TestClaimMaxDeliveries(t *testing.T) {
 			require.Equal(t, "9", m[pelwarden.FieldMetaCount])
 		}
 		// The source entries stay in the stream unless asked to delete.
-		n, err := s.rdb.XLen(ctx, k.Stream).Result()
+		n, err := s.rdb.XLen(ctx, f.Stream).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, 20, n)
 	})
@@ -74,18 +74,17 @@ func TestClaimMaxDeliveries(t *testing.T) {
 // records, and DeleteDeadLettered removes the source entry.
 func TestClaimDeadLetterKeepsFieldsExactly(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "$").Err())
+		ctx := t.Context()
+		f := s.fixture(t)
 		values := []string{"b", "2", "a", "1", "b", "dup", "bin", "\x00\xff\xfe nul", "", "empty-name"}
-		id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: values}).Result()
+		id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: values}).Result()
 		require.NoError(t, err)
-		deliver(t, ctx, s.rdb, k, "c1", 1)
-		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group,
+		f.LeavePending("c1", 1)
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group,
 			Consumer: "c2", MaxDeliveries: 1, DeleteDeadLettered: true})
 		require.NoError(t, err)
 		require.Equal(t, []string{id}, p.DeadLettered)
-		raw, err := s.rdb.Do(ctx, "XRANGE", k.DLQ, "-", "+").Slice()
+		raw, err := s.rdb.Do(ctx, "XRANGE", f.DeadLetterStream, "-", "+").Slice()
 		require.NoError(t, err)
 		require.Len(t, raw, 1)
 		flat := raw[0].([]any)[1].([]any)
@@ -95,7 +94,7 @@ func TestClaimDeadLetterKeepsFieldsExactly(t *testing.T) {
 		}
 		require.Equal(t, values, got[:len(values)], "original fields first, unchanged and in order")
 		require.Equal(t, "c1", fieldAfter(got, pelwarden.FieldConsumer), "the consumer that last held it")
-		n, err := s.rdb.XLen(ctx, k.Stream).Result()
+		n, err := s.rdb.XLen(ctx, f.Stream).Result()
 		require.NoError(t, err)
 		require.Zero(t, n, "DeleteDeadLettered removes the source entry")
 	})
@@ -114,27 +113,27 @@ func fieldAfter(flat []string, name string) string {
 // reported as deleted, never as claimed or dead-lettered.
 func TestClaimDeletedWhilePending(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 10)
-		deliver(t, ctx, s.rdb, k, "c1", 10)
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(10, order)
+		f.LeavePending("c1", 10)
 		// ids[0..2] will be live, ids[3..4] at max deliveries; delete some of each.
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", Messages: ids[3:5]}).Err())
-		require.NoError(t, s.rdb.XDel(ctx, k.Stream, ids[1], ids[4], ids[7]).Err())
-		all, _ := walk(t, ctx, s.lib, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group,
-			Consumer: "c2", MaxDeliveries: 2, Count: 3})
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", Messages: ids[3:5]}).Err())
+		require.NoError(t, s.rdb.XDel(ctx, f.Stream, ids[1], ids[4], ids[7]).Err())
+		all := f.Reclaim(pelwardentest.ReclaimArgs{Consumer: "c2", MaxDeliveries: 2, Count: 3})
 		require.ElementsMatch(t, []string{ids[1], ids[4], ids[7]}, all.Deleted)
 		require.Equal(t, []string{ids[3]}, all.DeadLettered)
 		var live []string
-		for _, e := range all.Entries {
+		for _, e := range all.Claimed {
 			live = append(live, e.ID)
 		}
 		require.ElementsMatch(t, []string{ids[0], ids[2], ids[5], ids[6], ids[8], ids[9]}, live)
 		for _, id := range []string{ids[1], ids[4], ids[7], ids[3]} {
-			require.Nil(t, pendingOf(t, ctx, s.rdb, k, id), "%s left the PEL", id)
+			_, pending := f.PendingEntry(id)
+			require.False(t, pending, "%s left the PEL", id)
 		}
-		require.EqualValues(t, 6, pelSize(t, ctx, s.rdb, k))
-		n, err := s.rdb.XLen(ctx, k.DLQ).Result()
+		require.EqualValues(t, 6, f.PendingCount())
+		n, err := s.rdb.XLen(ctx, f.DeadLetterStream).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "a deleted entry is never dead-lettered")
 	})
@@ -144,13 +143,13 @@ func TestClaimDeletedWhilePending(t *testing.T) {
 // without bumping their delivery count.
 func TestClaimBackoff(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 2)
-		deliver(t, ctx, s.rdb, k, "c1", 2)
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(2, order)
+		f.LeavePending("c1", 2)
 		// ids[1] has been delivered twice.
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", Messages: ids[1:2]}).Err())
-		args := pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c2",
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", Messages: ids[1:2]}).Err())
+		args := pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c2",
 			Backoff: []time.Duration{0, time.Hour}}
 		p, err := s.lib.Claim(ctx, args)
 		require.NoError(t, err)
@@ -158,7 +157,7 @@ func TestClaimBackoff(t *testing.T) {
 		require.Len(t, p.Entries, 1)
 		require.Equal(t, ids[0], p.Entries[0].ID, "one delivery: delay 0")
 		require.Equal(t, 1, p.BackedOff, "two deliveries: delay 1h")
-		pe := pendingOf(t, ctx, s.rdb, k, ids[1])
+		pe, _ := f.PendingEntry(ids[1])
 		require.Equal(t, "c1", pe.Consumer)
 		require.EqualValues(t, 2, pe.RetryCount, "a backed-off entry's count is not bumped")
 
@@ -175,15 +174,13 @@ func TestClaimBackoff(t *testing.T) {
 // MinIdle leaves recently delivered entries alone.
 func TestClaimMinIdle(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		setup(t, ctx, s.rdb, k, 5)
-		deliver(t, ctx, s.rdb, k, "c1", 5)
-		all, _ := walk(t, ctx, s.lib, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group,
-			Consumer: "c2", MinIdle: time.Hour, MaxDeliveries: 1})
-		require.Empty(t, all.Entries)
+		f := s.fixture(t)
+		f.Produce(5, order)
+		f.LeavePending("c1", 5)
+		all := f.Reclaim(pelwardentest.ReclaimArgs{Consumer: "c2", MinIdle: time.Hour, MaxDeliveries: 1})
+		require.Empty(t, all.Claimed)
 		require.Empty(t, all.DeadLettered, "an entry not idle long enough is not dead-lettered either")
-		require.EqualValues(t, 5, pelSize(t, ctx, s.rdb, k))
+		require.EqualValues(t, 5, f.PendingCount())
 	})
 }
 
@@ -191,16 +188,15 @@ func TestClaimMinIdle(t *testing.T) {
 // large PEL of busy entries takes many cheap calls, not one long one.
 func TestClaimBoundedScan(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		setup(t, ctx, s.rdb, k, 5000)
-		deliver(t, ctx, s.rdb, k, "c1", 5000)
-		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group,
+		ctx := t.Context()
+		f := s.fixture(t)
+		f.Produce(5000, order)
+		f.LeavePending("c1", 5000)
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group,
 			Consumer: "c2", MinIdle: time.Hour, Count: 10})
 		require.NoError(t, err)
 		require.False(t, p.Done(), "one call stops after 100 PEL entries")
-		_, calls := walk(t, ctx, s.lib, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group,
-			Consumer: "c2", MinIdle: time.Hour, Count: 10})
+		calls := f.Reclaim(pelwardentest.ReclaimArgs{Consumer: "c2", MinIdle: time.Hour, Count: 10}).Pages
 		require.Equal(t, 51, calls, "5000 entries / 100 per call, plus the empty last page")
 	})
 }
@@ -208,21 +204,20 @@ func TestClaimBoundedScan(t *testing.T) {
 // MaxBytes bounds a page's field bytes; Count bounds its entries.
 func TestClaimPageBounds(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "$").Err())
+		ctx := t.Context()
+		f := s.fixture(t)
 		big := strings.Repeat("x", 1000)
 		for range 10 {
-			require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: []string{"v", big}}).Err())
+			require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: []string{"v", big}}).Err())
 		}
-		deliver(t, ctx, s.rdb, k, "c1", 10)
-		args := pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c2", MaxBytes: 2500}
+		f.LeavePending("c1", 10)
+		args := pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c2", MaxBytes: 2500}
 		p, err := s.lib.Claim(ctx, args)
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 3, "stops once 2500 bytes are reached")
 		require.False(t, p.Done())
-		all, _ := walk(t, ctx, s.lib, args)
-		require.Len(t, all.Entries, 10, "a fresh pass reaches every entry (the 3 above are idle again at MinIdle 0)")
+		all := f.Reclaim(pelwardentest.ReclaimArgs{Consumer: "c2", MaxBytes: 2500})
+		require.Len(t, all.Claimed, 10, "a fresh pass reaches every entry (the 3 above are idle again at MinIdle 0)")
 	})
 }
 
@@ -230,17 +225,16 @@ func TestClaimPageBounds(t *testing.T) {
 // with their owners, counts unchanged.
 func TestClaimDeadLetterOnly(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 4)
-		deliver(t, ctx, s.rdb, k, "c1", 4)
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", Messages: ids[:2]}).Err())
-		all, _ := walk(t, ctx, s.lib, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group,
-			Consumer: "operator", MaxDeliveries: 2, DeadLetterOnly: true})
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(4, order)
+		f.LeavePending("c1", 4)
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", Messages: ids[:2]}).Err())
+		all := f.Reclaim(pelwardentest.ReclaimArgs{Consumer: "operator", MaxDeliveries: 2, DeadLetterOnly: true})
 		require.ElementsMatch(t, ids[:2], all.DeadLettered)
-		require.Empty(t, all.Entries)
+		require.Empty(t, all.Claimed)
 		for _, id := range ids[2:] {
-			pe := pendingOf(t, ctx, s.rdb, k, id)
+			pe, _ := f.PendingEntry(id)
 			require.Equal(t, "c1", pe.Consumer)
 			require.EqualValues(t, 1, pe.RetryCount)
 		}
@@ -251,36 +245,34 @@ func TestClaimDeadLetterOnly(t *testing.T) {
 // pass and never write duplicate dead-letter records.
 func TestClaimRace(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
+		ctx := t.Context()
+		f := s.fixture(t)
 		const n = 2000
-		ids := setup(t, ctx, s.rdb, k, n)
-		deliver(t, ctx, s.rdb, k, "dead", n)
+		ids := f.Produce(n, order)
+		f.LeavePending("dead", n)
 		// Every fourth entry is already at max deliveries.
 		var poison []string
 		for i := 0; i < n; i += 4 {
 			poison = append(poison, ids[i])
 		}
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "dead", Messages: poison}).Err())
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "dead", Messages: poison}).Err())
 		time.Sleep(2200 * time.Millisecond) // make every entry idle past MinIdle
 
 		var wg sync.WaitGroup
-		results := make([]pelwarden.ClaimPage, 4)
+		results := make([]pelwardentest.ReclaimResult, 4)
 		for i := range results {
 			wg.Go(func() {
 				rdb := s.srv.Client()
 				defer rdb.Close()
-				lib := pelwarden.NewLibrary(rdb)
-				results[i], _ = walk(t, ctx, lib, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ,
-					Group: k.Group, Consumer: fmt.Sprintf("rescuer-%d", i), MinIdle: 2 * time.Second,
-					MaxDeliveries: 2, Count: 50})
+				results[i] = f.WithClient(rdb).Reclaim(pelwardentest.ReclaimArgs{Consumer: fmt.Sprintf("rescuer-%d", i),
+					MinIdle: 2 * time.Second, MaxDeliveries: 2, Count: 50})
 			})
 		}
 		wg.Wait()
 		seen := map[string]int{}
 		dead := map[string]int{}
 		for _, r := range results {
-			for _, e := range r.Entries {
+			for _, e := range r.Claimed {
 				seen[e.ID]++
 			}
 			for _, id := range r.DeadLettered {
@@ -295,7 +287,7 @@ func TestClaimRace(t *testing.T) {
 		}
 		require.Len(t, seen, n-len(poison))
 		require.Len(t, dead, len(poison))
-		recs, err := s.rdb.XRange(ctx, k.DLQ, "-", "+").Result()
+		recs, err := s.rdb.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
 		require.NoError(t, err)
 		require.Len(t, recs, len(poison), "one dead-letter record per poison entry")
 	})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/internal/cli"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
 // Hostile input for every command of the command line (issue 5 section 3):
@@ -18,13 +19,13 @@ import (
 // gets one clear line on stderr and its documented exit code, and the
 // server's state is the same before and after.
 
-// hostileKeys are one case's keys: k.Stream (group "g", three entries, two
-// pending with "a", one dead-lettered to k.DLQ) and keys of other shapes
+// hostileKeys are one case's keys: k.Stream (group "group", three entries, two
+// pending with "a", one dead-lettered to k.DeadLetterStream) and keys of other shapes
 // under the same hash tag.
 type hostileKeys struct {
-	keys
+	pelwardentest.Keys
 	Missing, Str, Hash, Foreign string
-	// Record is the id of k.DLQ's dead-letter record; ForeignID of the
+	// Record is the id of k.DeadLetterStream's dead-letter record; ForeignID of the
 	// first entry of Foreign.
 	Record, ForeignID string
 }
@@ -33,14 +34,14 @@ func (h hostileKeys) all() []string { return []string{h.Missing, h.Str, h.Hash, 
 
 func arrangeHostile(t *testing.T, ctx context.Context, s *target) hostileKeys {
 	t.Helper()
-	k := newKeys(t)
-	h := hostileKeys{keys: k, Missing: k.Stream + ":missing", Str: k.Stream + ":str", Hash: k.Stream + ":hash", Foreign: k.Stream + ":foreign"}
-	ids := setup(t, ctx, s.rdb, k, 3)
-	deliver(t, ctx, s.rdb, k, "a", 3)
-	dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "a", IDs: ids[2:], Error: "boom"})
+	f := s.fixture(t)
+	h := hostileKeys{Keys: f.Keys, Missing: f.Stream + ":missing", Str: f.Stream + ":str", Hash: f.Stream + ":hash", Foreign: f.Stream + ":foreign"}
+	ids := f.Produce(3, order)
+	f.LeavePending("a", 3)
+	dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "a", IDs: ids[2:], Error: "boom"})
 	require.NoError(t, err)
 	require.Len(t, dl.DeadLettered, 1)
-	rec, err := s.rdb.XRange(ctx, k.DLQ, "-", "+").Result()
+	rec, err := s.rdb.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
 	require.NoError(t, err)
 	h.Record = rec[0].ID
 	require.NoError(t, s.rdb.Set(ctx, h.Str, "x", 0).Err())
@@ -48,8 +49,8 @@ func arrangeHostile(t *testing.T, ctx context.Context, s *target) hostileKeys {
 	for _, fields := range [][]string{
 		{"plain", "entry"},
 		{"a", "b", pelwarden.FieldMetaCount, "2"},                                  // a count taking in a foreign field
-		{pelwarden.FieldStream, k.Stream, "x", "y"},                                // metadata, but not at the end
-		{"a", "b", pelwarden.FieldStream, k.Stream, pelwarden.FieldMetaCount, "x"}, // not a number
+		{pelwarden.FieldStream, f.Stream, "x", "y"},                                // metadata, but not at the end
+		{"a", "b", pelwarden.FieldStream, f.Stream, pelwarden.FieldMetaCount, "x"}, // not a number
 	} {
 		id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: h.Foreign, Values: fields}).Result()
 		require.NoError(t, err)
@@ -170,10 +171,10 @@ func cliHostileCases() map[string]cliHostileCase {
 			return []string{"dlq", "show", h.Str, h.Record}
 		}),
 		"dlq show/no such record": target("no record 1-1", func(h hostileKeys) []string {
-			return []string{"dlq", "show", h.DLQ, "1-1"}
+			return []string{"dlq", "show", h.DeadLetterStream, "1-1"}
 		}),
 		"dlq show/largest id": target("no record "+maxID, func(h hostileKeys) []string {
-			return []string{"dlq", "show", h.DLQ, maxID}
+			return []string{"dlq", "show", h.DeadLetterStream, maxID}
 		}),
 
 		// dlq redrive
@@ -195,10 +196,10 @@ func cliHostileCases() map[string]cliHostileCase {
 			return []string{"dlq", "redrive", h.Hash}
 		}),
 		"dlq redrive/missing to": target(`--to stream "`, func(h hostileKeys) []string {
-			return []string{"dlq", "redrive", h.DLQ, "--to", h.Missing}
+			return []string{"dlq", "redrive", h.DeadLetterStream, "--to", h.Missing}
 		}),
 		"dlq redrive/to is a string": target("holds a string", func(h hostileKeys) []string {
-			return []string{"dlq", "redrive", h.DLQ, "--to", h.Str}
+			return []string{"dlq", "redrive", h.DeadLetterStream, "--to", h.Str}
 		}),
 
 		// dlq purge
@@ -212,7 +213,7 @@ func cliHostileCases() map[string]cliHostileCase {
 		"dlq purge/a hash": target("holds a hash", func(h hostileKeys) []string {
 			return []string{"dlq", "purge", h.Hash, "--yes"}
 		}),
-		"dlq purge/a work stream": target("has consumer groups (g)", func(h hostileKeys) []string {
+		"dlq purge/a work stream": target("has consumer groups ("+pelwardentest.DefaultGroup+")", func(h hostileKeys) []string {
 			return []string{"dlq", "purge", h.Stream, "--yes"}
 		}),
 
@@ -285,9 +286,9 @@ func TestCLIHostileInput(t *testing.T) {
 		for name, c := range cliHostileCases() {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				ctx := ctxFor(t)
+				ctx := t.Context()
 				h := arrangeHostile(t, ctx, s)
-				before := snap(t, ctx, s.rdb, h.keys, h.all()...)
+				before := snap(t, ctx, s.rdb, h.Keys, h.all()...)
 				args := c.args(h)
 				if !strings.HasPrefix(args[0], "--") { // else the case chooses
 					args = append([]string{"--redis", url}, args...)
@@ -296,7 +297,7 @@ func TestCLIHostileInput(t *testing.T) {
 				requireError(t, r, c.code, c.says)
 				rj := pwRaw(t, append(args, "--json")...)
 				require.Equal(t, r, rj, "--json changes nothing about an error")
-				require.Equal(t, before, snap(t, ctx, s.rdb, h.keys, h.all()...), "state changed")
+				require.Equal(t, before, snap(t, ctx, s.rdb, h.Keys, h.all()...), "state changed")
 			})
 		}
 	})
@@ -307,13 +308,13 @@ func TestCLIHostileInput(t *testing.T) {
 // such, never move or change them.
 func TestCLIHostileValid(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
+		ctx := t.Context()
 		h := arrangeHostile(t, ctx, s)
 		run := func(args ...string) map[string]any {
 			t.Helper()
-			before := snap(t, ctx, s.rdb, h.keys, h.all()...)
+			before := snap(t, ctx, s.rdb, h.Keys, h.all()...)
 			v := pwJSON(t, s, args...)
-			require.Equal(t, before, snap(t, ctx, s.rdb, h.keys, h.all()...), "%v changed the state", args)
+			require.Equal(t, before, snap(t, ctx, s.rdb, h.Keys, h.all()...), "%v changed the state", args)
 			return v
 		}
 		const maxID = "18446744073709551615-18446744073709551615"
@@ -325,8 +326,8 @@ func TestCLIHostileValid(t *testing.T) {
 			require.Equal(t, true, obj(t, r)["foreign"], "%v", r)
 		}
 		require.Equal(t, true, run("dlq", "show", h.Foreign, h.ForeignID)["foreign"])
-		require.Empty(t, list(t, run("dlq", "list", h.DLQ, "--after", maxID)["records"]))
-		require.Empty(t, list(t, run("dlq", "list", h.DLQ, "--after", h.Record)["records"]))
+		require.Empty(t, list(t, run("dlq", "list", h.DeadLetterStream, "--after", maxID)["records"]))
+		require.Empty(t, list(t, run("dlq", "list", h.DeadLetterStream, "--after", h.Record)["records"]))
 
 		v = run("dlq", "redrive", h.Foreign)
 		require.Zero(t, num(t, v["moved"]))
@@ -351,7 +352,7 @@ func TestCLIHostileValid(t *testing.T) {
 		// which keeps them unchanged.
 		foreignBefore, err := s.rdb.Do(ctx, "XRANGE", h.Foreign, "-", "+").Slice()
 		require.NoError(t, err)
-		v = pwJSON(t, s, "dlq", "redrive", h.DLQ, "--limit", "2147483647", "--rate", "1000000", "--to", h.Foreign)
+		v = pwJSON(t, s, "dlq", "redrive", h.DeadLetterStream, "--limit", "2147483647", "--rate", "1000000", "--to", h.Foreign)
 		require.EqualValues(t, 1, num(t, v["moved"]))
 		foreignAfter, err := s.rdb.Do(ctx, "XRANGE", h.Foreign, "-", "+").Slice()
 		require.NoError(t, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/internal/cli"
 	"github.com/pelwarden/pelwarden/internal/testserver"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
 // The pelwarden command line, run in-process through cli.ExecuteContext
@@ -32,7 +33,7 @@ type cliResult struct {
 // serverURL is a redis:// URL of s.
 func serverURL(t *testing.T, s *target) string {
 	t.Helper()
-	addr, err := s.srv.Addr(ctxFor(t))
+	addr, err := s.srv.Addr(t.Context())
 	require.NoError(t, err)
 	return "redis://" + addr
 }
@@ -47,7 +48,7 @@ func pw(t *testing.T, s *target, args ...string) cliResult {
 func pwRaw(t *testing.T, args ...string) cliResult {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := cli.ExecuteContext(ctxFor(t), args, &out, &errb)
+	code := cli.ExecuteContext(t.Context(), args, &out, &errb)
 	return cliResult{stdout: out.String(), stderr: errb.String(), code: code}
 }
 
@@ -144,7 +145,7 @@ func TestCLIDemoInvariant(t *testing.T) {
 		require.Len(t, list(t, rep["consumers"]), 3)
 
 		// The demo removes its keys.
-		n, err := s.rdb.Exists(ctxFor(t), rep["stream"].(string), rep["dead_letter_stream"].(string)).Result()
+		n, err := s.rdb.Exists(t.Context(), rep["stream"].(string), rep["dead_letter_stream"].(string)).Result()
 		require.NoError(t, err)
 		require.Zero(t, n)
 	})
@@ -166,19 +167,19 @@ func TestCLIDemoReport(t *testing.T) {
 // status reports the PEL, consumers, lag and dead-letter length.
 func TestCLIStatus(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 6)
-		deliver(t, ctx, s.rdb, k, "c1", 3)
-		deliver(t, ctx, s.rdb, k, "c2", 1)
-		dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c2", IDs: ids[3:4], Error: "bad"})
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(6, order)
+		f.LeavePending("c1", 3)
+		f.LeavePending("c2", 1)
+		dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c2", IDs: ids[3:4], Error: "bad"})
 		require.NoError(t, err)
 		require.Len(t, dl.DeadLettered, 1)
 
-		v := pwJSON(t, s, "status", k.Stream, k.Group, "--min-idle", "1h")
-		require.Equal(t, k.Stream, v["stream"])
-		require.Equal(t, k.Group, v["group"])
-		require.Equal(t, k.DLQ, v["dead_letter_stream"])
+		v := pwJSON(t, s, "status", f.Stream, f.Group, "--min-idle", "1h")
+		require.Equal(t, f.Stream, v["stream"])
+		require.Equal(t, f.Group, v["group"])
+		require.Equal(t, f.DeadLetterStream, v["dead_letter_stream"])
 		require.EqualValues(t, 3, num(t, v["pending"]))
 		require.Equal(t, ids[0], v["oldest_pending_id"])
 		require.Equal(t, ids[2], v["newest_pending_id"])
@@ -199,15 +200,15 @@ func TestCLIStatus(t *testing.T) {
 		require.Equal(t, map[string]int64{"c1": 3, "c2": 0}, got)
 
 		// With --min-idle 0 the consumer owning entries is flagged.
-		v = pwJSON(t, s, "status", k.Stream, k.Group, "--min-idle", "0s")
+		v = pwJSON(t, s, "status", f.Stream, f.Group, "--min-idle", "0s")
 		require.EqualValues(t, 1, num(t, v["stalled_consumers"]))
 		require.EqualValues(t, 3, num(t, v["stalled_pending"]))
 
-		r := pw(t, s, "status", k.Stream, k.Group, "--min-idle", "0s")
+		r := pw(t, s, "status", f.Stream, f.Group, "--min-idle", "0s")
 		require.Equal(t, cli.ExitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, "3 entries, oldest "+ids[0])
 		require.Contains(t, r.stdout, "stalled")
-		require.Contains(t, r.stdout, k.DLQ+": 1 record")
+		require.Contains(t, r.stdout, f.DeadLetterStream+": 1 record")
 	})
 }
 
@@ -215,10 +216,9 @@ func TestCLIStatus(t *testing.T) {
 func TestCLIStatusEmpty(t *testing.T) {
 	t.Parallel()
 	s := servers[0]
-	ctx := ctxFor(t)
-	k := newKeys(t)
-	setup(t, ctx, s.rdb, k, 0)
-	v := pwJSON(t, s, "status", k.Stream, k.Group)
+	f := s.fixture(t)
+	f.Produce(0, order)
+	v := pwJSON(t, s, "status", f.Stream, f.Group)
 	require.Zero(t, num(t, v["pending"]))
 	require.Nil(t, v["oldest_pending_id"])
 	require.Nil(t, v["oldest_pending_age_ms"])
@@ -231,13 +231,13 @@ func TestCLIStatusEmpty(t *testing.T) {
 func TestCLIErrors(t *testing.T) {
 	t.Parallel()
 	s := servers[0]
-	ctx := ctxFor(t)
-	k := newKeys(t)
-	ids := setup(t, ctx, s.rdb, k, 2)
-	deliver(t, ctx, s.rdb, k, "c1", 2)
-	str := k.Stream + ":string"
+	ctx := t.Context()
+	f := s.fixture(t)
+	ids := f.Produce(2, order)
+	f.LeavePending("c1", 2)
+	str := f.Stream + ":string"
 	require.NoError(t, s.rdb.Set(ctx, str, "x", 0).Err())
-	missing := k.Stream + ":missing"
+	missing := f.Stream + ":missing"
 
 	for _, tc := range []struct {
 		name     string
@@ -246,28 +246,28 @@ func TestCLIErrors(t *testing.T) {
 		contains string
 	}{
 		{"status unknown stream", []string{"status", missing, "g"}, cli.ExitBadTarget, `stream "` + missing + `" does not exist`},
-		{"status unknown group", []string{"status", k.Stream, "nope"}, cli.ExitBadTarget, `group "nope" does not exist on stream "` + k.Stream + `" (its groups: g)`},
+		{"status unknown group", []string{"status", f.Stream, "nope"}, cli.ExitBadTarget, `group "nope" does not exist on stream "` + f.Stream + `" (its groups: ` + f.Group + `)`},
 		{"status wrong type", []string{"status", str, "g"}, cli.ExitBadTarget, "holds a string, not a stream"},
-		{"status dlq wrong type", []string{"status", k.Stream, k.Group, "--dlq", str}, cli.ExitBadTarget, `dead-letter stream "` + str + `" holds a string`},
-		{"poison unknown group", []string{"poison", k.Stream, "nope", "--max-deliveries", "1"}, cli.ExitBadTarget, `group "nope" does not exist`},
+		{"status dlq wrong type", []string{"status", f.Stream, f.Group, "--dlq", str}, cli.ExitBadTarget, `dead-letter stream "` + str + `" holds a string`},
+		{"poison unknown group", []string{"poison", f.Stream, "nope", "--max-deliveries", "1"}, cli.ExitBadTarget, `group "nope" does not exist`},
 		{"poison wrong type", []string{"poison", str, "g", "--max-deliveries", "1"}, cli.ExitBadTarget, "not a stream"},
 		{"reap unknown stream", []string{"reap", missing, "g", "--idle", "1s"}, cli.ExitBadTarget, "does not exist"},
 		{"dlq list unknown", []string{"dlq", "list", missing}, cli.ExitBadTarget, `dead-letter stream "` + missing + `" does not exist`},
 		{"dlq list wrong type", []string{"dlq", "list", str}, cli.ExitBadTarget, "holds a string"},
-		{"dlq show unknown record", []string{"dlq", "show", k.Stream, "1-1"}, cli.ExitBadTarget, "no record 1-1"},
-		{"dlq redrive to unknown", []string{"dlq", "redrive", k.Stream, "--to", missing}, cli.ExitBadTarget, `--to stream "` + missing + `" does not exist`},
-		{"dlq purge a work stream", []string{"dlq", "purge", k.Stream, "--yes"}, cli.ExitBadTarget, "has consumer groups (g)"},
+		{"dlq show unknown record", []string{"dlq", "show", f.Stream, "1-1"}, cli.ExitBadTarget, "no record 1-1"},
+		{"dlq redrive to unknown", []string{"dlq", "redrive", f.Stream, "--to", missing}, cli.ExitBadTarget, `--to stream "` + missing + `" does not exist`},
+		{"dlq purge a work stream", []string{"dlq", "purge", f.Stream, "--yes"}, cli.ExitBadTarget, "has consumer groups (" + f.Group + ")"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			requireError(t, pw(t, s, tc.args...), tc.code, tc.contains)
 		})
 	}
 	// Nothing was changed by the refused commands.
-	n, err := s.rdb.XLen(ctx, k.Stream).Result()
+	n, err := s.rdb.XLen(ctx, f.Stream).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
-	require.EqualValues(t, 2, pelSize(t, ctx, s.rdb, k))
-	require.Equal(t, "c1", pendingOf(t, ctx, s.rdb, k, ids[0]).Consumer)
+	require.EqualValues(t, 2, f.PendingCount())
+	f.RequirePending(ids[0], pelwardentest.Pending{Consumer: "c1"})
 }
 
 // Flags and arguments are checked before connecting: with an unreachable
@@ -323,7 +323,7 @@ func TestCLIBadFlags(t *testing.T) {
 func TestCLIConnect(t *testing.T) {
 	t.Parallel()
 	s := servers[0]
-	ctx := ctxFor(t)
+	ctx := t.Context()
 
 	r := pwRaw(t, "--redis", "redis://alice:hunter2secret@127.0.0.1:1", "load")
 	requireError(t, r, cli.ExitFailure, "cannot reach redis://alice:xxxxx@127.0.0.1:1")
@@ -344,15 +344,15 @@ func TestCLIConnect(t *testing.T) {
 	})
 	addr, err := s.srv.Addr(ctx)
 	require.NoError(t, err)
-	k := newKeys(t)
-	setup(t, ctx, s.rdb, k, 1)
-	r = pwRaw(t, "--redis", fmt.Sprintf("redis://%s:%s@%s", user, pass, addr), "status", k.Stream, k.Group)
+	f := s.fixture(t)
+	f.Produce(1, order)
+	r = pwRaw(t, "--redis", fmt.Sprintf("redis://%s:%s@%s", user, pass, addr), "status", f.Stream, f.Group)
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
-	r = pwRaw(t, "--redis", fmt.Sprintf("redis://%s:wrong-%s@%s", user, pass, addr), "status", k.Stream, k.Group)
+	r = pwRaw(t, "--redis", fmt.Sprintf("redis://%s:wrong-%s@%s", user, pass, addr), "status", f.Stream, f.Group)
 	requireError(t, r, cli.ExitFailure, "cannot reach redis://"+user+":xxxxx@")
 	require.NotContains(t, r.stderr, pass)
 	// A bare host:port works too.
-	r = pwRaw(t, "--redis", addr, "status", k.Stream, k.Group)
+	r = pwRaw(t, "--redis", addr, "status", f.Stream, f.Group)
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 }
 
@@ -361,33 +361,33 @@ func TestCLIConnect(t *testing.T) {
 func TestCLIPoison(t *testing.T) {
 	t.Parallel()
 	s := servers[0]
-	ctx := ctxFor(t)
-	k := newKeys(t)
-	ids := setup(t, ctx, s.rdb, k, 6)
-	deliver(t, ctx, s.rdb, k, "c1", 6)
+	ctx := t.Context()
+	f := s.fixture(t)
+	ids := f.Produce(6, order)
+	f.LeavePending("c1", 6)
 	for range 2 { // two more deliveries of the first three: 3 in all
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", Messages: ids[:3]}).Err())
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", Messages: ids[:3]}).Err())
 	}
 
 	// Entries idle less than --min-idle are spared.
-	v := pwJSON(t, s, "poison", k.Stream, k.Group, "--max-deliveries", "3", "--min-idle", "1h")
+	v := pwJSON(t, s, "poison", f.Stream, f.Group, "--max-deliveries", "3", "--min-idle", "1h")
 	require.Zero(t, num(t, v["count"]))
 	require.EqualValues(t, 6, num(t, v["pending_after"]))
 
-	v = pwJSON(t, s, "poison", k.Stream, k.Group, "--max-deliveries", "3")
+	v = pwJSON(t, s, "poison", f.Stream, f.Group, "--max-deliveries", "3")
 	require.EqualValues(t, 3, num(t, v["count"]))
 	require.Equal(t, []any{ids[0], ids[1], ids[2]}, v["dead_lettered"])
 	require.Empty(t, list(t, v["deleted"]))
 	require.EqualValues(t, 3, num(t, v["pending_after"]))
-	require.Equal(t, k.DLQ, v["dead_letter_stream"])
+	require.Equal(t, f.DeadLetterStream, v["dead_letter_stream"])
 	for _, id := range ids[3:] {
-		p := pendingOf(t, ctx, s.rdb, k, id)
+		p, _ := f.PendingEntry(id)
 		require.NotNil(t, p)
 		require.Equal(t, "c1", p.Consumer)
 		require.EqualValues(t, 1, p.RetryCount, "left untouched")
 	}
 
-	d := pwJSON(t, s, "dlq", "list", k.DLQ)
+	d := pwJSON(t, s, "dlq", "list", f.DeadLetterStream)
 	recs := list(t, d["records"])
 	require.Len(t, recs, 3)
 	for i, rec := range recs {
@@ -398,11 +398,11 @@ func TestCLIPoison(t *testing.T) {
 		require.EqualValues(t, 3, num(t, rec["deliveries"]))
 	}
 	// Not a consumer of the group: dead-letter-only claims create none.
-	cons, err := s.rdb.XInfoConsumers(ctx, k.Stream, k.Group).Result()
+	cons, err := s.rdb.XInfoConsumers(ctx, f.Stream, f.Group).Result()
 	require.NoError(t, err)
 	require.Len(t, cons, 1)
 
-	r := pw(t, s, "poison", k.Stream, k.Group, "--max-deliveries", "3")
+	r := pw(t, s, "poison", f.Stream, f.Group, "--max-deliveries", "3")
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "moved 0 entries delivered at least 3 times")
 	require.Contains(t, r.stdout, "3 entries still pending, left with their owners")
@@ -413,14 +413,16 @@ func TestCLIPoison(t *testing.T) {
 func TestCLIDLQ(t *testing.T) {
 	t.Parallel()
 	s := servers[0]
-	ctx := ctxFor(t)
-	k := newKeys(t)
-	other := keys{Stream: k.Stream + ":other", DLQ: k.DLQ, Group: k.Group} // same hash tag
-	gone := keys{Stream: k.Stream + ":gone", DLQ: k.DLQ, Group: k.Group}
-	deadLetter := func(k keys, n int) []string {
-		ids := setup(t, ctx, s.rdb, k, n)
-		deliver(t, ctx, s.rdb, k, "c1", n)
-		r, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c1", IDs: ids, Reason: "invalid_order", Error: "boom in " + k.Stream})
+	ctx := t.Context()
+	k := pelwardentest.NewKeys(t)
+	other := pelwardentest.Keys{Stream: k.Stream + ":other", DeadLetterStream: k.DeadLetterStream, Group: k.Group} // same hash tag
+	gone := pelwardentest.Keys{Stream: k.Stream + ":gone", DeadLetterStream: k.DeadLetterStream, Group: k.Group}
+	deadLetter := func(k pelwardentest.Keys, n int) []string {
+		f := s.kit(t).FixtureFor(t, k)
+		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "$").Err())
+		ids := f.Produce(n, order)
+		f.LeavePending("c1", n)
+		r, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "c1", IDs: ids, Reason: "invalid_order", Error: "boom in " + k.Stream})
 		require.NoError(t, err)
 		require.Len(t, r.DeadLettered, n)
 		return ids
@@ -429,11 +431,11 @@ func TestCLIDLQ(t *testing.T) {
 	deadLetter(other, 1)
 	deadLetter(gone, 1)
 	require.NoError(t, s.rdb.Del(ctx, gone.Stream).Err())
-	require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DLQ, Values: []string{"not", "ours"}}).Err())
+	require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DeadLetterStream, Values: []string{"not", "ours"}}).Err())
 
 	// list
-	v := pwJSON(t, s, "dlq", "list", k.DLQ)
-	require.Equal(t, k.DLQ, v["dead_letter_stream"])
+	v := pwJSON(t, s, "dlq", "list", k.DeadLetterStream)
+	require.Equal(t, k.DeadLetterStream, v["dead_letter_stream"])
 	require.EqualValues(t, 6, num(t, v["length"]))
 	recs := list(t, v["records"])
 	require.Len(t, recs, 6)
@@ -451,13 +453,13 @@ func TestCLIDLQ(t *testing.T) {
 	require.Equal(t, []any{map[string]any{"name": "n", "value": "0"}, map[string]any{"name": "payload", "value": "order-0"}}, first["fields"])
 	require.Equal(t, true, obj(t, recs[5])["foreign"])
 
-	page := list(t, pwJSON(t, s, "dlq", "list", k.DLQ, "--count", "2")["records"])
+	page := list(t, pwJSON(t, s, "dlq", "list", k.DeadLetterStream, "--count", "2")["records"])
 	require.Len(t, page, 2)
-	rest := list(t, pwJSON(t, s, "dlq", "list", k.DLQ, "--after", obj(t, page[1])["id"].(string))["records"])
+	rest := list(t, pwJSON(t, s, "dlq", "list", k.DeadLetterStream, "--after", obj(t, page[1])["id"].(string))["records"])
 	require.Len(t, rest, 4)
 	require.Equal(t, recs[2], rest[0])
 
-	r := pw(t, s, "dlq", "list", k.DLQ)
+	r := pw(t, s, "dlq", "list", k.DeadLetterStream)
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "boom in "+k.Stream)
 	require.Contains(t, r.stdout, "(no pelwarden metadata)")
@@ -465,19 +467,19 @@ func TestCLIDLQ(t *testing.T) {
 
 	// show
 	id := first["id"].(string)
-	require.Equal(t, first, pwJSON(t, s, "dlq", "show", k.DLQ, id))
-	r = pw(t, s, "dlq", "show", k.DLQ, id)
+	require.Equal(t, first, pwJSON(t, s, "dlq", "show", k.DeadLetterStream, id))
+	r = pw(t, s, "dlq", "show", k.DeadLetterStream, id)
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "original id       "+ids[0])
 	require.Contains(t, r.stdout, "error:\n  boom in "+k.Stream)
 	require.Contains(t, r.stdout, "payload  order-0")
 
 	// redrive to the source streams, two records at a time.
-	v = pwJSON(t, s, "dlq", "redrive", k.DLQ, "--limit", "2")
+	v = pwJSON(t, s, "dlq", "redrive", k.DeadLetterStream, "--limit", "2")
 	require.EqualValues(t, 2, num(t, v["moved"]))
 	require.Equal(t, false, v["complete"])
 	require.EqualValues(t, 4, num(t, v["remaining"]))
-	v = pwJSON(t, s, "dlq", "redrive", k.DLQ)
+	v = pwJSON(t, s, "dlq", "redrive", k.DeadLetterStream)
 	require.EqualValues(t, 2, num(t, v["moved"]))
 	require.Equal(t, true, v["complete"])
 	require.Equal(t, map[string]any{k.Stream: float64(1), other.Stream: float64(1)}, v["by_stream"])
@@ -502,22 +504,22 @@ func TestCLIDLQ(t *testing.T) {
 	// --to moves records whatever their source; foreign ones stay.
 	target := k.Stream + ":retry"
 	require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: target, Values: []string{"seed", "1"}}).Err())
-	r = pw(t, s, "dlq", "redrive", k.DLQ, "--to", target, "--rate", "1000")
+	r = pw(t, s, "dlq", "redrive", k.DeadLetterStream, "--to", target, "--rate", "1000")
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
-	require.Contains(t, r.stdout, "moved 1 record from "+k.DLQ+" to "+target+" (1)")
+	require.Contains(t, r.stdout, "moved 1 record from "+k.DeadLetterStream+" to "+target+" (1)")
 	require.Contains(t, r.stdout, "left 1 record without pelwarden metadata")
-	require.Contains(t, r.stdout, "1 record left in "+k.DLQ)
+	require.Contains(t, r.stdout, "1 record left in "+k.DeadLetterStream)
 
 	// purge: refused without --yes (nothing deleted), then by age, then all.
-	require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DLQ, Values: []string{"another", "one"}}).Err())
-	requireError(t, pw(t, s, "dlq", "purge", k.DLQ), cli.ExitUsage, "without --yes")
-	n, err = s.rdb.XLen(ctx, k.DLQ).Result()
+	require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DeadLetterStream, Values: []string{"another", "one"}}).Err())
+	requireError(t, pw(t, s, "dlq", "purge", k.DeadLetterStream), cli.ExitUsage, "without --yes")
+	n, err = s.rdb.XLen(ctx, k.DeadLetterStream).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
-	v = pwJSON(t, s, "dlq", "purge", k.DLQ, "--older-than", "1h", "--yes")
+	v = pwJSON(t, s, "dlq", "purge", k.DeadLetterStream, "--older-than", "1h", "--yes")
 	require.Zero(t, num(t, v["deleted"]))
 	require.EqualValues(t, 2, num(t, v["remaining"]))
-	v = pwJSON(t, s, "dlq", "purge", k.DLQ, "--yes")
+	v = pwJSON(t, s, "dlq", "purge", k.DeadLetterStream, "--yes")
 	require.EqualValues(t, 2, num(t, v["deleted"]))
 	require.Zero(t, num(t, v["remaining"]))
 }
@@ -526,31 +528,31 @@ func TestCLIDLQ(t *testing.T) {
 func TestCLIDLQPurgeOlderThan(t *testing.T) {
 	t.Parallel()
 	s := servers[0]
-	ctx := ctxFor(t)
-	k := newKeys(t)
+	ctx := t.Context()
+	k := pelwardentest.NewKeys(t)
 	old := time.Now().Add(-2 * time.Hour).UnixMilli()
 	for i := range 3 {
-		require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DLQ, ID: fmt.Sprintf("%d-%d", old, i), Values: []string{"a", "b"}}).Err())
+		require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DeadLetterStream, ID: fmt.Sprintf("%d-%d", old, i), Values: []string{"a", "b"}}).Err())
 	}
-	require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DLQ, Values: []string{"a", "b"}}).Err())
-	r := pw(t, s, "dlq", "purge", k.DLQ, "--older-than", "1h", "--yes")
+	require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DeadLetterStream, Values: []string{"a", "b"}}).Err())
+	r := pw(t, s, "dlq", "purge", k.DeadLetterStream, "--older-than", "1h", "--yes")
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
-	require.Equal(t, "deleted 3 records from "+k.DLQ+"; 1 left\n", r.stdout)
+	require.Equal(t, "deleted 3 records from "+k.DeadLetterStream+"; 1 left\n", r.stdout)
 }
 
 // reap deletes idle consumers that own nothing and lists the others.
 func TestCLIReap(t *testing.T) {
 	t.Parallel()
 	s := servers[0]
-	ctx := ctxFor(t)
-	k := newKeys(t)
-	setup(t, ctx, s.rdb, k, 2)
-	deliver(t, ctx, s.rdb, k, "busy", 2)
+	ctx := t.Context()
+	f := s.fixture(t)
+	f.Produce(2, order)
+	f.LeavePending("busy", 2)
 	for _, c := range []string{"idle", "protected"} {
-		require.NoError(t, s.rdb.XGroupCreateConsumer(ctx, k.Stream, k.Group, c).Err())
+		require.NoError(t, s.rdb.XGroupCreateConsumer(ctx, f.Stream, f.Group, c).Err())
 	}
 	require.Eventually(t, func() bool {
-		cons, err := s.rdb.XInfoConsumers(ctx, k.Stream, k.Group).Result()
+		cons, err := s.rdb.XInfoConsumers(ctx, f.Stream, f.Group).Result()
 		if err != nil {
 			return false
 		}
@@ -561,10 +563,10 @@ func TestCLIReap(t *testing.T) {
 		}
 		return true
 	}, 10*time.Second, 20*time.Millisecond, "consumers idle for 100ms")
-	v := pwJSON(t, s, "reap", k.Stream, k.Group, "--idle", "50ms", "--keep", "protected")
+	v := pwJSON(t, s, "reap", f.Stream, f.Group, "--idle", "50ms", "--keep", "protected")
 	require.Equal(t, []any{"idle"}, v["deleted"])
 	require.Equal(t, []any{map[string]any{"name": "busy", "pending": float64(2)}}, v["kept"])
-	cons, err := s.rdb.XInfoConsumers(ctx, k.Stream, k.Group).Result()
+	cons, err := s.rdb.XInfoConsumers(ctx, f.Stream, f.Group).Result()
 	require.NoError(t, err)
 	var names []string
 	for _, c := range cons {
@@ -572,7 +574,7 @@ func TestCLIReap(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{"busy", "protected"}, names)
 
-	r := pw(t, s, "reap", k.Stream, k.Group, "--idle", "50ms", "--keep", "protected")
+	r := pw(t, s, "reap", f.Stream, f.Group, "--idle", "50ms", "--keep", "protected")
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "deleted 0 consumers")
 	require.Contains(t, r.stdout, "kept 1 consumer idle that long that still own entries")
@@ -640,20 +642,20 @@ func testCLICluster(t *testing.T, ctx context.Context, c *testserver.Cluster, rd
 	}
 	require.ElementsMatch(t, want, addrs)
 
-	k := clusterKeys(t, func(slot int) bool { return !newPrimarySlots.Contains(slot) })
-	ids := setup(t, ctx, rdb, k, 3)
-	deliver(t, ctx, rdb, k, "c1", 3)
-	require.NoError(t, rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", Messages: ids[:1]}).Err())
-	r = run("status", k.Stream, k.Group, "--json")
+	f := clusterFixture(t, rdb, func(slot int) bool { return !newPrimarySlots.Contains(slot) })
+	ids := f.Produce(3, order)
+	f.LeavePending("c1", 3)
+	require.NoError(t, rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", Messages: ids[:1]}).Err())
+	r = run("status", f.Stream, f.Group, "--json")
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &v))
 	require.EqualValues(t, 3, num(t, v["pending"]))
 
-	other := clusterKeys(t, func(slot int) bool { return slot != pelwarden.Slot(k.Stream) && !newPrimarySlots.Contains(slot) })
-	requireError(t, run("poison", k.Stream, k.Group, "--max-deliveries", "2", "--dlq", other.DLQ), cli.ExitUsage, "hash tag")
-	require.EqualValues(t, 3, pelSize(t, ctx, rdb, k), "nothing changed")
+	other := clusterKeys(t, func(slot int) bool { return slot != pelwarden.Slot(f.Stream) && !newPrimarySlots.Contains(slot) })
+	requireError(t, run("poison", f.Stream, f.Group, "--max-deliveries", "2", "--dlq", other.DeadLetterStream), cli.ExitUsage, "hash tag")
+	require.EqualValues(t, 3, f.PendingCount(), "nothing changed")
 
-	r = run("poison", k.Stream, k.Group, "--max-deliveries", "2", "--json")
+	r = run("poison", f.Stream, f.Group, "--max-deliveries", "2", "--json")
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &v))
 	require.Equal(t, []any{ids[0]}, v["dead_lettered"])

@@ -17,6 +17,7 @@ import (
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
 	"github.com/pelwarden/pelwarden/internal/testserver"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
 // failoverWait bounds each "eventually" of the failover test: a promotion
@@ -101,18 +102,20 @@ func TestClusterFailover(t *testing.T) {
 		require.NoError(t, fs.createGroup(ctx))
 		streams[i] = fs
 	}
-	m := newCounts()
-	var consumers []*running
+	m := &pelwardentest.Metrics{}
+	kit := pelwardentest.Use(t, admin) // the library is loaded: Use finds it current
+	var consumers []*pelwardentest.Consumer
 	for _, fs := range streams {
+		f := kit.FixtureFor(t, fs.k).WithClient(rdb)
 		for _, name := range []string{"a", "b"} {
-			cfg := fastConfig(t, fs.k, fmt.Sprintf("%s-%d", name, fs.shard), driver.HandlerFunc(fs.handle))
-			cfg.CreateGroup = false // a group vanishing in the failover must fail the test
-			cfg.MaxDeliveries = driver.NoDeliveryLimit
-			cfg.MinIdle = time.Second
-			cfg.ReclaimInterval = 200 * time.Millisecond
-			cfg.ReadBlock = 200 * time.Millisecond
-			cfg.Metrics = m
-			consumers = append(consumers, start(t, rdb, cfg))
+			consumers = append(consumers, f.RunConsumer(driver.Config{
+				Consumer: fmt.Sprintf("%s-%d", name, fs.shard), Handler: driver.HandlerFunc(fs.handle),
+				// CreateGroup stays false: a group vanishing in the failover
+				// must fail the test.
+				MaxDeliveries: driver.NoDeliveryLimit,
+				MinIdle:       time.Second, ReclaimInterval: 200 * time.Millisecond, ReadBlock: 200 * time.Millisecond,
+				Metrics: m,
+			}))
 		}
 	}
 	stopProducers := make(chan struct{})
@@ -234,7 +237,7 @@ func TestClusterFailover(t *testing.T) {
 		return "", true
 	})
 	for _, r := range consumers {
-		require.NoError(t, r.stop(t))
+		require.NoError(t, r.Stop())
 	}
 
 	var total failoverReport
@@ -248,7 +251,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	require.Zero(t, functionLoads.Load(), "no FUNCTION LOAD was needed at any point")
 	t.Logf("failover of %s: replica %s promoted %v after the kill; its consumers were on it %v after the kill; command errors %d",
-		victim.Primary.Addr(), promoted.Addr(), promotion.Round(100*time.Millisecond), followed.Round(100*time.Millisecond), m.get(driver.EventCommandError))
+		victim.Primary.Addr(), promoted.Addr(), promotion.Round(100*time.Millisecond), followed.Round(100*time.Millisecond), m.Total(driver.EventCommandError))
 	t.Logf("all streams: %s", total)
 }
 
@@ -298,7 +301,7 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() (why str
 // its handler and what they saw.
 type failoverStream struct {
 	shard   int
-	k       keys
+	k       pelwardentest.Keys
 	runs    string // hash of durable handler successes: id -> runs
 	app     *redis.ClusterClient
 	settled *settledLog
@@ -438,7 +441,7 @@ func (fs *failoverStream) successes() int {
 // drained reports whether the group delivered every entry of the stream and
 // its PEL is empty.
 func (fs *failoverStream) drained(ctx context.Context, rdb *redis.ClusterClient, lib *pelwarden.Library) (string, bool) {
-	st, err := lib.Stats(ctx, pelwarden.StatsArgs{Stream: fs.k.Stream, DeadLetterStream: fs.k.DLQ, Group: fs.k.Group})
+	st, err := lib.Stats(ctx, pelwarden.StatsArgs{Stream: fs.k.Stream, DeadLetterStream: fs.k.DeadLetterStream, Group: fs.k.Group})
 	if err != nil {
 		return err.Error(), false
 	}
@@ -501,7 +504,7 @@ func (fs *failoverStream) verify(t *testing.T, ctx context.Context, rdb *redis.C
 	for id := range fs.produced {
 		require.True(t, inStream[id], "%s: WAIT-confirmed entry %s vanished", fs.k.Stream, id)
 	}
-	recs, err := rdb.XRange(ctx, fs.k.DLQ, "-", "+").Result()
+	recs, err := rdb.XRange(ctx, fs.k.DeadLetterStream, "-", "+").Result()
 	require.NoError(t, err)
 	dead := map[string]int{}
 	for _, r := range recs {

@@ -19,6 +19,7 @@ import (
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
 	"github.com/pelwarden/pelwarden/internal/testserver"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
 // The package's Redis Cluster: three primaries in containers, started by the
@@ -74,7 +75,7 @@ func closeCluster() error {
 func TestCluster(t *testing.T) {
 	t.Parallel()
 	c := sharedCluster(t)
-	ctx := ctxFor(t)
+	ctx := t.Context()
 	rdb := c.Client()
 	t.Cleanup(func() { _ = rdb.Close() })
 	shards, err := c.Shards(ctx)
@@ -88,7 +89,7 @@ func TestCluster(t *testing.T) {
 	require.Len(t, usable, testserver.DefaultClusterPrimaries)
 
 	t.Run("LoadReachesEveryPrimary", func(t *testing.T) {
-		testClusterLoad(t, ctxFor(t), rdb, shards)
+		testClusterLoad(t, t.Context(), rdb, shards)
 	})
 	t.Run("Parallel", func(t *testing.T) {
 		t.Run("ClaimAckDeadLetterPerShard", func(t *testing.T) {
@@ -96,39 +97,39 @@ func TestCluster(t *testing.T) {
 			for i, s := range usable {
 				t.Run(fmt.Sprintf("shard%d", i), func(t *testing.T) {
 					t.Parallel()
-					testClusterShard(t, ctxFor(t), rdb, s)
+					testClusterShard(t, t.Context(), rdb, s)
 				})
 			}
 		})
 		t.Run("CrossSlot", func(t *testing.T) {
 			t.Parallel()
-			testClusterCrossSlot(t, ctxFor(t), c, rdb, usable[0])
+			testClusterCrossSlot(t, t.Context(), c, rdb, usable[0])
 		})
 		t.Run("DriverLeastPrivilege", func(t *testing.T) {
 			t.Parallel()
-			testClusterLeastPrivilege(t, ctxFor(t), c, rdb, usable[1])
+			testClusterLeastPrivilege(t, t.Context(), c, rdb, usable[1])
 		})
 		t.Run("DriverPerShard", func(t *testing.T) {
 			t.Parallel()
 			for i, s := range usable {
 				t.Run(fmt.Sprintf("shard%d", i), func(t *testing.T) {
 					t.Parallel()
-					testClusterDriver(t, ctxFor(t), rdb, s)
+					testClusterDriver(t, t.Context(), rdb, s)
 				})
 			}
 		})
 	})
 	t.Run("SelfHealAfterFlush", func(t *testing.T) {
-		testClusterSelfHeal(t, ctxFor(t), rdb, usable)
+		testClusterSelfHeal(t, t.Context(), rdb, usable)
 	})
 	t.Run("DriverSelfHealAfterFlush", func(t *testing.T) {
-		testClusterDriverSelfHeal(t, ctxFor(t), rdb, usable[2])
+		testClusterDriverSelfHeal(t, t.Context(), rdb, usable[2])
 	})
 	t.Run("NewPrimaryGetsLibraryFromLoad", func(t *testing.T) {
-		testClusterNewPrimary(t, ctxFor(t), c, rdb)
+		testClusterNewPrimary(t, t.Context(), c, rdb)
 	})
 	t.Run("CommandLine", func(t *testing.T) {
-		testCLICluster(t, ctxFor(t), c, rdb) // cli_test.go
+		testCLICluster(t, t.Context(), c, rdb) // cli_test.go
 	})
 }
 
@@ -174,30 +175,29 @@ func testClusterLoad(t *testing.T, ctx context.Context, rdb *redis.ClusterClient
 // Claim (with dead-lettering at MaxDeliveries), DeadLetter and Ack work on
 // hash-tagged keys that live on one shard's primary.
 func testClusterShard(t *testing.T, ctx context.Context, rdb *redis.ClusterClient, s testserver.Shard) {
-	k := clusterKeys(t, func(slot int) bool { return s.Owns(slot) && !newPrimarySlots.Contains(slot) })
+	f := clusterFixture(t, rdb, func(slot int) bool { return s.Owns(slot) && !newPrimarySlots.Contains(slot) })
 	lib := pelwarden.NewLibrary(rdb)
-	ids := setup(t, ctx, rdb, k, 10)
-	deliver(t, ctx, rdb, k, "dead-consumer", 10)
+	ids := f.Produce(10, order)
+	f.LeavePending("dead-consumer", 10)
 	// The first three were delivered twice (a retry that crashed too).
-	require.NoError(t, rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "dead-consumer", Messages: ids[:3]}).Err())
+	require.NoError(t, rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "dead-consumer", Messages: ids[:3]}).Err())
 
-	all, _ := walk(t, ctx, lib, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group,
-		Consumer: "rescuer", MaxDeliveries: 2, Count: 4})
+	all := f.Reclaim(pelwardentest.ReclaimArgs{Consumer: "rescuer", MaxDeliveries: 2, Count: 4})
 	require.Equal(t, ids[:3], all.DeadLettered)
 	require.Empty(t, all.Deleted)
 	var live []string
-	for _, e := range all.Entries {
+	for _, e := range all.Claimed {
 		live = append(live, e.ID)
 		require.EqualValues(t, 2, e.Deliveries, e.ID)
 	}
 	require.Equal(t, ids[3:], live)
 
-	dl, err := lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group,
+	dl, err := lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group,
 		Consumer: "rescuer", IDs: ids[3:4], Reason: "invalid_order", Error: "unknown sku"})
 	require.NoError(t, err)
 	require.Equal(t, ids[3:4], dl.DeadLettered)
 	require.NoError(t, dl.Err())
-	ack, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "rescuer", IDs: ids[4:]})
+	ack, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "rescuer", IDs: ids[4:]})
 	require.NoError(t, err)
 	require.EqualValues(t, 6, ack.Acked)
 	require.NoError(t, ack.Err())
@@ -205,13 +205,13 @@ func testClusterShard(t *testing.T, ctx context.Context, rdb *redis.ClusterClien
 	// The shard's primary holds the keys: it answers for them itself, where
 	// any other node would answer MOVED.
 	node := nodeClient(t, s.Primary)
-	p, err := node.XPending(ctx, k.Stream, k.Group).Result()
+	p, err := node.XPending(ctx, f.Stream, f.Group).Result()
 	require.NoError(t, err)
 	require.Zero(t, p.Count, "PEL empty")
-	n, err := node.XLen(ctx, k.Stream).Result()
+	n, err := node.XLen(ctx, f.Stream).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 10, n)
-	recs, err := node.XRange(ctx, k.DLQ, "-", "+").Result()
+	recs, err := node.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
 	require.NoError(t, err)
 	require.Len(t, recs, 4)
 	for i, r := range recs {
@@ -219,8 +219,8 @@ func testClusterShard(t *testing.T, ctx context.Context, rdb *redis.ClusterClien
 		require.Equal(t, ids[i], m[pelwarden.FieldOriginalID])
 		require.Equal(t, fmt.Sprint(i), m["n"])
 		require.Equal(t, fmt.Sprintf("order-%d", i), m["payload"])
-		require.Equal(t, k.Stream, m[pelwarden.FieldStream])
-		require.Equal(t, k.Group, m[pelwarden.FieldGroup])
+		require.Equal(t, f.Stream, m[pelwarden.FieldStream])
+		require.Equal(t, f.Group, m[pelwarden.FieldGroup])
 		require.Equal(t, "2", m[pelwarden.FieldDeliveries])
 		if i < 3 {
 			require.Equal(t, pelwarden.ReasonMaxDeliveries, m[pelwarden.FieldReason])
@@ -279,9 +279,9 @@ func testClusterSelfHeal(t *testing.T, ctx context.Context, rdb *redis.ClusterCl
 	_, err := lib.Load(ctx)
 	require.NoError(t, err)
 	target, other := shards[1], shards[2]
-	k := clusterKeys(t, func(slot int) bool { return target.Owns(slot) && !newPrimarySlots.Contains(slot) })
-	ids := setup(t, ctx, rdb, k, 3)
-	deliver(t, ctx, rdb, k, "dead-consumer", 3)
+	f := clusterFixture(t, rdb, func(slot int) bool { return target.Owns(slot) && !newPrimarySlots.Contains(slot) })
+	ids := f.Produce(3, order)
+	f.LeavePending("dead-consumer", 3)
 
 	for _, s := range []testserver.Shard{target, other} {
 		node := nodeClient(t, s.Primary)
@@ -289,7 +289,7 @@ func testClusterSelfHeal(t *testing.T, ctx context.Context, rdb *redis.ClusterCl
 		require.ErrorContains(t, node.FCallRO(ctx, pelwarden.FunctionVersion, nil).Err(), "Function not found", s.Primary.Addr())
 	}
 
-	page, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "rescuer"})
+	page, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "rescuer"})
 	require.NoError(t, err)
 	require.True(t, page.Done())
 	var got []string
@@ -297,7 +297,7 @@ func testClusterSelfHeal(t *testing.T, ctx context.Context, rdb *redis.ClusterCl
 		got = append(got, e.ID)
 	}
 	require.Equal(t, ids, got)
-	require.Equal(t, "rescuer", pendingOf(t, ctx, rdb, k, ids[0]).Consumer)
+	f.RequirePending(ids[0], pelwardentest.Pending{Consumer: "rescuer"})
 
 	for _, s := range shards {
 		v, err := nodeClient(t, s.Primary).FCallRO(ctx, pelwarden.FunctionVersion, nil).Text()
@@ -311,33 +311,32 @@ func testClusterSelfHeal(t *testing.T, ctx context.Context, rdb *redis.ClusterCl
 // the library is loaded again on every primary and the call retried, and
 // the consumer goes on without an error reaching Run.
 func testClusterDriverSelfHeal(t *testing.T, ctx context.Context, rdb *redis.ClusterClient, s testserver.Shard) {
-	k := clusterKeys(t, func(slot int) bool { return s.Owns(slot) && !newPrimarySlots.Contains(slot) })
-	m := newCounts()
+	f := clusterFixture(t, rdb, func(slot int) bool { return s.Owns(slot) && !newPrimarySlots.Contains(slot) })
+	m := &pelwardentest.Metrics{}
 	// After the flush every entry fails once: its release and its reclaim
 	// are function calls (reads and quick acks are not).
 	var failOnce atomic.Bool
-	seen := newSeen()
-	cfg := fastConfig(t, k, "healer", driver.HandlerFunc(func(_ context.Context, msg *driver.Message) error {
-		if seen.add(msg.ID) == 1 && failOnce.Load() {
+	seen := &pelwardentest.Calls{}
+	cfg := driver.Config{Consumer: "healer", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(_ context.Context, msg *driver.Message) error {
+		if seen.Add(msg.ID) == 1 && failOnce.Load() {
 			return errors.New("first delivery fails")
 		}
 		return nil
-	}))
+	})}
 	cfg.Metrics = m
-	r := start(t, rdb, cfg)
-	waitFor(t, "group created", func() bool { return rdb.Exists(ctx, k.Stream).Val() == 1 })
-	produce(t, ctx, rdb, k, 100)
-	waitFor(t, "100 acked", func() bool { return m.get(driver.EventAcked) == 100 })
+	r := f.RunConsumer(cfg)
+	f.Produce(100, order)
+	f.Eventually("100 acked", func() bool { return m.Total(driver.EventAcked) == 100 })
 
 	node := nodeClient(t, s.Primary)
 	require.NoError(t, node.FunctionFlush(ctx).Err())
 	require.ErrorContains(t, node.FCallRO(ctx, pelwarden.FunctionVersion, nil).Err(), "Function not found")
 	failOnce.Store(true)
-	produce(t, ctx, rdb, k, 100)
-	waitFor(t, "200 acked", func() bool { return m.get(driver.EventAcked) == 200 })
-	require.NoError(t, r.stop(t))
-	require.Zero(t, m.get(driver.EventCommandError), "the reload happened inside the calls, invisibly")
-	require.Zero(t, pelSize(t, ctx, rdb, k))
+	f.Produce(100, order)
+	f.Eventually("200 acked", func() bool { return m.Total(driver.EventAcked) == 200 })
+	require.NoError(t, r.Stop())
+	require.Zero(t, m.Total(driver.EventCommandError), "the reload happened inside the calls, invisibly")
+	require.Zero(t, f.PendingCount())
 	v, err := node.FCallRO(ctx, pelwarden.FunctionVersion, nil).Text()
 	require.NoError(t, err, "the library is back on %s", s.Primary.Addr())
 	require.Equal(t, pelwarden.LibraryVersion, v)
@@ -375,19 +374,19 @@ func testClusterNewPrimary(t *testing.T, ctx context.Context, c *testserver.Clus
 
 	// Keys of the moved slots live on the new primary, and the library
 	// works there.
-	k := clusterKeys(t, newPrimarySlots.Contains)
+	f := clusterFixture(t, rdb, newPrimarySlots.Contains)
 	t.Cleanup(func() { // keep the slots empty for a later run (-count)
-		_ = rdb.Del(context.Background(), k.Stream, k.DLQ).Err()
+		_ = rdb.Del(context.Background(), f.Stream, f.DeadLetterStream).Err()
 	})
-	ids := setup(t, ctx, rdb, k, 2)
-	deliver(t, ctx, rdb, k, "dead-consumer", 2)
-	page, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "rescuer"})
+	ids := f.Produce(2, order)
+	f.LeavePending("dead-consumer", 2)
+	page, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "rescuer"})
 	require.NoError(t, err)
 	require.Len(t, page.Entries, 2)
-	ack, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "rescuer", IDs: ids})
+	ack, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "rescuer", IDs: ids})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, ack.Acked)
-	l, err := node.XLen(ctx, k.Stream).Result()
+	l, err := node.XLen(ctx, f.Stream).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 2, l, "the stream lives on the new primary")
 }
@@ -409,17 +408,26 @@ func keyShards(shards []testserver.Shard) []testserver.Shard {
 
 // clusterKeys returns the test's own keys under a hash tag whose slot
 // satisfies want.
-func clusterKeys(t *testing.T, want func(slot int) bool) keys {
+func clusterKeys(t *testing.T, want func(slot int) bool) pelwardentest.Keys {
 	t.Helper()
-	base := strings.Trim(newKeys(t).Stream, "{}")
+	base := strings.Trim(pelwardentest.NewKeys(t).Stream, "{}")
 	for i := range 1 << 20 {
 		tag := fmt.Sprintf("{%s.%d}", base, i)
 		if want(pelwarden.Slot(tag)) {
-			return keys{Stream: tag, DLQ: pelwarden.DeadLetterStreamFor(tag), Group: "g"}
+			return pelwardentest.Keys{Stream: tag, DeadLetterStream: pelwarden.DeadLetterStreamFor(tag), Group: pelwardentest.DefaultGroup}
 		}
 	}
 	t.Fatal("no hash tag found for the wanted slots")
-	return keys{}
+	return pelwardentest.Keys{}
+}
+
+// clusterFixture returns a pelwardentest fixture on the cluster, on
+// clusterKeys(t, want), with its group created at "0".
+func clusterFixture(t *testing.T, rdb *redis.ClusterClient, want func(slot int) bool) *pelwardentest.Fixture {
+	t.Helper()
+	f := pelwardentest.Use(t, rdb).FixtureFor(t, clusterKeys(t, want))
+	require.NoError(t, rdb.XGroupCreateMkStream(f.Context(), f.Stream, f.Group, "0").Err())
+	return f
 }
 
 // nodeClient returns a client for one node, closed when the test ends.
@@ -452,25 +460,24 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // stream share a hash tag: reads, acks, reclaims and dead-letters reach the
 // shard that owns them.
 func testClusterDriver(t *testing.T, ctx context.Context, rdb *redis.ClusterClient, s testserver.Shard) {
-	k := clusterKeys(t, func(slot int) bool { return s.Owns(slot) && !newPrimarySlots.Contains(slot) })
-	require.NoError(t, rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
-	ids := produce(t, ctx, rdb, k, 200)
+	f := clusterFixture(t, rdb, func(slot int) bool { return s.Owns(slot) && !newPrimarySlots.Contains(slot) })
+	ids := f.Produce(200, order)
 	poison := ids[7]
-	m := newCounts()
-	cfg := fastConfig(t, k, "cluster-worker", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+	m := &pelwardentest.Metrics{}
+	cfg := driver.Config{Consumer: "cluster-worker", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 		if msg.ID == poison {
 			return errors.New("poison")
 		}
 		return nil
-	}))
+	})}
 	cfg.Metrics = m
-	r := start(t, rdb, cfg)
-	waitFor(t, "199 acked and the poison entry dead-lettered", func() bool {
-		n, _ := rdb.XLen(ctx, k.DLQ).Result()
-		return m.get(driver.EventAcked) == 199 && n == 1
+	r := f.RunConsumer(cfg)
+	f.Eventually("199 acked and the poison entry dead-lettered", func() bool {
+		n, _ := rdb.XLen(ctx, f.DeadLetterStream).Result()
+		return m.Total(driver.EventAcked) == 199 && n == 1
 	})
-	require.NoError(t, r.stop(t))
-	require.Zero(t, pelSize(t, ctx, rdb, k))
+	require.NoError(t, r.Stop())
+	require.Zero(t, f.PendingCount())
 }
 
 // The README's consumer role works on a Redis Cluster too, with the two
@@ -478,9 +485,8 @@ func testClusterDriver(t *testing.T, ctx context.Context, rdb *redis.ClusterClie
 // COMMAND); without them the consumer stops with an error naming what is
 // missing. ACL users are per node: the user is created on every node.
 func testClusterLeastPrivilege(t *testing.T, ctx context.Context, c *testserver.Cluster, admin *redis.ClusterClient, s testserver.Shard) {
-	k := clusterKeys(t, func(slot int) bool { return s.Owns(slot) && !newPrimarySlots.Contains(slot) })
-	require.NoError(t, admin.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
-	ids := produce(t, ctx, admin, k, 100)
+	f := clusterFixture(t, admin, func(slot int) bool { return s.Owns(slot) && !newPrimarySlots.Contains(slot) })
+	ids := f.Produce(100, order)
 	poison := ids[3]
 
 	b := make([]byte, 6)
@@ -492,7 +498,7 @@ func testClusterLeastPrivilege(t *testing.T, ctx context.Context, c *testserver.
 			if strings.HasPrefix(r, ">") {
 				r = ">" + pass
 			}
-			args = append(args, strings.ReplaceAll(r, readmeStream, k.Stream))
+			args = append(args, strings.ReplaceAll(r, readmeStream, f.Stream))
 		}
 		for _, r := range extra {
 			args = append(args, r)
@@ -520,26 +526,26 @@ func testClusterLeastPrivilege(t *testing.T, ctx context.Context, c *testserver.
 		t.Cleanup(func() { _ = cc.Close() })
 		return cc
 	}
-	m := newCounts()
-	cfg := fastConfig(t, k, "cluster-least-privilege", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+	m := &pelwardentest.Metrics{}
+	cfg := driver.Config{Consumer: "cluster-least-privilege", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 		if msg.ID == poison {
 			return driver.DeadLetter(errors.New("poison"))
 		}
 		return nil
-	}))
+	})}
 	cfg.CreateGroup = false // the README's consumer line has no +xgroup|create
 	cfg.Metrics = m
 
 	setUser() // the README's line alone
-	err := runUntilError(t, consumerClient(), cfg)
+	err := runUntilError(t, f.WithClient(consumerClient()), cfg)
 	require.ErrorContains(t, err, "cluster|slots", "the refused command is named")
 
 	setUser("+cluster|slots", "+command")
-	r := start(t, consumerClient(), cfg)
-	waitFor(t, "99 acked and the poison entry dead-lettered", func() bool {
-		n, _ := admin.XLen(ctx, k.DLQ).Result()
-		return m.get(driver.EventAcked) == len(ids)-1 && n == 1
+	r := f.WithClient(consumerClient()).RunConsumer(cfg)
+	f.Eventually("99 acked and the poison entry dead-lettered", func() bool {
+		n, _ := admin.XLen(ctx, f.DeadLetterStream).Result()
+		return m.Total(driver.EventAcked) == len(ids)-1 && n == 1
 	})
-	require.NoError(t, r.stop(t))
-	require.Zero(t, pelSize(t, ctx, admin, k))
+	require.NoError(t, r.Stop())
+	require.Zero(t, f.PendingCount())
 }

@@ -20,7 +20,7 @@ func TestConsumebenchSmoke(t *testing.T) {
 	t.Parallel()
 	s := servers[0]
 	// Every part runs (watermill alone takes seconds per thousand entries
-	// under the full suite's load): more than ctxFor's two minutes.
+	// under the full suite's load): minutes, so a bound of its own.
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	slowlogBefore, err := s.rdb.ConfigGet(ctx, "slowlog-*").Result()

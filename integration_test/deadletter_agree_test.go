@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
 // The redrive function and pelwarden.ParseDeadLetter agree on which
@@ -28,8 +29,8 @@ func TestRedriveAgreesWithParseDeadLetter(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &table))
 	require.NotEmpty(t, table.Cases)
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
+		ctx := t.Context()
+		k := pelwardentest.NewKeys(t)
 		byID := map[string]int{}
 		for i, c := range table.Cases {
 			values := make([]string, 0, 2*len(c.Fields))
@@ -40,7 +41,7 @@ func TestRedriveAgreesWithParseDeadLetter(t *testing.T) {
 			}
 			_, ok := pelwarden.ParseDeadLetter(fields)
 			require.Equal(t, c.Ours, ok, "ParseDeadLetter: %s", c.Name)
-			id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DLQ, Values: values}).Result()
+			id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DeadLetterStream, Values: values}).Result()
 			require.NoError(t, err)
 			byID[id] = i
 		}
@@ -48,7 +49,7 @@ func TestRedriveAgreesWithParseDeadLetter(t *testing.T) {
 		foreign := map[string]bool{}
 		cursor := ""
 		for {
-			page, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream, AnySource: true, Cursor: cursor})
+			page, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DeadLetterStream, Stream: k.Stream, AnySource: true, Cursor: cursor})
 			require.NoError(t, err)
 			for _, m := range page.Moved {
 				moved[m.From] = true

@@ -22,23 +22,12 @@ import (
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
 	"github.com/pelwarden/pelwarden/internal/testserver"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
-
-// defaultsConfig is a Config with every flow-control field at its default:
-// only the names, the handler and what a test cannot wait for (MinIdle,
-// ReclaimInterval, ReadBlock, ShutdownTimeout) are set.
-func defaultsConfig(t *testing.T, k keys, consumer string, h driver.Handler) driver.Config {
-	return driver.Config{
-		Stream: k.Stream, Group: k.Group, Consumer: consumer, Handler: h, DeadLetterStream: k.DLQ,
-		MinIdle: 300 * time.Millisecond, ReclaimInterval: 100 * time.Millisecond,
-		ReadBlock: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
-		CreateGroup: true, Logger: testLogger(t),
-	}
-}
 
 // heldSampler samples, every few milliseconds, how many entries each
 // consumer holds (its PEL count) and keeps the maximum.
-func heldSampler(t *testing.T, ctx context.Context, rdb redis.Cmdable, k keys) (stop func() map[string]int64) {
+func heldSampler(t *testing.T, ctx context.Context, rdb redis.Cmdable, k pelwardentest.Keys) (stop func() map[string]int64) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	maxHeld := map[string]int64{}
@@ -67,44 +56,42 @@ func heldSampler(t *testing.T, ctx context.Context, rdb redis.Cmdable, k keys) (
 // handles a fair part), and every entry is handled once.
 func TestDriverSlowHandlersShareBurst(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "$").Err())
-		calls := newSeen()
+		ctx := t.Context()
+		f := s.fixture(t)
+		calls := &pelwardentest.Calls{}
 		var mu sync.Mutex
 		handledBy := map[string]int{}
 		handler := func(name string) driver.Handler {
 			return driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
 				time.Sleep(40 * time.Millisecond)
-				calls.add(m.ID)
+				calls.Add(m.ID)
 				mu.Lock()
 				handledBy[name]++
 				mu.Unlock()
 				return nil
 			})
 		}
-		ca, cb := defaultsConfig(t, k, "a", handler("a")), defaultsConfig(t, k, "b", handler("b"))
+		ca, cb := driver.Config{Consumer: "a", Handler: handler("a")}, driver.Config{Consumer: "b", Handler: handler("b")}
 		// No reclaim here: a consumer stalled past a short MinIdle on a
 		// loaded test machine would have its entries run again elsewhere.
 		ca.MinIdle, cb.MinIdle = 10*time.Second, 10*time.Second
 		if testing.Verbose() {
-			ca.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			ca.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 			cb.Logger = ca.Logger
 		}
-		a := start(t, s.rdb, ca)
-		b := start(t, s.rdb, cb)
+		a := f.RunConsumer(ca)
+		b := f.RunConsumer(cb)
 		// Both consumers started and blocked in their reads (Redis 7.0 lists
 		// a consumer in XINFO CONSUMERS only once a read returned entries).
 		time.Sleep(500 * time.Millisecond)
-		stop := heldSampler(t, ctx, s.rdb, k)
-		ids := produce(t, ctx, s.rdb, k, 800)
-		require.Eventually(t, func() bool { return calls.distinct() == 800 && pelSize(t, ctx, s.rdb, k) == 0 },
-			60*time.Second, 20*time.Millisecond, "the burst drained")
+		stop := heldSampler(t, ctx, s.rdb, f.Keys)
+		ids := f.Produce(800, order)
+		f.Within(time.Minute).Eventually("the burst drained", func() bool { return calls.Distinct() == 800 && f.PendingCount() == 0 })
 		maxHeld := stop()
-		require.NoError(t, a.stop(t))
-		require.NoError(t, b.stop(t))
+		require.NoError(t, a.Stop())
+		require.NoError(t, b.Stop())
 		for _, id := range ids {
-			require.Equal(t, 1, calls.count(id), "entry %s handled once", id)
+			require.Equal(t, 1, calls.Count(id), "entry %s handled once", id)
 		}
 		// Neither hoards the burst. The PEL counts the window (queued and
 		// running) plus successes whose batched ack is on its way, and the
@@ -162,15 +149,14 @@ func (h *countArgs) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // the server time of these calls.)
 func TestDriverLargeEntriesReadFewAtATime(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		t.Cleanup(func() { s.rdb.Del(context.Background(), k.Stream, k.DLQ) })
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "$").Err())
+		ctx := t.Context()
+		f := s.fixture(t)
+		t.Cleanup(func() { s.rdb.Del(context.Background(), f.Stream, f.DeadLetterStream) })
 		big := strings.Repeat("x", 1<<20)
 		add := func(n int) {
 			p := s.rdb.Pipeline()
 			for range n {
-				p.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: []string{"payload", big}})
+				p.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: []string{"payload", big}})
 			}
 			_, err := p.Exec(ctx)
 			require.NoError(t, err)
@@ -178,7 +164,7 @@ func TestDriverLargeEntriesReadFewAtATime(t *testing.T) {
 		// A few dozen are enough to see the read sizes, and keep the
 		// suite's load down (four servers share the machine).
 		add(12)
-		deliver(t, ctx, s.rdb, k, "crashed", 12)
+		f.LeavePending("crashed", 12)
 		add(20)
 		time.Sleep(350 * time.Millisecond)
 
@@ -186,14 +172,13 @@ func TestDriverLargeEntriesReadFewAtATime(t *testing.T) {
 		rdb := redis.NewClient(s.rdb.Options())
 		defer rdb.Close()
 		rdb.AddHook(hook)
-		calls := newSeen()
-		r := start(t, rdb, defaultsConfig(t, k, "big", driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
-			calls.add(m.ID)
+		calls := &pelwardentest.Calls{}
+		r := f.WithClient(rdb).RunConsumer(driver.Config{Consumer: "big", Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
+			calls.Add(m.ID)
 			return nil
-		})))
-		require.Eventually(t, func() bool { return calls.distinct() == 32 && pelSize(t, ctx, s.rdb, k) == 0 },
-			60*time.Second, 20*time.Millisecond)
-		require.NoError(t, r.stop(t))
+		})})
+		f.Within(time.Minute).Eventually("32 handled, the PEL empty", func() bool { return calls.Distinct() == 32 && f.PendingCount() == 0 })
+		require.NoError(t, r.Stop())
 		hook.mu.Lock()
 		defer hook.mu.Unlock()
 		require.NotEmpty(t, hook.reads)
@@ -241,7 +226,7 @@ func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
 // Metrics still counts everything.
 func TestDriverDrainLogsAreSummarised(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		f, k := fixture(t, s)
+		f := s.fixture(t)
 		ids := f.Produce(2000, nil)
 		f.LeavePending("crashed", 2000)
 		var poison []string
@@ -254,25 +239,25 @@ func TestDriverDrainLogsAreSummarised(t *testing.T) {
 			failing[ids[i]] = true // a handler failure on every delivery
 		}
 		logs := &countingHandler{}
-		m := newCounts()
-		cfg := defaultsConfig(t, k, "rescuer", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+		m := &pelwardentest.Metrics{}
+		cfg := driver.Config{Consumer: "rescuer", Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			if failing[msg.ID] {
 				return fmt.Errorf("cannot handle %s", msg.ID)
 			}
 			return nil
-		}))
+		})}
 		cfg.MinIdle, cfg.ReclaimInterval = 20*time.Millisecond, 20*time.Millisecond
 		cfg.Logger = slog.New(logs)
 		cfg.Metrics = m
 		c := f.RunConsumer(cfg)
 		f.Within(60 * time.Second).RequirePELEmpty()
 		require.NoError(t, c.Stop())
-		require.Equal(t, len(poison)+len(failing), m.deadFor(pelwarden.ReasonMaxDeliveries))
+		require.Equal(t, len(poison)+len(failing), m.DeadLetteredTotal(pelwarden.ReasonMaxDeliveries))
 		// Each failing entry runs at most MaxDeliveries-1 times (fewer when
 		// the consumer's own pass reclaimed it while it waited in its queue
 		// past the test's 20 ms MinIdle).
-		require.LessOrEqual(t, m.get(driver.EventHandlerError), len(failing)*(driver.DefaultMaxDeliveries-1))
-		require.GreaterOrEqual(t, m.get(driver.EventHandlerError), len(failing))
+		require.LessOrEqual(t, m.Total(driver.EventHandlerError), len(failing)*(driver.DefaultMaxDeliveries-1))
+		require.GreaterOrEqual(t, m.Total(driver.EventHandlerError), len(failing))
 		logs.mu.Lock()
 		defer logs.mu.Unlock()
 		require.LessOrEqual(t, logs.n.Load(), int64(50), "log records: %v", logs.recs)
@@ -291,7 +276,7 @@ func TestDriverDrainLogsAreSummarised(t *testing.T) {
 // the start, neither waits for the other to drain.
 func TestDriverNewAndReclaimedShareTheWindow(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		f, k := fixture(t, s)
+		f := s.fixture(t)
 		old := f.Produce(1000, nil)
 		f.LeavePending("crashed", 1000)
 		time.Sleep(350 * time.Millisecond)
@@ -302,13 +287,13 @@ func TestDriverNewAndReclaimedShareTheWindow(t *testing.T) {
 		}
 		var mu sync.Mutex
 		var order []bool // handled in this order: old?
-		cfg := defaultsConfig(t, k, "both", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+		cfg := driver.Config{Consumer: "both", Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			time.Sleep(time.Millisecond)
 			mu.Lock()
 			order = append(order, isOld[msg.ID])
 			mu.Unlock()
 			return nil
-		}))
+		})}
 		cfg.Concurrency = 4
 		c := f.RunConsumer(cfg)
 		f.Within(60 * time.Second).RequirePELEmpty()
@@ -335,12 +320,11 @@ func TestDriverNewAndReclaimedShareTheWindow(t *testing.T) {
 // once memory is freed.
 func TestDriverFullServer(t *testing.T) {
 	eachDedicated(t, testserver.Options{}, func(t *testing.T, srv *testserver.Server) {
-		ctx := ctxFor(t)
+		ctx := t.Context()
 		rdb := srv.Client()
 		defer rdb.Close()
-		k := newKeys(t)
-		require.NoError(t, rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "$").Err())
-		ids := produce(t, ctx, rdb, k, 400)
+		f := pelwardentest.Use(t, rdb).NewFixture(t)
+		ids := f.Produce(400, order)
 		failOnce := map[string]bool{}
 		for i := 0; i < len(ids); i += 10 {
 			failOnce[ids[i]] = true // handled again after a reclaim
@@ -352,8 +336,8 @@ func TestDriverFullServer(t *testing.T) {
 		gate.Store(true)
 		var logBuf bytes.Buffer
 		var logMu sync.Mutex
-		m := newCounts()
-		cfg := defaultsConfig(t, k, "full", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+		m := &pelwardentest.Metrics{}
+		cfg := driver.Config{Consumer: "full", Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			if gate.Load() {
 				<-release
 			}
@@ -365,24 +349,24 @@ func TestDriverFullServer(t *testing.T) {
 				return fmt.Errorf("first delivery of %s fails", msg.ID)
 			}
 			return nil
-		}))
+		})}
 		cfg.Concurrency = 4
 		cfg.Metrics = m
 		cfg.Logger = slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logBuf}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		r := start(t, rdb, cfg)
+		r := f.WithClient(rdb).RunConsumer(cfg)
 		// The consumer holds entries, its handlers blocked. Fill the server.
-		waitFor(t, "entries in hand", func() bool { return pelSize(t, ctx, rdb, k) >= 4 })
+		f.Eventually("entries in hand", func() bool { return f.PendingCount() >= 4 })
 		require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", "1").Err())
-		require.True(t, redis.HasErrorPrefix(rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream + ":probe", Values: []string{"a", "b"}}).Err(), "OOM"),
+		require.True(t, redis.HasErrorPrefix(rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream + ":probe", Values: []string{"a", "b"}}).Err(), "OOM"),
 			"the server is full")
-		held := pelSize(t, ctx, rdb, k)
+		held := f.PendingCount()
 		gate.Store(false)
 		close(release)
 		// The entries in hand are handled and acked on the full server;
 		// the failed ones wait for a claim, which the full server refuses.
-		waitFor(t, "the consumer paused", func() bool { return m.get(driver.EventPaused) == 1 })
+		f.Eventually("the consumer paused", func() bool { return m.Total(driver.EventPaused) == 1 })
 		time.Sleep(500 * time.Millisecond)
-		pending, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: k.Stream, Group: k.Group, Start: "-", End: "+", Count: 1000}).Result()
+		pending, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: f.Stream, Group: f.Group, Start: "-", End: "+", Count: 1000}).Result()
 		require.NoError(t, err)
 		mu.Lock()
 		for _, p := range pending {
@@ -390,15 +374,14 @@ func TestDriverFullServer(t *testing.T) {
 		}
 		handledDuringOOM := len(runs)
 		mu.Unlock()
-		length := rdb.XInfoGroups(ctx, k.Stream).Val()
+		length := rdb.XInfoGroups(ctx, f.Stream).Val()
 		time.Sleep(300 * time.Millisecond)
-		require.Equal(t, length, rdb.XInfoGroups(ctx, k.Stream).Val(), "no reads while paused")
+		require.Equal(t, length, rdb.XInfoGroups(ctx, f.Stream).Val(), "no reads while paused")
 		t.Logf("held %d when full; %d handled, %d pending while full", held, handledDuringOOM, len(pending))
 
 		require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", "0").Err())
-		require.Eventually(t, func() bool { return pelSize(t, ctx, rdb, k) == 0 && len(mustRuns(&mu, runs)) == 400 },
-			60*time.Second, 20*time.Millisecond, "consumption resumed")
-		require.NoError(t, r.stop(t))
+		f.Within(time.Minute).Eventually("consumption resumed", func() bool { return f.PendingCount() == 0 && len(mustRuns(&mu, runs)) == 400 })
+		require.NoError(t, r.Stop())
 		mu.Lock()
 		defer mu.Unlock()
 		for _, id := range ids {
@@ -408,7 +391,7 @@ func TestDriverFullServer(t *testing.T) {
 			}
 			require.Equal(t, want, runs[id], "entry %s", id)
 		}
-		require.Equal(t, 1, m.get(driver.EventPaused))
+		require.Equal(t, 1, m.Total(driver.EventPaused))
 		logMu.Lock()
 		defer logMu.Unlock()
 		require.Equal(t, 1, strings.Count(logBuf.String(), "server out of memory"), "said once: %s", logBuf.String())
@@ -443,13 +426,13 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 // are refused with OOM.
 func TestLibraryOnFullServer(t *testing.T) {
 	eachDedicated(t, testserver.Options{}, func(t *testing.T, srv *testserver.Server) {
-		ctx := ctxFor(t)
+		ctx := t.Context()
 		admin := srv.Client()
 		defer admin.Close()
 		for _, mode := range []string{"fcall", "evalsha"} {
 			t.Run(mode, func(t *testing.T) {
-				k := newKeys(t)
 				require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "0").Err())
+				f := pelwardentest.Use(t, admin).NewFixture(t)
 				rdb := admin
 				if mode == "evalsha" {
 					// A user refused FUNCTION and FCALL runs the library
@@ -466,15 +449,11 @@ func TestLibraryOnFullServer(t *testing.T) {
 					_, err := lib.Load(ctx)
 					require.NoError(t, err)
 				}
-				setup(t, ctx, admin, k, 6)
-				msgs := deliver(t, ctx, admin, k, "c1", 6)
-				ids := make([]string, len(msgs))
-				for i, m := range msgs {
-					ids[i] = m.ID
-				}
+				f.Produce(6, order)
+				ids := f.LeavePending("c1", 6)
 				// A first call in evalsha mode loads the script while memory
 				// is free.
-				_, err := lib.Extend(ctx, pelwarden.ExtendArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", IDs: ids[:1]})
+				_, err := lib.Extend(ctx, pelwarden.ExtendArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", IDs: ids[:1]})
 				require.NoError(t, err)
 				wantMode := pelwarden.ModeFunction
 				if mode == "evalsha" {
@@ -485,28 +464,28 @@ func TestLibraryOnFullServer(t *testing.T) {
 				require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "1").Err())
 				defer func() { require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "0").Err()) }()
 
-				ack, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", IDs: ids[:2]})
+				ack, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", IDs: ids[:2]})
 				require.NoError(t, err, "ack on a full server")
 				require.EqualValues(t, 2, ack.Acked)
-				ext, err := lib.Extend(ctx, pelwarden.ExtendArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", IDs: ids[2:3]})
+				ext, err := lib.Extend(ctx, pelwarden.ExtendArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", IDs: ids[2:3]})
 				require.NoError(t, err, "extend on a full server")
 				require.EqualValues(t, 1, ext.Extended)
-				rel, err := lib.Release(ctx, pelwarden.ReleaseArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", IDs: ids[3:4], MinIdle: time.Second})
+				rel, err := lib.Release(ctx, pelwarden.ReleaseArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", IDs: ids[3:4], MinIdle: time.Second})
 				require.NoError(t, err, "release on a full server")
 				require.EqualValues(t, 1, rel.Extended)
-				_, err = lib.Reap(ctx, pelwarden.ReapArgs{Stream: k.Stream, Group: k.Group, Idle: time.Hour})
+				_, err = lib.Reap(ctx, pelwarden.ReapArgs{Stream: f.Stream, Group: f.Group, Idle: time.Hour})
 				require.NoError(t, err, "reap on a full server")
 
-				_, err = lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group,
+				_, err = lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group,
 					Consumer: "c1", IDs: ids[4:5], Reason: pelwarden.ReasonHandler, Error: "boom"})
 				require.Error(t, err, "dead-letter on a full server")
 				require.True(t, isOOM(err), "%v", err)
 				// Only a poison entry left pending: the claim's first write is its
 				// dead-letter XADD.
-				_, err = lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "c1", IDs: ids[2:5]})
+				_, err = lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", IDs: ids[2:5]})
 				require.NoError(t, err)
-				require.NoError(t, admin.Do(ctx, "XCLAIM", k.Stream, k.Group, "c1", 0, ids[5], "RETRYCOUNT", 9).Err())
-				_, err = lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c2",
+				require.NoError(t, admin.Do(ctx, "XCLAIM", f.Stream, f.Group, "c1", 0, ids[5], "RETRYCOUNT", 9).Err())
+				_, err = lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c2",
 					Cursor: "0-0", Count: 10, MinIdle: time.Millisecond, MaxDeliveries: 3})
 				if mode == "fcall" {
 					require.Error(t, err, "a claim that dead-letters on a full server")

@@ -19,6 +19,7 @@ import (
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
 	"github.com/pelwarden/pelwarden/internal/testserver"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
 // ledger records, per entry id, successful handler runs.
@@ -36,11 +37,10 @@ func (l *ledger) success(id string) { l.mu.Lock(); l.ok[id]++; l.mu.Unlock() }
 // in the dead-letter stream; duplicates are counted and reported.
 func TestDriverAtLeastOnceNothingLost(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
+		ctx := t.Context()
+		f := s.fixture(t)
 		const n = 20000
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
-		ids := produce(t, ctx, s.rdb, k, n)
+		ids := f.Produce(n, order)
 		poison := map[string]bool{}
 		for i := 0; i < n; i += 100 { // 1% poison: the handler always fails
 			poison[ids[i]] = true
@@ -63,7 +63,7 @@ func TestDriverAtLeastOnceNothingLost(t *testing.T) {
 			})
 		}
 		cfg := func(name string, delay time.Duration) driver.Config {
-			c := fastConfig(t, k, name, handler(delay))
+			c := driver.Config{Consumer: name, MaxDeliveries: 3, Handler: handler(delay)}
 			c.MinIdle = 500 * time.Millisecond
 			c.ReclaimInterval = 200 * time.Millisecond
 			return c
@@ -71,32 +71,32 @@ func TestDriverAtLeastOnceNothingLost(t *testing.T) {
 		// "cancelled": slow handlers, no shutdown grace.
 		cc := cfg("cancelled", 50*time.Millisecond)
 		cc.ShutdownTimeout = time.Nanosecond
-		cancelled := start(t, s.rdb, cc)
+		cancelled := f.RunConsumer(cc)
 		// "hard": its own connection, closed under it.
 		hardRDB := s.srv.Client()
 		hc := cfg("hard", 5*time.Millisecond)
 		hc.AckInterval = time.Hour // acks wait for a full batch
 		hc.ShutdownTimeout = 200 * time.Millisecond
-		hard := start(t, hardRDB, hc)
-		survivor := start(t, s.rdb, cfg("survivor", 0))
+		hard := f.WithClient(hardRDB).RunConsumer(hc)
+		survivor := f.RunConsumer(cfg("survivor", 0))
 
 		time.Sleep(300 * time.Millisecond)
-		require.NoError(t, cancelled.stop(t))
+		require.NoError(t, cancelled.Stop())
 		require.NoError(t, hardRDB.Close())
-		_ = hard.stop(t)
+		_ = hard.Stop()
 
-		waitFor(t, "PEL empty and every entry settled", func() bool {
-			if pelSize(t, ctx, s.rdb, k) != 0 {
+		f.Eventually("PEL empty and every entry settled", func() bool {
+			if f.PendingCount() != 0 {
 				return false
 			}
-			dl, _ := s.rdb.XLen(ctx, k.DLQ).Result()
+			dl, _ := s.rdb.XLen(ctx, f.DeadLetterStream).Result()
 			led.mu.Lock()
 			defer led.mu.Unlock()
 			return len(led.ok)+int(dl) >= n
 		})
-		require.NoError(t, survivor.stop(t))
+		require.NoError(t, survivor.Stop())
 
-		recs, err := s.rdb.XRange(ctx, k.DLQ, "-", "+").Result()
+		recs, err := s.rdb.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
 		require.NoError(t, err)
 		dead := map[string]int{}
 		for _, r := range recs {
@@ -126,65 +126,65 @@ func TestDriverAtLeastOnceNothingLost(t *testing.T) {
 // another consumer, and the first one's ack is refused (lost ownership).
 func TestDriverSlowHandlerStolenWithoutLease(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 1)
-		calls := newSeen()
+		f := s.fixture(t)
+		ids := f.Produce(1, order)
+		calls := &pelwardentest.Calls{}
 		slow := driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
-			calls.add(msg.ID)
+			calls.Add(msg.ID)
 			time.Sleep(1500 * time.Millisecond)
 			return nil
 		})
-		m := newCounts()
-		cfgA := fastConfig(t, k, "slow", slow)
+		m := &pelwardentest.Metrics{}
+		cfgA := driver.Config{Consumer: "slow", MaxDeliveries: 3, Handler: slow}
 		cfgA.LeaseInterval = driver.NoLease
 		// Its own reclaim pass would take the entry back from itself (and so
 		// act as a lease); only the thief reclaims here.
 		cfgA.ReclaimInterval = time.Hour
 		cfgA.Metrics = m
-		a := start(t, s.rdb, cfgA)
-		waitFor(t, "slow handler started", func() bool { return calls.count(ids[0]) == 1 })
-		mb := newCounts()
-		cfgB := fastConfig(t, k, "thief", slow)
+		a := f.RunConsumer(cfgA)
+		f.Eventually("slow handler started", func() bool { return calls.Count(ids[0]) == 1 })
+		mb := &pelwardentest.Metrics{}
+		cfgB := driver.Config{Consumer: "thief", MaxDeliveries: 3, Handler: slow}
 		cfgB.Metrics = mb
-		b := start(t, s.rdb, cfgB)
-		waitFor(t, "stolen and handled twice", func() bool { return calls.count(ids[0]) == 2 })
-		waitFor(t, "the thief acks", func() bool { return mb.get(driver.EventAcked) == 1 })
-		waitFor(t, "the first ack refused", func() bool { return m.get(driver.EventLostOwnership) == 1 })
-		require.NoError(t, a.stop(t))
-		require.NoError(t, b.stop(t))
-		require.Zero(t, m.get(driver.EventAcked))
+		b := f.RunConsumer(cfgB)
+		f.Eventually("stolen and handled twice", func() bool { return calls.Count(ids[0]) == 2 })
+		f.Eventually("the thief acks", func() bool { return mb.Total(driver.EventAcked) == 1 })
+		f.Eventually("the first ack refused", func() bool { return m.Total(driver.EventLostOwnership) == 1 })
+		require.NoError(t, a.Stop())
+		require.NoError(t, b.Stop())
+		require.Zero(t, m.Total(driver.EventAcked))
 	})
 }
 
 // FUNCTION FLUSH while consumers run: the library comes back by itself.
 func TestDriverSurvivesFunctionFlush(t *testing.T) {
 	eachDedicated(t, testserver.Options{}, func(t *testing.T, srv *testserver.Server) {
-		ctx := ctxFor(t)
+		ctx := t.Context()
 		rdb := srv.Client()
 		defer rdb.Close()
-		k := newKeys(t)
-		m := newCounts()
+		f := pelwardentest.Use(t, rdb).FixtureFor(t, pelwardentest.NewKeys(t)) // the consumer creates the group
+		m := &pelwardentest.Metrics{}
 		// After the flush some entries fail once: their release and their
 		// reclaim need the library (reads and quick acks do not).
 		var failSome atomic.Bool
-		seen := newSeen()
-		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(_ context.Context, msg *driver.Message) error {
-			if seen.add(msg.ID) == 1 && failSome.Load() && strings.HasSuffix(msg.ID, "0") {
+		seen := &pelwardentest.Calls{}
+		cfg := driver.Config{Consumer: "w", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(_ context.Context, msg *driver.Message) error {
+			if seen.Add(msg.ID) == 1 && failSome.Load() && strings.HasSuffix(msg.ID, "0") {
 				return errors.New("first delivery fails")
 			}
 			return nil
-		}))
+		})}
 		cfg.Metrics = m
-		r := start(t, rdb, cfg)
-		waitFor(t, "group created", func() bool { return rdb.Exists(ctx, k.Stream).Val() == 1 })
-		produce(t, ctx, rdb, k, 100)
-		waitFor(t, "100 acked", func() bool { return m.get(driver.EventAcked) == 100 })
+		cfg.CreateGroup = true
+		r := f.RunConsumer(cfg)
+		f.Eventually("group created", func() bool { return rdb.Exists(ctx, f.Stream).Val() == 1 })
+		f.Produce(100, order)
+		f.Eventually("100 acked", func() bool { return m.Total(driver.EventAcked) == 100 })
 		require.NoError(t, rdb.FunctionFlush(ctx).Err())
 		failSome.Store(true)
-		produce(t, ctx, rdb, k, 100)
-		waitFor(t, "200 acked", func() bool { return m.get(driver.EventAcked) == 200 })
-		require.NoError(t, r.stop(t))
+		f.Produce(100, order)
+		f.Eventually("200 acked", func() bool { return m.Total(driver.EventAcked) == 200 })
+		require.NoError(t, r.Stop())
 		v, err := rdb.FCallRO(ctx, pelwarden.FunctionVersion, nil).Text()
 		require.NoError(t, err)
 		require.Equal(t, pelwarden.LibraryVersion, v)
@@ -195,32 +195,32 @@ func TestDriverSurvivesFunctionFlush(t *testing.T) {
 // unsent acks, and everything produced ends up acked.
 func TestDriverReconnectsAfterRestart(t *testing.T) {
 	eachDedicated(t, testserver.Options{Args: []string{"--appendonly", "yes", "--appendfsync", "always", "--dir", "/tmp"}}, func(t *testing.T, srv *testserver.Server) {
-		ctx := ctxFor(t)
+		ctx := t.Context()
 		rdb := srv.Client()
 		defer rdb.Close()
-		k := newKeys(t)
+		f := pelwardentest.Use(t, rdb).FixtureFor(t, pelwardentest.NewKeys(t)) // the consumer creates the group
 		led := &ledger{ok: map[string]int{}}
-		m := newCounts()
-		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+		m := &pelwardentest.Metrics{}
+		cfg := driver.Config{Consumer: "w", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			led.success(msg.ID)
 			return nil
-		}))
+		})}
 		cfg.Metrics = m
-		cfg.Logger = nil // errors to the default logger: expected during the restart
-		r := start(t, rdb, cfg)
-		waitFor(t, "group created", func() bool { return rdb.Exists(ctx, k.Stream).Val() == 1 })
-		first := produce(t, ctx, rdb, k, 200)
-		waitFor(t, "200 handled", func() bool { led.mu.Lock(); defer led.mu.Unlock(); return len(led.ok) == 200 })
+		cfg.CreateGroup = true
+		r := f.RunConsumer(cfg)
+		f.Eventually("group created", func() bool { return rdb.Exists(ctx, f.Stream).Val() == 1 })
+		first := f.Produce(200, order)
+		f.Eventually("200 handled", func() bool { led.mu.Lock(); defer led.mu.Unlock(); return len(led.ok) == 200 })
 		require.NoError(t, srv.Restart(ctx))
 		require.Eventually(t, func() bool { return rdb.Ping(ctx).Err() == nil }, 30*time.Second, 100*time.Millisecond)
-		second := produce(t, ctx, rdb, k, 200)
-		waitFor(t, "PEL empty, 400 handled", func() bool {
+		second := f.Produce(200, order)
+		f.Eventually("PEL empty, 400 handled", func() bool {
 			led.mu.Lock()
 			handled := len(led.ok)
 			led.mu.Unlock()
-			return handled == 400 && pelSize(t, ctx, rdb, k) == 0
+			return handled == 400 && f.PendingCount() == 0
 		})
-		require.NoError(t, r.stop(t))
+		require.NoError(t, r.Stop())
 		for _, id := range append(first, second...) {
 			require.GreaterOrEqual(t, led.ok[id], 1, fmt.Sprintf("%s handled", id))
 		}
@@ -231,30 +231,28 @@ func TestDriverReconnectsAfterRestart(t *testing.T) {
 // be sent are reported and their entries stay pending, never lost.
 func TestDriverShutdownBoundedWhenServerHangs(t *testing.T) {
 	eachDedicated(t, testserver.Options{}, func(t *testing.T, srv *testserver.Server) {
-		ctx := ctxFor(t)
+		ctx := t.Context()
 		opts := srv.Options()
 		opts.ContextTimeoutEnabled = true
 		rdb := redis.NewClient(opts)
 		defer rdb.Close()
 		admin := srv.Client()
 		defer admin.Close()
-		k := newKeys(t)
-		require.NoError(t, admin.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
-		ids := produce(t, ctx, admin, k, 20)
+		f := pelwardentest.Use(t, admin).NewFixture(t)
+		ids := f.Produce(20, order)
 		started := make(chan string, 20)
 		gate := make(chan struct{})
-		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
+		cfg := driver.Config{Consumer: "w", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
 			started <- m.ID
 			<-gate // the handlers succeed once the server hangs
 			return nil
-		}))
+		})}
 		cfg.Concurrency = 20
 		cfg.AckInterval = time.Hour
 		cfg.AckBatch = 1000 // acks wait for the shutdown flush
 		cfg.ShutdownTimeout = 300 * time.Millisecond
 		cfg.MinIdle = time.Hour
-		cfg.Logger = nil
-		r := start(t, rdb, cfg)
+		r := f.WithClient(rdb).RunConsumer(cfg)
 		for range ids {
 			<-started
 		}
@@ -262,10 +260,10 @@ func TestDriverShutdownBoundedWhenServerHangs(t *testing.T) {
 		t.Cleanup(func() { admin.Do(context.Background(), "CLIENT", "UNPAUSE") })
 		close(gate)
 		began := time.Now()
-		require.NoError(t, r.stop(t))
+		require.NoError(t, r.Stop())
 		require.Less(t, time.Since(began), 10*time.Second, "Run returned while the server hung")
 		require.NoError(t, admin.Do(ctx, "CLIENT", "UNPAUSE").Err())
-		require.EqualValues(t, 20, pelSize(t, ctx, admin, k), "unsent acks: entries stay pending, none lost")
+		require.EqualValues(t, 20, f.PendingCount(), "unsent acks: entries stay pending, none lost")
 	})
 }
 
@@ -273,29 +271,27 @@ func TestDriverShutdownBoundedWhenServerHangs(t *testing.T) {
 // is never lost: the driver counts it and leaves it pending.
 func TestDriverTooLargeToDeadLetterStaysPending(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+		ctx := t.Context()
+		f := s.fixture(t)
 		values := make([]string, 0, 20000)
 		for i := range 10000 {
 			values = append(values, fmt.Sprintf("f%d", i), "v")
 		}
-		id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: values}).Result()
+		id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: values}).Result()
 		require.NoError(t, err)
-		m := newCounts()
-		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+		m := &pelwardentest.Metrics{}
+		cfg := driver.Config{Consumer: "w", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			return driver.DeadLetter(errors.New("cannot parse"))
-		}))
+		})}
 		cfg.Metrics = m
-		cfg.Logger = nil // the driver logs the too-large entry as an error: expected here
-		r := start(t, s.rdb, cfg)
-		waitFor(t, "too large reported", func() bool { return m.get(driver.EventTooLarge) >= 1 })
-		require.NoError(t, r.stop(t))
-		require.NotNil(t, pendingOf(t, ctx, s.rdb, k, id), "still pending")
-		n, err := s.rdb.XLen(ctx, k.Stream).Result()
+		r := f.RunConsumer(cfg)
+		f.Eventually("too large reported", func() bool { return m.Total(driver.EventTooLarge) >= 1 })
+		require.NoError(t, r.Stop())
+		f.RequirePending(id, pelwardentest.Pending{})
+		n, err := s.rdb.XLen(ctx, f.Stream).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "still in the stream")
-		require.Zero(t, s.rdb.Exists(ctx, k.DLQ).Val(), "no partial dead-letter record")
+		require.Zero(t, s.rdb.Exists(ctx, f.DeadLetterStream).Val(), "no partial dead-letter record")
 	})
 }
 
@@ -346,55 +342,44 @@ func (h *selfHealCut) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // ErrServerUnsupported ("is Lua disabled on this server?").
 func TestDriverSurvivesFailedSelfHeal(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
+		f := s.fixture(t)
 		rdb := s.srv.Client()
 		defer rdb.Close()
 		cut := &selfHealCut{}
 		rdb.AddHook(cut)
-		m := newCounts()
+		m := &pelwardentest.Metrics{}
 		// In the second half every entry fails once: giving it back for a
 		// retry (the release function) and reclaiming it (the claim
 		// function) need the library; reads and quick acks do not.
 		var failOnce atomic.Bool
-		seen := newSeen()
-		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(_ context.Context, msg *driver.Message) error {
-			if seen.add(msg.ID) == 1 && failOnce.Load() {
+		seen := &pelwardentest.Calls{}
+		cfg := driver.Config{Consumer: "w", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(_ context.Context, msg *driver.Message) error {
+			if seen.Add(msg.ID) == 1 && failOnce.Load() {
 				return errors.New("first delivery fails")
 			}
 			return nil
-		}))
+		})}
 		cfg.Metrics = m
-		cfg.Logger = nil // the failed loads are logged as errors: expected here
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
-		produce(t, ctx, s.rdb, k, 20)
+		f.Produce(20, order)
 
 		cut.armed.Store(true) // at start
-		r := start(t, rdb, cfg)
-		waitFor(t, "3 loads cut at start", func() bool { return cut.loads.Load() >= 3 || isDone(r.done) })
-		require.False(t, isDone(r.done), "Run returned: %v", runErr(r))
+		r := f.WithClient(rdb).RunConsumer(cfg)
+		f.Eventually("3 loads cut at start", func() bool { return cut.loads.Load() >= 3 || isDone(r.Done()) })
+		require.False(t, isDone(r.Done()), "Run returned: %v", r.Err())
 		cut.armed.Store(false)
-		waitFor(t, "20 acked", func() bool { return m.get(driver.EventAcked) == 20 })
+		f.Eventually("20 acked", func() bool { return m.Total(driver.EventAcked) == 20 })
 
 		failOnce.Store(true)
 		cut.armed.Store(true) // while running: releases and claims need the library
 		before := cut.loads.Load()
-		produce(t, ctx, s.rdb, k, 20)
-		waitFor(t, "3 more loads cut", func() bool { return cut.loads.Load() >= before+3 || isDone(r.done) })
-		require.False(t, isDone(r.done), "Run returned: %v", runErr(r))
+		f.Produce(20, order)
+		f.Eventually("3 more loads cut", func() bool { return cut.loads.Load() >= before+3 || isDone(r.Done()) })
+		require.False(t, isDone(r.Done()), "Run returned: %v", r.Err())
 		cut.armed.Store(false)
-		waitFor(t, "40 acked", func() bool { return m.get(driver.EventAcked) == 40 })
-		require.NoError(t, r.stop(t))
-		require.Zero(t, pelSize(t, ctx, s.rdb, k))
+		f.Eventually("40 acked", func() bool { return m.Total(driver.EventAcked) == 40 })
+		require.NoError(t, r.Stop())
+		require.Zero(t, f.PendingCount())
 	})
-}
-
-// runErr is Run's result once it returned, else nil.
-func runErr(r *running) error {
-	if isDone(r.done) {
-		return r.err
-	}
-	return nil
 }
 
 func isDone(ch <-chan struct{}) bool {
@@ -413,19 +398,18 @@ func isDone(ch <-chan struct{}) bool {
 // with SIGTERM during a server restart.
 func TestDriverStoppedWhileStartingReturnsNil(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		k := newKeys(t)
+		f := s.fixture(t)
 		rdb := s.srv.Client()
 		defer rdb.Close()
 		cut := &selfHealCut{}
 		rdb.AddHook(cut)
-		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }))
-		cfg.Logger = nil // the failed loads are logged as errors: expected here
+		cfg := f.ConsumerConfig(driver.Config{Consumer: "w", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
 
 		cut.armed.Store(true)
-		r := start(t, rdb, cfg)
-		waitFor(t, "2 loads cut", func() bool { return cut.loads.Load() >= 2 || isDone(r.done) })
-		require.False(t, isDone(r.done), "Run returned while starting: %v", runErr(r))
-		require.NoError(t, r.stop(t), "stopped while loading the library")
+		r := f.WithClient(rdb).RunConsumer(cfg)
+		f.Eventually("2 loads cut", func() bool { return cut.loads.Load() >= 2 || isDone(r.Done()) })
+		require.False(t, isDone(r.Done()), "Run returned while starting: %v", r.Err())
+		require.NoError(t, r.Stop(), "stopped while loading the library")
 
 		// Cancelled before Run is even called.
 		c, err := driver.New(rdb, cfg)

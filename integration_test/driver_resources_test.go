@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
 // leakLabel is the pprof label key that marks the goroutines of one test's
@@ -44,8 +45,8 @@ const leakLabel = "pelwarden-resources"
 // longer listed under the pool's client name; alone it passed every run.
 func TestDriverStartStopLeaksNothing(t *testing.T) {
 	s := servers[0]
-	ctx := ctxFor(t)
-	k := newKeys(t)
+	ctx := t.Context()
+	f := s.fixture(t)
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	name := "pw-resources-" + hex.EncodeToString(b)
@@ -55,8 +56,8 @@ func TestDriverStartStopLeaksNothing(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 
 	const cycles, perCycle = 100, 5
-	m := newCounts()
-	cfg := fastConfig(t, k, "cycler", driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }))
+	m := &pelwardentest.Metrics{}
+	cfg := f.ConsumerConfig(driver.Config{Consumer: "cycler", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
 	cfg.Concurrency = 4
 	cfg.ReadBlock = 20 * time.Millisecond
 	cfg.ReclaimInterval = 50 * time.Millisecond
@@ -71,12 +72,12 @@ func TestDriverStartStopLeaksNothing(t *testing.T) {
 	var peak uint32
 	running := 0 // goroutines of the running consumer, in the first cycle
 	for i := range cycles {
-		produce(t, ctx, s.rdb, k, perCycle)
+		f.Produce(perCycle, order)
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go pprof.Do(runCtx, pprof.Labels(leakLabel, name), func(ctx context.Context) { done <- c.Run(ctx) })
-		waitFor(t, fmt.Sprintf("cycle %d: %d acked", i, (i+1)*perCycle), func() bool {
-			return m.get(driver.EventAcked) == (i+1)*perCycle
+		f.Eventually(fmt.Sprintf("cycle %d: %d acked", i, (i+1)*perCycle), func() bool {
+			return m.Total(driver.EventAcked) == (i+1)*perCycle
 		})
 		if i == 0 {
 			// The count sees the running consumer (Run, its loops, its
@@ -92,11 +93,11 @@ func TestDriverStartStopLeaksNothing(t *testing.T) {
 			t.Fatalf("cycle %d: Run did not return within 30s", i)
 		}
 
-		eventually(t, 30*time.Second, fmt.Sprintf("cycle %d: the consumer's goroutines gone", i), func() (string, bool) {
+		f.EventuallyState(fmt.Sprintf("cycle %d: the consumer's goroutines gone", i), func() (string, bool) {
 			n, stacks := labeledGoroutines(t, name)
 			return fmt.Sprintf("%d left:\n%s", n, stacks), n == 0
 		})
-		eventually(t, 30*time.Second, fmt.Sprintf("cycle %d: every connection back in the pool and seen by the server", i), func() (string, bool) {
+		f.EventuallyState(fmt.Sprintf("cycle %d: every connection back in the pool and seen by the server", i), func() (string, bool) {
 			st := rdb.PoolStats()
 			server, err := namedConnections(ctx, s.rdb, name)
 			if err != nil {
@@ -108,7 +109,7 @@ func TestDriverStartStopLeaksNothing(t *testing.T) {
 		st := rdb.PoolStats()
 		require.LessOrEqual(t, st.TotalConns, maxConns, "cycle %d: pool %+v", i, *st)
 	}
-	require.Zero(t, pelSize(t, ctx, s.rdb, k))
+	require.Zero(t, f.PendingCount())
 	st := rdb.PoolStats()
 	t.Logf("%d cycles: %d goroutines while running, none left after any cycle; pool at the end: %d connections, %d idle; at most %d after a cycle (bound %d)",
 		cycles, running, st.TotalConns, st.IdleConns, peak, maxConns)

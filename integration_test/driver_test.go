@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,130 +19,34 @@ import (
 	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
-// counts is a driver.Metrics that counts in memory.
-type counts struct {
-	mu   sync.Mutex
-	ev   map[driver.Event]int
-	dead map[string]int
-}
-
-func newCounts() *counts { return &counts{ev: map[driver.Event]int{}, dead: map[string]int{}} }
-
-func (c *counts) Count(e driver.Event, n int) { c.mu.Lock(); c.ev[e] += n; c.mu.Unlock() }
-func (c *counts) DeadLettered(r string, n int) {
-	c.mu.Lock()
-	c.dead[r] += n
-	c.mu.Unlock()
-}
-func (c *counts) HandlerDuration(time.Duration) {}
-func (c *counts) get(e driver.Event) int        { c.mu.Lock(); defer c.mu.Unlock(); return c.ev[e] }
-func (c *counts) deadFor(r string) int          { c.mu.Lock(); defer c.mu.Unlock(); return c.dead[r] }
-
-// seen records handler calls per entry id.
-type seen struct {
-	mu    sync.Mutex
-	calls map[string]int
-}
-
-func newSeen() *seen { return &seen{calls: map[string]int{}} }
-func (s *seen) add(id string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.calls[id]++
-	return s.calls[id]
-}
-func (s *seen) count(id string) int { s.mu.Lock(); defer s.mu.Unlock(); return s.calls[id] }
-func (s *seen) distinct() int       { s.mu.Lock(); defer s.mu.Unlock(); return len(s.calls) }
-
-// quiet logs only errors, to the test log.
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-// fastConfig is a driver config with short timings for tests.
-func fastConfig(t *testing.T, k keys, consumer string, h driver.Handler) driver.Config {
-	return driver.Config{
-		Stream: k.Stream, Group: k.Group, Consumer: consumer, Handler: h,
-		DeadLetterStream: k.DLQ, MaxDeliveries: 3,
-		MinIdle: 300 * time.Millisecond, ReclaimInterval: 100 * time.Millisecond,
-		ReadBlock: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
-		CreateGroup: true, Logger: testLogger(t),
-	}
-}
-
-// running is a consumer started in the background.
-type running struct {
-	c      *driver.Consumer
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error // Run's result, set before done is closed
-}
-
-func start(t *testing.T, rdb redis.UniversalClient, cfg driver.Config) *running {
-	t.Helper()
-	c, err := driver.New(rdb, cfg)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{c: c, cancel: cancel, done: make(chan struct{})}
-	go func() { r.err = c.Run(ctx); close(r.done) }()
-	t.Cleanup(func() { r.stop(t) })
-	return r
-}
-
-// stop cancels the consumer and returns Run's error (once).
-func (r *running) stop(t *testing.T) error {
-	r.cancel()
-	select {
-	case <-r.done:
-		return r.err
-	case <-time.After(30 * time.Second):
-		t.Fatal("consumer did not stop within 30s")
-		return nil
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	require.Eventually(t, cond, 30*time.Second, 20*time.Millisecond, what)
-}
-
 // Happy path: every entry is handled once and acked, in batches.
 func TestDriverHandlesAndAcks(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+		f := s.fixture(t)
 		const n = 500
-		produce(t, ctx, s.rdb, k, n)
+		f.Produce(n, order)
 
 		var ackCalls atomic.Int64
 		rdb := s.srv.Client()
 		defer rdb.Close()
 		rdb.AddHook(commandCounter{fn: pelwarden.FunctionAck, n: &ackCalls})
-		calls := newSeen()
-		m := newCounts()
-		cfg := fastConfig(t, k, "worker", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
-			calls.add(msg.ID)
+		calls := &pelwardentest.Calls{}
+		m := &pelwardentest.Metrics{}
+		cfg := driver.Config{Consumer: "worker", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+			calls.Add(msg.ID)
 			if v, _ := msg.Value("payload"); !strings.HasPrefix(v, "order-") {
 				return fmt.Errorf("unexpected payload %q", v)
 			}
 			return nil
-		}))
+		})}
 		cfg.Metrics = m
-		r := start(t, rdb, cfg)
-		waitFor(t, "all entries acked", func() bool { return m.get(driver.EventAcked) == n })
-		require.NoError(t, r.stop(t))
-		require.Equal(t, n, calls.distinct())
-		require.Zero(t, pelSize(t, ctx, s.rdb, k))
-		require.Equal(t, n, m.get(driver.EventRead))
-		require.Equal(t, n, m.get(driver.EventHandled))
+		r := f.WithClient(rdb).RunConsumer(cfg)
+		f.Eventually("all entries acked", func() bool { return m.Total(driver.EventAcked) == n })
+		require.NoError(t, r.Stop())
+		require.Equal(t, n, calls.Distinct())
+		require.Zero(t, f.PendingCount())
+		require.Equal(t, n, m.Total(driver.EventRead))
+		require.Equal(t, n, m.Total(driver.EventHandled))
 		require.Less(t, ackCalls.Load(), int64(n/5), "acks are batched (%d calls for %d entries)", ackCalls.Load(), n)
 	})
 }
@@ -154,21 +57,19 @@ func TestDriverHandlesAndAcks(t *testing.T) {
 // ever send them.
 func TestDriverAcksWhenDrained(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
-		m := newCounts()
-		cfg := fastConfig(t, k, "worker", driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }))
+		f := s.fixture(t)
+		m := &pelwardentest.Metrics{}
+		cfg := driver.Config{Consumer: "worker", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })}
 		cfg.Metrics = m
 		cfg.AckInterval = time.Hour
 		cfg.AckBatch = 1000
-		r := start(t, s.rdb, cfg)
+		r := f.RunConsumer(cfg)
 		for burst := 1; burst <= 3; burst++ {
-			produce(t, ctx, s.rdb, k, 10)
-			waitFor(t, fmt.Sprintf("burst %d acked", burst), func() bool { return m.get(driver.EventAcked) == 10*burst })
-			require.Zero(t, pelSize(t, ctx, s.rdb, k))
+			f.Produce(10, order)
+			f.Eventually(fmt.Sprintf("burst %d acked", burst), func() bool { return m.Total(driver.EventAcked) == 10*burst })
+			require.Zero(t, f.PendingCount())
 		}
-		require.NoError(t, r.stop(t))
+		require.NoError(t, r.Stop())
 	})
 }
 
@@ -177,14 +78,14 @@ func TestDriverAcksWhenDrained(t *testing.T) {
 // parks an entry at once with its error text.
 func TestDriverPoisonAndDeadLetter(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		f, k := fixture(t, s)
+		f := s.fixture(t)
 		ids := f.Produce(30, nil)
 		poison := map[string]bool{ids[3]: true, ids[17]: true}
 		bad := ids[5]
-		calls := newSeen()
-		m := newCounts()
-		cfg := fastConfig(t, k, "worker", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
-			calls.add(msg.ID)
+		calls := &pelwardentest.Calls{}
+		m := &pelwardentest.Metrics{}
+		cfg := driver.Config{Consumer: "worker", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+			calls.Add(msg.ID)
 			switch {
 			case poison[msg.ID]:
 				return errors.New("always fails")
@@ -192,59 +93,55 @@ func TestDriverPoisonAndDeadLetter(t *testing.T) {
 				return driver.DeadLetter(errors.New("malformed order"))
 			}
 			return nil
-		}))
+		})}
 		cfg.Metrics = m
 		c := f.RunConsumer(cfg)
 		f.Within(30*time.Second).RequireDeadLetterIDs(ids[3], ids[17], bad)
 		f.Within(30 * time.Second).RequirePELEmpty()
 		require.NoError(t, c.Stop())
 		for id := range poison {
-			require.Equal(t, 3, calls.count(id), "a poison entry reaches the handler MaxDeliveries times")
+			require.Equal(t, 3, calls.Count(id), "a poison entry reaches the handler MaxDeliveries times")
 			f.RequireDeadLettered(id, pelwardentest.DeadLettered{Reason: pelwarden.ReasonMaxDeliveries})
 		}
-		require.Equal(t, 1, calls.count(bad))
+		require.Equal(t, 1, calls.Count(bad))
 		f.RequireDeadLettered(bad, pelwardentest.DeadLettered{Reason: pelwarden.ReasonHandler, Error: "malformed order"})
-		require.Equal(t, 2, m.deadFor(pelwarden.ReasonMaxDeliveries))
-		require.Equal(t, 1, m.deadFor(pelwarden.ReasonHandler))
-		require.Equal(t, 27, m.get(driver.EventAcked))
+		require.Equal(t, 2, m.DeadLetteredTotal(pelwarden.ReasonMaxDeliveries))
+		require.Equal(t, 1, m.DeadLetteredTotal(pelwarden.ReasonHandler))
+		require.Equal(t, 27, m.Total(driver.EventAcked))
 	})
 }
 
 // A panicking handler is recovered and counted; the entry is retried.
 func TestDriverRecoversPanics(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
-		ids := produce(t, ctx, s.rdb, k, 5)
-		calls := newSeen()
-		m := newCounts()
-		cfg := fastConfig(t, k, "worker", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
-			if calls.add(msg.ID) == 1 && msg.ID == ids[2] {
+		f := s.fixture(t)
+		ids := f.Produce(5, order)
+		calls := &pelwardentest.Calls{}
+		m := &pelwardentest.Metrics{}
+		cfg := driver.Config{Consumer: "worker", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+			if calls.Add(msg.ID) == 1 && msg.ID == ids[2] {
 				panic("boom")
 			}
 			return nil
-		}))
+		})}
 		cfg.Metrics = m
-		r := start(t, s.rdb, cfg)
-		waitFor(t, "all acked", func() bool { return m.get(driver.EventAcked) == 5 })
-		require.NoError(t, r.stop(t))
-		require.Equal(t, 2, calls.count(ids[2]))
-		require.Equal(t, 1, m.get(driver.EventHandlerPanic))
-		require.Equal(t, 1, m.get(driver.EventHandlerError))
+		r := f.RunConsumer(cfg)
+		f.Eventually("all acked", func() bool { return m.Total(driver.EventAcked) == 5 })
+		require.NoError(t, r.Stop())
+		require.Equal(t, 2, calls.Count(ids[2]))
+		require.Equal(t, 1, m.Total(driver.EventHandlerPanic))
+		require.Equal(t, 1, m.Total(driver.EventHandlerError))
 	})
 }
 
 // RetryAfter keeps an entry from being redelivered before its delay.
 func TestDriverRetryAfter(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
-		produce(t, ctx, s.rdb, k, 1)
+		f := s.fixture(t)
+		f.Produce(1, order)
 		var mu sync.Mutex
 		var times []time.Time
-		cfg := fastConfig(t, k, "worker", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+		cfg := driver.Config{Consumer: "worker", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			mu.Lock()
 			defer mu.Unlock()
 			times = append(times, time.Now())
@@ -255,14 +152,14 @@ func TestDriverRetryAfter(t *testing.T) {
 				return driver.RetryAfter(time.Second, errors.New("busy, beyond MinIdle"))
 			}
 			return nil
-		}))
+		})}
 		cfg.MaxDeliveries = 10
-		r := start(t, s.rdb, cfg)
-		waitFor(t, "third attempt", func() bool { mu.Lock(); defer mu.Unlock(); return len(times) == 3 })
-		require.NoError(t, r.stop(t))
+		r := f.RunConsumer(cfg)
+		f.Eventually("third attempt", func() bool { mu.Lock(); defer mu.Unlock(); return len(times) == 3 })
+		require.NoError(t, r.Stop())
 		require.GreaterOrEqual(t, times[1].Sub(times[0]), 200*time.Millisecond)
 		require.GreaterOrEqual(t, times[2].Sub(times[1]), time.Second, "a delay beyond MinIdle is held by the lease")
-		require.Zero(t, pelSize(t, ctx, s.rdb, k))
+		require.Zero(t, f.PendingCount())
 	})
 }
 
@@ -270,31 +167,31 @@ func TestDriverRetryAfter(t *testing.T) {
 // are dead-lettered; a slow but healthy handler keeps its entries (lease).
 func TestDriverReclaimsFromDeadConsumer(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		f, k := fixture(t, s)
+		ctx := t.Context()
+		f := s.fixture(t)
 		ids := f.Produce(50, nil)
 		f.LeavePending("crashed", 50) // read, never acked: a crash
 		// Two of them had already been delivered three times.
 		f.SetDeliveries(3, ids[:2]...)
-		calls := newSeen()
-		m := newCounts()
-		cfg := fastConfig(t, k, "rescuer", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
-			calls.add(msg.ID)
+		calls := &pelwardentest.Calls{}
+		m := &pelwardentest.Metrics{}
+		cfg := driver.Config{Consumer: "rescuer", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+			calls.Add(msg.ID)
 			return nil
-		}))
+		})}
 		cfg.Metrics = m
-		cfg.ReapIdle = cfg.MinIdle
+		cfg.ReapIdle = pelwardentest.TestMinIdle
 		c := f.RunConsumer(cfg)
 		f.Within(30 * time.Second).RequirePELEmpty()
-		waitFor(t, "crashed consumer reaped", func() bool { return m.get(driver.EventReaped) >= 1 })
+		f.Eventually("crashed consumer reaped", func() bool { return m.Total(driver.EventReaped) >= 1 })
 		require.NoError(t, c.Stop())
 		f.RequireDeadLetterIDs(ids[:2]...)
 		f.RequireAcked(ids[2:]...)
-		require.Equal(t, 48, calls.distinct())
-		require.Zero(t, calls.count(ids[0]), "poison entry never reached a handler again")
-		require.Equal(t, 48, m.get(driver.EventClaimed))
-		require.Equal(t, 2, m.deadFor(pelwarden.ReasonMaxDeliveries))
-		cs, err := s.rdb.XInfoConsumers(ctx, k.Stream, k.Group).Result()
+		require.Equal(t, 48, calls.Distinct())
+		require.Zero(t, calls.Count(ids[0]), "poison entry never reached a handler again")
+		require.Equal(t, 48, m.Total(driver.EventClaimed))
+		require.Equal(t, 2, m.DeadLetteredTotal(pelwarden.ReasonMaxDeliveries))
+		cs, err := s.rdb.XInfoConsumers(ctx, f.Stream, f.Group).Result()
 		require.NoError(t, err)
 		for _, c := range cs {
 			require.NotEqual(t, "crashed", c.Name)
@@ -306,13 +203,11 @@ func TestDriverReclaimsFromDeadConsumer(t *testing.T) {
 // lease heartbeat keeps extending it.
 func TestDriverLeaseProtectsSlowHandler(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
-		ids := produce(t, ctx, s.rdb, k, 1)
-		calls := newSeen()
+		f := s.fixture(t)
+		ids := f.Produce(1, order)
+		calls := &pelwardentest.Calls{}
 		slow := driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
-			calls.add(msg.ID)
+			calls.Add(msg.ID)
 			select {
 			case <-time.After(5 * time.Second): // five times MinIdle
 				return nil
@@ -322,20 +217,20 @@ func TestDriverLeaseProtectsSlowHandler(t *testing.T) {
 		})
 		// MinIdle 1 s (not fastConfig's 300 ms): the heartbeat every 333 ms
 		// must not miss two beats in a row on a loaded test machine.
-		m := newCounts()
-		cfgA := fastConfig(t, k, "slow", slow)
+		m := &pelwardentest.Metrics{}
+		cfgA := driver.Config{Consumer: "slow", MaxDeliveries: 3, Handler: slow}
 		cfgA.MinIdle, cfgA.Metrics = time.Second, m
-		a := start(t, s.rdb, cfgA)
-		waitFor(t, "slow handler started", func() bool { return calls.count(ids[0]) == 1 })
-		cfgB := fastConfig(t, k, "thief", slow)
+		a := f.RunConsumer(cfgA)
+		f.Eventually("slow handler started", func() bool { return calls.Count(ids[0]) == 1 })
+		cfgB := driver.Config{Consumer: "thief", MaxDeliveries: 3, Handler: slow}
 		cfgB.MinIdle = time.Second
-		b := start(t, s.rdb, cfgB)
-		waitFor(t, "acked", func() bool { return m.get(driver.EventAcked) == 1 })
-		require.NoError(t, a.stop(t))
-		require.NoError(t, b.stop(t))
-		require.Equal(t, 1, calls.count(ids[0]), "handled once: never stolen")
-		require.GreaterOrEqual(t, m.get(driver.EventLeaseExtended), 2)
-		require.Zero(t, m.get(driver.EventLostOwnership))
+		b := f.RunConsumer(cfgB)
+		f.Eventually("acked", func() bool { return m.Total(driver.EventAcked) == 1 })
+		require.NoError(t, a.Stop())
+		require.NoError(t, b.Stop())
+		require.Equal(t, 1, calls.Count(ids[0]), "handled once: never stolen")
+		require.GreaterOrEqual(t, m.Total(driver.EventLeaseExtended), 2)
+		require.Zero(t, m.Total(driver.EventLostOwnership))
 	})
 }
 
@@ -343,31 +238,31 @@ func TestDriverLeaseProtectsSlowHandler(t *testing.T) {
 // cancelled, and its outcome is counted as lost ownership, not acked.
 func TestDriverLostOwnershipCancelsHandler(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		f, k := fixture(t, s)
+		ctx := t.Context()
+		f := s.fixture(t)
 		ids := []string{f.Add("n", "0")}
 		started := make(chan struct{})
 		cause := make(chan error, 1)
-		m := newCounts()
-		cfg := fastConfig(t, k, "victim", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+		m := &pelwardentest.Metrics{}
+		cfg := driver.Config{Consumer: "victim", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			close(started)
 			<-ctx.Done()
 			cause <- context.Cause(ctx)
 			return nil // claims success; must not be acked
-		}))
+		})}
 		cfg.Metrics = m
 		c := f.RunConsumer(cfg)
 		<-started
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "other", Messages: ids}).Err())
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "other", Messages: ids}).Err())
 		select {
 		case err := <-cause:
 			require.ErrorContains(t, err, "ownership lost")
 		case <-time.After(10 * time.Second):
 			t.Fatal("handler context not cancelled after ownership moved")
 		}
-		waitFor(t, "lost counted", func() bool { return m.get(driver.EventLostOwnership) == 1 })
+		f.Eventually("lost counted", func() bool { return m.Total(driver.EventLostOwnership) == 1 })
 		require.NoError(t, c.Stop())
-		require.Zero(t, m.get(driver.EventAcked))
+		require.Zero(t, m.Total(driver.EventAcked))
 		f.RequirePending(ids[0], pelwardentest.Pending{Consumer: "other", Deliveries: 2}) // still pending under its new owner (XCLAIM counts a delivery)
 	})
 }
@@ -376,41 +271,41 @@ func TestDriverLostOwnershipCancelsHandler(t *testing.T) {
 // created, and created again if it disappears while running.
 func TestDriverGroupHandling(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }))
-		cfg.CreateGroup = false
+		ctx := t.Context()
+		k := pelwardentest.NewKeys(t)
+		f := s.kit(t).FixtureFor(t, k) // no group yet
+		cfg := f.ConsumerConfig(driver.Config{Consumer: "w", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
 		c, err := driver.New(s.rdb, cfg)
 		require.NoError(t, err)
 		err = c.Run(ctx)
 		require.ErrorIs(t, err, pelwarden.ErrNoGroup)
 		require.Contains(t, err.Error(), "CreateGroup")
 
-		m := newCounts()
+		m := &pelwardentest.Metrics{}
 		cfg.CreateGroup = true
 		cfg.Metrics = m
-		r := start(t, s.rdb, cfg)
-		waitFor(t, "group created", func() bool {
+		r := f.RunConsumer(cfg)
+		f.Eventually("group created", func() bool {
 			gs, err := s.rdb.XInfoGroups(ctx, k.Stream).Result()
 			return err == nil && len(gs) == 1
 		})
-		produce(t, ctx, s.rdb, k, 3)
-		waitFor(t, "3 acked", func() bool { return m.get(driver.EventAcked) == 3 })
+		f.Produce(3, order)
+		f.Eventually("3 acked", func() bool { return m.Total(driver.EventAcked) == 3 })
 		require.NoError(t, s.rdb.XGroupDestroy(ctx, k.Stream, k.Group).Err())
-		waitFor(t, "group recreated", func() bool {
+		f.Eventually("group recreated", func() bool {
 			gs, err := s.rdb.XInfoGroups(ctx, k.Stream).Result()
 			return err == nil && len(gs) == 1
 		})
-		require.NoError(t, r.stop(t))
+		require.NoError(t, r.Stop())
 
 		// Without CreateGroup, a group that disappears stops Run with an error.
 		cfg.CreateGroup = false
-		r = start(t, s.rdb, cfg)
+		r = f.RunConsumer(cfg)
 		time.Sleep(200 * time.Millisecond)
 		require.NoError(t, s.rdb.XGroupDestroy(ctx, k.Stream, k.Group).Err())
 		select {
-		case <-r.done:
-			require.ErrorIs(t, r.err, pelwarden.ErrNoGroup)
+		case <-r.Done():
+			require.ErrorIs(t, r.Err(), pelwarden.ErrNoGroup)
 		case <-time.After(20 * time.Second):
 			t.Fatal("Run did not stop after its group disappeared")
 		}
@@ -421,10 +316,10 @@ func TestDriverGroupHandling(t *testing.T) {
 // ShutdownTimeout, remaining handlers are cancelled and stay pending.
 func TestDriverGracefulShutdown(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		f, k := fixture(t, s)
+		f := s.fixture(t)
 		ids := f.Produce(2, nil)
 		started := make(chan string, 2)
-		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+		cfg := driver.Config{Consumer: "w", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			started <- msg.ID
 			d := 300 * time.Millisecond
 			if msg.ID == ids[1] {
@@ -436,7 +331,7 @@ func TestDriverGracefulShutdown(t *testing.T) {
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-		}))
+		})}
 		cfg.ShutdownTimeout = time.Second
 		cfg.AckInterval = time.Hour // only the shutdown flush sends the ack
 		cfg.AckBatch = 1000
@@ -458,8 +353,8 @@ func TestDriverAckModes(t *testing.T) {
 	for _, mode := range []driver.AckMode{driver.AckFenced, driver.AckPlain} {
 		t.Run(mode.String(), func(t *testing.T) {
 			each(t, func(t *testing.T, s *target) {
-				ctx := ctxFor(t)
-				f, k := fixture(t, s)
+				ctx := t.Context()
+				f := s.fixture(t)
 				const n = 300
 				ids := f.Produce(n, nil)
 				taken := ids[n/2]
@@ -469,28 +364,28 @@ func TestDriverAckModes(t *testing.T) {
 				defer rdb.Close()
 				rdb.AddHook(commandCounter{fn: pelwarden.FunctionAck, n: &fenced})
 				rdb.AddHook(commandCounter{name: "xack", n: &xacks})
-				m := newCounts()
-				cfg := fastConfig(t, k, "worker", driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+				m := &pelwardentest.Metrics{}
+				cfg := driver.Config{Consumer: "worker", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 					if msg.ID == taken {
 						<-release
 					}
 					return nil
-				}))
+				})}
 				cfg.MinIdle, cfg.LeaseInterval, cfg.ReclaimInterval = 300*time.Millisecond, driver.NoLease, time.Hour
 				cfg.AckMode, cfg.Metrics = mode, m
-				c := start(t, rdb, cfg)
-				waitFor(t, "the others acked", func() bool { return m.get(driver.EventAcked) == n-1 })
+				c := f.WithClient(rdb).RunConsumer(cfg)
+				f.Eventually("the others acked", func() bool { return m.Total(driver.EventAcked) == n-1 })
 				// Its lease lapses (no heartbeat); another consumer takes it over
 				// the way a reclaim does, once it is idle for MinIdle.
 				require.Eventually(t, func() bool {
-					claimed, err := s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "other",
+					claimed, err := s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "other",
 						MinIdle: cfg.MinIdle, Messages: []string{taken}}).Result()
 					return err == nil && len(claimed) == 1
 				}, 10*time.Second, 20*time.Millisecond)
 				close(release)
 				if mode == driver.AckFenced {
-					waitFor(t, "lost ownership counted", func() bool { return m.get(driver.EventLostOwnership) == 1 })
-					require.NoError(t, c.stop(t))
+					f.Eventually("lost ownership counted", func() bool { return m.Total(driver.EventLostOwnership) == 1 })
+					require.NoError(t, c.Stop())
 					f.RequirePending(taken, pelwardentest.Pending{Consumer: "other", Deliveries: 2})
 					// Entries acked well within MinIdle of their delivery cannot
 					// have changed hands: one XACK acks them; only the one held
@@ -499,14 +394,14 @@ func TestDriverAckModes(t *testing.T) {
 					require.Less(t, xacks.Load(), int64(n/5), "acks are batched")
 					require.EqualValues(t, 1, fenced.Load(), "the entry held long went through the fence")
 				} else {
-					waitFor(t, "every entry acked", func() bool { return m.get(driver.EventAcked) == n })
-					require.NoError(t, c.stop(t))
+					f.Eventually("every entry acked", func() bool { return m.Total(driver.EventAcked) == n })
+					require.NoError(t, c.Stop())
 					f.RequirePELEmpty()
 					require.Zero(t, fenced.Load(), "plain mode calls no ack function")
 					require.Less(t, xacks.Load(), int64(n/5), "acks are batched")
-					require.Zero(t, m.get(driver.EventLostOwnership))
+					require.Zero(t, m.Total(driver.EventLostOwnership))
 				}
-				require.Equal(t, n, m.get(driver.EventHandled))
+				require.Equal(t, n, m.Total(driver.EventHandled))
 			})
 		})
 	}
@@ -558,10 +453,9 @@ func toInt64(v any) int64 {
 // handlers were cancelled stay pending with their lease.
 func TestDriverPrefetchAndReadCount(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
-		produce(t, ctx, s.rdb, k, 40)
+		ctx := t.Context()
+		f := s.fixture(t)
+		f.Produce(40, order)
 		rdb := s.srv.Client()
 		defer rdb.Close()
 		var mu sync.Mutex
@@ -570,7 +464,7 @@ func TestDriverPrefetchAndReadCount(t *testing.T) {
 
 		gate := make(chan struct{})
 		var running, maxRunning, handled atomic.Int64
-		cfg := fastConfig(t, k, "w", driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
+		cfg := driver.Config{Consumer: "w", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
 			n := running.Add(1)
 			defer running.Add(-1)
 			for {
@@ -586,19 +480,19 @@ func TestDriverPrefetchAndReadCount(t *testing.T) {
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-		}))
+		})}
 		cfg.Concurrency, cfg.Prefetch, cfg.ReadCount = 2, 8, 4
 		cfg.MinIdle = 2 * time.Second // LeaseInterval 667ms
-		r := start(t, rdb, cfg)
-		waitFor(t, "the consumer fills its Concurrency + Prefetch window", func() bool {
-			return pelSize(t, ctx, s.rdb, k) >= 9 && running.Load() == 2
+		r := f.WithClient(rdb).RunConsumer(cfg)
+		f.Eventually("the consumer fills its Concurrency + Prefetch window", func() bool {
+			return f.PendingCount() >= 9 && running.Load() == 2
 		})
 		time.Sleep(200 * time.Millisecond) // a read beyond the bound would show now
-		require.LessOrEqual(t, pelSize(t, ctx, s.rdb, k), int64(10), "holds no more than Concurrency + Prefetch")
+		require.LessOrEqual(t, f.PendingCount(), int64(10), "holds no more than Concurrency + Prefetch")
 
 		close(gate)
-		waitFor(t, "every entry handled and acked", func() bool {
-			return handled.Load() == 40 && pelSize(t, ctx, s.rdb, k) == 0
+		f.Eventually("every entry handled and acked", func() bool {
+			return handled.Load() == 40 && f.PendingCount() == 0
 		})
 		require.LessOrEqual(t, maxRunning.Load(), int64(2), "at most Concurrency handlers at once")
 		mu.Lock()
@@ -606,11 +500,11 @@ func TestDriverPrefetchAndReadCount(t *testing.T) {
 			require.LessOrEqual(t, c, int64(4), "a read asks for at most ReadCount entries")
 		}
 		mu.Unlock()
-		require.NoError(t, r.stop(t))
+		require.NoError(t, r.Stop())
 
 		// Shutdown with entries queued: 2 running (cancelled at the timeout,
 		// they keep their lease) and 8 queued (released at once).
-		produce(t, ctx, s.rdb, k, 10)
+		f.Produce(10, order)
 		block := make(chan struct{})
 		defer close(block)
 		cfg.Handler = driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
@@ -622,15 +516,15 @@ func TestDriverPrefetchAndReadCount(t *testing.T) {
 			}
 		})
 		cfg.ShutdownTimeout = 100 * time.Millisecond
-		r = start(t, rdb, cfg)
-		waitFor(t, "9 held", func() bool { return pelSize(t, ctx, s.rdb, k) == 9 })
+		r = f.WithClient(rdb).RunConsumer(cfg)
+		f.Eventually("9 held", func() bool { return f.PendingCount() == 9 })
 		time.Sleep(100 * time.Millisecond)
-		require.NoError(t, r.stop(t))
-		claimable, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: k.Stream, Group: k.Group,
+		require.NoError(t, r.Stop())
+		claimable, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: f.Stream, Group: f.Group,
 			Idle: cfg.MinIdle, Start: "-", End: "+", Count: 100}).Result()
 		require.NoError(t, err)
 		require.Len(t, claimable, 7, "the queued entries no handler started were released for other consumers")
-		require.EqualValues(t, 9, pelSize(t, ctx, s.rdb, k), "nothing acked that did not succeed")
+		require.EqualValues(t, 9, f.PendingCount(), "nothing acked that did not succeed")
 	})
 }
 
@@ -665,28 +559,26 @@ func (h loseFirstReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // took them).
 func TestDriverRetriedAckIsNotLostOwnership(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "0").Err())
+		f := s.fixture(t)
 		const n = 50
-		produce(t, ctx, s.rdb, k, n)
+		f.Produce(n, order)
 		rdb := s.srv.Client()
 		defer rdb.Close()
 		var lost atomic.Bool
 		// Acked within MinIdle/2 of their delivery, the entries go out as
 		// one XACK (the fence cannot matter yet).
 		rdb.AddHook(loseFirstReply{name: "xack", done: &lost})
-		m := newCounts()
-		cfg := fastConfig(t, k, "worker", driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }))
+		m := &pelwardentest.Metrics{}
+		cfg := driver.Config{Consumer: "worker", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })}
 		cfg.Metrics = m
-		r := start(t, rdb, cfg)
-		waitFor(t, "every entry handled and the PEL empty", func() bool {
-			return m.get(driver.EventHandled) == n && pelSize(t, ctx, s.rdb, k) == 0
+		r := f.WithClient(rdb).RunConsumer(cfg)
+		f.Eventually("every entry handled and the PEL empty", func() bool {
+			return m.Total(driver.EventHandled) == n && f.PendingCount() == 0
 		})
-		require.NoError(t, r.stop(t))
+		require.NoError(t, r.Stop())
 		require.True(t, lost.Load(), "the first ack's reply was dropped")
-		require.GreaterOrEqual(t, m.get(driver.EventCommandError), 1, "the dropped reply counts as a command error")
-		require.Zero(t, m.get(driver.EventLostOwnership), "nobody else took the entries")
+		require.GreaterOrEqual(t, m.Total(driver.EventCommandError), 1, "the dropped reply counts as a command error")
+		require.Zero(t, m.Total(driver.EventLostOwnership), "nobody else took the entries")
 	})
 }
 

@@ -8,18 +8,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
 // Server-side errors come back as the library's codes and match the
 // sentinel errors; the server's state is unchanged.
 func TestErrors(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 3)
-		deliver(t, ctx, s.rdb, k, "a", 3)
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(3, order)
+		f.LeavePending("a", 3)
 		claim := func(mod func(*pelwarden.ClaimArgs)) error {
-			a := pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c", MaxDeliveries: 1}
+			a := pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c", MaxDeliveries: 1}
 			mod(&a)
 			_, err := s.lib.Claim(ctx, a)
 			return err
@@ -32,30 +33,30 @@ func TestErrors(t *testing.T) {
 		require.ErrorAs(t, err, &pe)
 		require.Equal(t, "PWNOGROUP", pe.Code)
 		require.Contains(t, err.Error(), "XGROUP CREATE")
-		missing := newKeys(t)
-		err = claim(func(a *pelwarden.ClaimArgs) { a.Stream, a.DeadLetterStream = missing.Stream, missing.DLQ })
+		missing := pelwardentest.NewKeys(t)
+		err = claim(func(a *pelwarden.ClaimArgs) { a.Stream, a.DeadLetterStream = missing.Stream, missing.DeadLetterStream })
 		require.ErrorIs(t, err, pelwarden.ErrNoGroup)
 		_, err = s.lib.Ack(ctx, pelwarden.AckArgs{Stream: missing.Stream, Group: "g", Consumer: "c", IDs: ids})
 		require.ErrorIs(t, err, pelwarden.ErrNoGroup)
-		_, err = s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: "nope"})
+		_, err = s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: "nope"})
 		require.ErrorIs(t, err, pelwarden.ErrNoGroup)
-		exists, err := s.rdb.Exists(ctx, missing.Stream, missing.DLQ).Result()
+		exists, err := s.rdb.Exists(ctx, missing.Stream, missing.DeadLetterStream).Result()
 		require.NoError(t, err)
 		require.Zero(t, exists, "an error creates no key")
 
 		// WRONGTYPE: the dead-letter key is a hash; the stream key a string.
-		require.NoError(t, s.rdb.HSet(ctx, k.DLQ, "f", "v").Err())
+		require.NoError(t, s.rdb.HSet(ctx, f.DeadLetterStream, "f", "v").Err())
 		err = claim(func(a *pelwarden.ClaimArgs) {})
 		require.ErrorIs(t, err, pelwarden.ErrWrongType)
-		require.Contains(t, err.Error(), k.DLQ)
-		_, err = s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "a", IDs: ids})
+		require.Contains(t, err.Error(), f.DeadLetterStream)
+		_, err = s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "a", IDs: ids})
 		require.ErrorIs(t, err, pelwarden.ErrWrongType)
-		require.EqualValues(t, 3, pelSize(t, ctx, s.rdb, k), "nothing was acked")
-		str := newKeys(t)
+		require.EqualValues(t, 3, f.PendingCount(), "nothing was acked")
+		str := pelwardentest.NewKeys(t)
 		require.NoError(t, s.rdb.Set(ctx, str.Stream, "x", 0).Err())
 		_, err = s.lib.Extend(ctx, pelwarden.ExtendArgs{Stream: str.Stream, Group: "g", Consumer: "c", IDs: ids})
 		require.ErrorIs(t, err, pelwarden.ErrWrongType)
-		_, err = s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream})
+		_, err = s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream})
 		require.ErrorIs(t, err, pelwarden.ErrWrongType)
 	})
 }
@@ -64,29 +65,29 @@ func TestErrors(t *testing.T) {
 // or foreign caller might send) get PWBADARG/PWBADID, never a raw Lua error.
 func TestLibraryRejectsBadArguments(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		setup(t, ctx, s.rdb, k, 1)
-		two := []string{k.Stream, k.DLQ}
+		ctx := t.Context()
+		f := s.fixture(t)
+		f.Produce(1, order)
+		two := []string{f.Stream, f.DeadLetterStream}
 		cases := []struct {
 			fn   string
 			keys []string
 			args []any
 			code string
 		}{
-			{pelwarden.FunctionClaim, two, []any{k.Group, "c", "0", "0-0", "abc", "0", "0", "1", "0"}, "PWBADARG"},
-			{pelwarden.FunctionClaim, two, []any{k.Group, "c", "0", "0-0", "0", "0", "0", "1", "0"}, "PWBADARG"},
-			{pelwarden.FunctionClaim, two, []any{k.Group, "c", "-5", "0-0", "10", "0", "0", "1", "0"}, "PWBADARG"},
-			{pelwarden.FunctionClaim, two, []any{k.Group, "c", "0", "zzz", "10", "0", "0", "1", "0"}, "PWBADID"},
-			{pelwarden.FunctionClaim, two, []any{k.Group, "c", "0", "0-0", "10", "0", "2", "1", "0"}, "PWBADARG"},
-			{pelwarden.FunctionClaim, two, []any{k.Group}, "PWBADARG"},
-			{pelwarden.FunctionClaim, []string{k.Stream}, []any{k.Group, "c", "0", "0-0", "10", "0", "0", "1", "0"}, "PWBADARG"},
+			{pelwarden.FunctionClaim, two, []any{f.Group, "c", "0", "0-0", "abc", "0", "0", "1", "0"}, "PWBADARG"},
+			{pelwarden.FunctionClaim, two, []any{f.Group, "c", "0", "0-0", "0", "0", "0", "1", "0"}, "PWBADARG"},
+			{pelwarden.FunctionClaim, two, []any{f.Group, "c", "-5", "0-0", "10", "0", "0", "1", "0"}, "PWBADARG"},
+			{pelwarden.FunctionClaim, two, []any{f.Group, "c", "0", "zzz", "10", "0", "0", "1", "0"}, "PWBADID"},
+			{pelwarden.FunctionClaim, two, []any{f.Group, "c", "0", "0-0", "10", "0", "2", "1", "0"}, "PWBADARG"},
+			{pelwarden.FunctionClaim, two, []any{f.Group}, "PWBADARG"},
+			{pelwarden.FunctionClaim, []string{f.Stream}, []any{f.Group, "c", "0", "0-0", "10", "0", "0", "1", "0"}, "PWBADARG"},
 			{pelwarden.FunctionClaim, two, []any{"", "c", "0", "0-0", "10", "0", "0", "1", "0"}, "PWBADARG"},
-			{pelwarden.FunctionAck, []string{k.Stream}, []any{k.Group, "c", "0"}, "PWBADARG"},
-			{pelwarden.FunctionAck, []string{k.Stream}, []any{k.Group, "c", "0", "1-x"}, "PWBADID"},
-			{pelwarden.FunctionExtend, []string{k.Stream}, []any{k.Group, "c", "18446744073709551616-0"}, "PWBADID"},
-			{pelwarden.FunctionDeadLetter, two, []any{k.Group, "c", "0", "", "err", "1-0"}, "PWBADARG"},
-			{pelwarden.FunctionReap, []string{k.Stream}, []any{k.Group, "1.5"}, "PWBADARG"},
+			{pelwarden.FunctionAck, []string{f.Stream}, []any{f.Group, "c", "0"}, "PWBADARG"},
+			{pelwarden.FunctionAck, []string{f.Stream}, []any{f.Group, "c", "0", "1-x"}, "PWBADID"},
+			{pelwarden.FunctionExtend, []string{f.Stream}, []any{f.Group, "c", "18446744073709551616-0"}, "PWBADID"},
+			{pelwarden.FunctionDeadLetter, two, []any{f.Group, "c", "0", "", "err", "1-0"}, "PWBADARG"},
+			{pelwarden.FunctionReap, []string{f.Stream}, []any{f.Group, "1.5"}, "PWBADARG"},
 			{pelwarden.FunctionRedrive, two, []any{"0-0", "10", "maybe"}, "PWBADARG"},
 			{pelwarden.FunctionStats, two, []any{}, "PWBADARG"},
 		}
@@ -95,8 +96,8 @@ func TestLibraryRejectsBadArguments(t *testing.T) {
 			require.Error(t, err, "case %d", i)
 			require.True(t, redis.HasErrorPrefix(err, c.code), "case %d (%s %v): got %v", i, c.fn, c.args, err)
 		}
-		require.Zero(t, pelSize(t, ctx, s.rdb, k), "nothing was delivered")
-		n, err := s.rdb.XLen(ctx, k.Stream).Result()
+		require.Zero(t, f.PendingCount(), "nothing was delivered")
+		n, err := s.rdb.XLen(ctx, f.Stream).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "nothing was deleted")
 	})
@@ -106,8 +107,8 @@ func TestLibraryRejectsBadArguments(t *testing.T) {
 // through the wrappers' errors.
 func TestErrorsAreComparable(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
+		ctx := t.Context()
+		k := pelwardentest.NewKeys(t)
 		_, err := s.lib.Reap(ctx, pelwarden.ReapArgs{Stream: k.Stream, Group: "g", Idle: 1})
 		require.True(t, errors.Is(err, pelwarden.ErrNoGroup))
 		require.False(t, errors.Is(err, pelwarden.ErrWrongType))

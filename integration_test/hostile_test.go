@@ -13,6 +13,7 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
 // snapshot is everything a call could change about one test's keys, in the
@@ -26,10 +27,10 @@ type snapshot struct {
 	Consumers []any          // XINFO CONSUMERS: name, pending
 }
 
-func snap(t *testing.T, ctx context.Context, rdb *redis.Client, k keys, extra ...string) snapshot {
+func snap(t *testing.T, ctx context.Context, rdb *redis.Client, k pelwardentest.Keys, extra ...string) snapshot {
 	t.Helper()
 	s := snapshot{Types: map[string]string{}, Entries: map[string]any{}}
-	for _, key := range append([]string{k.Stream, k.DLQ}, extra...) {
+	for _, key := range append([]string{k.Stream, k.DeadLetterStream}, extra...) {
 		typ, err := rdb.Type(ctx, key).Result()
 		require.NoError(t, err)
 		s.Types[key] = typ
@@ -64,87 +65,87 @@ func snap(t *testing.T, ctx context.Context, rdb *redis.Client, k keys, extra ..
 type hostileCase struct {
 	name string
 	// arrange prepares hostile state on the case's keys (optional).
-	arrange func(t *testing.T, ctx context.Context, s *target, k keys)
-	call    func(ctx context.Context, s *target, k keys, ids []string) error
+	arrange func(t *testing.T, ctx context.Context, s *target, k pelwardentest.Keys)
+	call    func(ctx context.Context, s *target, k pelwardentest.Keys, ids []string) error
 	// want is the sentinel the error must match.
 	want error
 }
 
 func hostileCases() []hostileCase {
 	big := strings.Repeat("n", pelwarden.MaxNameBytes+1)
-	claim := func(mod func(k keys, a *pelwarden.ClaimArgs)) func(context.Context, *target, keys, []string) error {
-		return func(ctx context.Context, s *target, k keys, _ []string) error {
-			a := pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c", MaxDeliveries: 1}
+	claim := func(mod func(k pelwardentest.Keys, a *pelwarden.ClaimArgs)) func(context.Context, *target, pelwardentest.Keys, []string) error {
+		return func(ctx context.Context, s *target, k pelwardentest.Keys, _ []string) error {
+			a := pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "c", MaxDeliveries: 1}
 			mod(k, &a)
 			_, err := s.lib.Claim(ctx, a)
 			return err
 		}
 	}
-	ack := func(mod func(k keys, a *pelwarden.AckArgs)) func(context.Context, *target, keys, []string) error {
-		return func(ctx context.Context, s *target, k keys, ids []string) error {
+	ack := func(mod func(k pelwardentest.Keys, a *pelwarden.AckArgs)) func(context.Context, *target, pelwardentest.Keys, []string) error {
+		return func(ctx context.Context, s *target, k pelwardentest.Keys, ids []string) error {
 			a := pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids}
 			mod(k, &a)
 			_, err := s.lib.Ack(ctx, a)
 			return err
 		}
 	}
-	dl := func(mod func(k keys, a *pelwarden.DeadLetterArgs)) func(context.Context, *target, keys, []string) error {
-		return func(ctx context.Context, s *target, k keys, ids []string) error {
-			a := pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "a", IDs: ids, Error: "boom"}
+	dl := func(mod func(k pelwardentest.Keys, a *pelwarden.DeadLetterArgs)) func(context.Context, *target, pelwardentest.Keys, []string) error {
+		return func(ctx context.Context, s *target, k pelwardentest.Keys, ids []string) error {
+			a := pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group, Consumer: "a", IDs: ids, Error: "boom"}
 			mod(k, &a)
 			_, err := s.lib.DeadLetter(ctx, a)
 			return err
 		}
 	}
-	ext := func(mod func(k keys, a *pelwarden.ExtendArgs)) func(context.Context, *target, keys, []string) error {
-		return func(ctx context.Context, s *target, k keys, ids []string) error {
+	ext := func(mod func(k pelwardentest.Keys, a *pelwarden.ExtendArgs)) func(context.Context, *target, pelwardentest.Keys, []string) error {
+		return func(ctx context.Context, s *target, k pelwardentest.Keys, ids []string) error {
 			a := pelwarden.ExtendArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids}
 			mod(k, &a)
 			_, err := s.lib.Extend(ctx, a)
 			return err
 		}
 	}
-	rel := func(mod func(k keys, a *pelwarden.ReleaseArgs)) func(context.Context, *target, keys, []string) error {
-		return func(ctx context.Context, s *target, k keys, ids []string) error {
+	rel := func(mod func(k pelwardentest.Keys, a *pelwarden.ReleaseArgs)) func(context.Context, *target, pelwardentest.Keys, []string) error {
+		return func(ctx context.Context, s *target, k pelwardentest.Keys, ids []string) error {
 			a := pelwarden.ReleaseArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids, MinIdle: time.Minute}
 			mod(k, &a)
 			_, err := s.lib.Release(ctx, a)
 			return err
 		}
 	}
-	reap := func(mod func(k keys, a *pelwarden.ReapArgs)) func(context.Context, *target, keys, []string) error {
-		return func(ctx context.Context, s *target, k keys, _ []string) error {
+	reap := func(mod func(k pelwardentest.Keys, a *pelwarden.ReapArgs)) func(context.Context, *target, pelwardentest.Keys, []string) error {
+		return func(ctx context.Context, s *target, k pelwardentest.Keys, _ []string) error {
 			a := pelwarden.ReapArgs{Stream: k.Stream, Group: k.Group, Idle: time.Hour}
 			mod(k, &a)
 			_, err := s.lib.Reap(ctx, a)
 			return err
 		}
 	}
-	redrive := func(mod func(k keys, a *pelwarden.RedriveArgs)) func(context.Context, *target, keys, []string) error {
-		return func(ctx context.Context, s *target, k keys, _ []string) error {
-			a := pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream, AnySource: true}
+	redrive := func(mod func(k pelwardentest.Keys, a *pelwarden.RedriveArgs)) func(context.Context, *target, pelwardentest.Keys, []string) error {
+		return func(ctx context.Context, s *target, k pelwardentest.Keys, _ []string) error {
+			a := pelwarden.RedriveArgs{DeadLetterStream: k.DeadLetterStream, Stream: k.Stream, AnySource: true}
 			mod(k, &a)
 			_, err := s.lib.Redrive(ctx, a)
 			return err
 		}
 	}
-	stats := func(mod func(k keys, a *pelwarden.StatsArgs)) func(context.Context, *target, keys, []string) error {
-		return func(ctx context.Context, s *target, k keys, _ []string) error {
-			a := pelwarden.StatsArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group}
+	stats := func(mod func(k pelwardentest.Keys, a *pelwarden.StatsArgs)) func(context.Context, *target, pelwardentest.Keys, []string) error {
+		return func(ctx context.Context, s *target, k pelwardentest.Keys, _ []string) error {
+			a := pelwarden.StatsArgs{Stream: k.Stream, DeadLetterStream: k.DeadLetterStream, Group: k.Group}
 			mod(k, &a)
 			_, err := s.lib.Stats(ctx, a)
 			return err
 		}
 	}
-	hashAt := func(key func(k keys) string) func(*testing.T, context.Context, *target, keys) {
-		return func(t *testing.T, ctx context.Context, s *target, k keys) {
+	hashAt := func(key func(k pelwardentest.Keys) string) func(*testing.T, context.Context, *target, pelwardentest.Keys) {
+		return func(t *testing.T, ctx context.Context, s *target, k pelwardentest.Keys) {
 			require.NoError(t, s.rdb.HSet(ctx, key(k), "f", "v").Err())
 		}
 	}
-	dlqKey := func(k keys) string { return k.DLQ }
-	missing := func(k keys) string { return k.Stream + ":missing" }
-	strKey := func(k keys) string { return k.Stream + ":str" }
-	setStr := func(t *testing.T, ctx context.Context, s *target, k keys) {
+	dlqKey := func(k pelwardentest.Keys) string { return k.DeadLetterStream }
+	missing := func(k pelwardentest.Keys) string { return k.Stream + ":missing" }
+	strKey := func(k pelwardentest.Keys) string { return k.Stream + ":str" }
+	setStr := func(t *testing.T, ctx context.Context, s *target, k pelwardentest.Keys) {
 		require.NoError(t, s.rdb.Set(ctx, strKey(k), "x", 0).Err())
 	}
 	bad := pelwarden.ErrInvalidArgument
@@ -156,65 +157,65 @@ func hostileCases() []hostileCase {
 
 	return []hostileCase{
 		// Claim
-		{name: "claim/empty stream", call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.Stream = "" }), want: bad},
-		{name: "claim/oversized group", call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.Group = big }), want: bad},
-		{name: "claim/empty consumer", call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.Consumer = "" }), want: bad},
-		{name: "claim/dlq is stream", call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.DeadLetterStream = k.Stream }), want: bad},
-		{name: "claim/negative count", call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.Count = -1 }), want: bad},
-		{name: "claim/absurd count", call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.Count = math.MaxInt }), want: bad},
-		{name: "claim/negative min-idle", call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.MinIdle = -time.Millisecond }), want: bad},
-		{name: "claim/negative max-deliveries", call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.MaxDeliveries = -1 }), want: bad},
-		{name: "claim/absurd max-deliveries", call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.MaxDeliveries = math.MaxInt }), want: bad},
-		{name: "claim/absurd max-bytes", call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.MaxBytes = math.MaxInt }), want: bad},
-		{name: "claim/negative max-bytes", call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.MaxBytes = -1 }), want: bad},
-		{name: "claim/negative backoff", call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.Backoff = []time.Duration{time.Second, -1} }), want: bad},
-		{name: "claim/dead-letter-only without limit", call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.DeadLetterOnly, a.MaxDeliveries = true, 0 }), want: bad},
-		{name: "claim/malformed cursor", call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.Cursor = "(1-0" }), want: badID},
-		{name: "claim/cursor past uint64", call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.Cursor = "99999999999999999999-0" }), want: badID},
-		{name: "claim/cursor with NUL", call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.Cursor = "1-0\x00" }), want: badID},
-		{name: "claim/missing group", call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.Group = "nope" }), want: pelwarden.ErrNoGroup},
-		{name: "claim/missing stream", call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.Stream = missing(k) }), want: pelwarden.ErrNoGroup},
-		{name: "claim/stream wrong type", arrange: setStr, call: claim(func(k keys, a *pelwarden.ClaimArgs) { a.Stream = strKey(k) }), want: pelwarden.ErrWrongType},
-		{name: "claim/dlq wrong type", arrange: hashAt(dlqKey), call: claim(func(k keys, a *pelwarden.ClaimArgs) {}), want: pelwarden.ErrWrongType},
+		{name: "claim/empty stream", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.Stream = "" }), want: bad},
+		{name: "claim/oversized group", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.Group = big }), want: bad},
+		{name: "claim/empty consumer", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.Consumer = "" }), want: bad},
+		{name: "claim/dlq is stream", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.DeadLetterStream = k.Stream }), want: bad},
+		{name: "claim/negative count", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.Count = -1 }), want: bad},
+		{name: "claim/absurd count", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.Count = math.MaxInt }), want: bad},
+		{name: "claim/negative min-idle", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.MinIdle = -time.Millisecond }), want: bad},
+		{name: "claim/negative max-deliveries", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.MaxDeliveries = -1 }), want: bad},
+		{name: "claim/absurd max-deliveries", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.MaxDeliveries = math.MaxInt }), want: bad},
+		{name: "claim/absurd max-bytes", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.MaxBytes = math.MaxInt }), want: bad},
+		{name: "claim/negative max-bytes", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.MaxBytes = -1 }), want: bad},
+		{name: "claim/negative backoff", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.Backoff = []time.Duration{time.Second, -1} }), want: bad},
+		{name: "claim/dead-letter-only without limit", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.DeadLetterOnly, a.MaxDeliveries = true, 0 }), want: bad},
+		{name: "claim/malformed cursor", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.Cursor = "(1-0" }), want: badID},
+		{name: "claim/cursor past uint64", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.Cursor = "99999999999999999999-0" }), want: badID},
+		{name: "claim/cursor with NUL", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.Cursor = "1-0\x00" }), want: badID},
+		{name: "claim/missing group", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.Group = "nope" }), want: pelwarden.ErrNoGroup},
+		{name: "claim/missing stream", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.Stream = missing(k) }), want: pelwarden.ErrNoGroup},
+		{name: "claim/stream wrong type", arrange: setStr, call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.Stream = strKey(k) }), want: pelwarden.ErrWrongType},
+		{name: "claim/dlq wrong type", arrange: hashAt(dlqKey), call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) {}), want: pelwarden.ErrWrongType},
 		// Ack
-		{name: "ack/no ids", call: ack(func(k keys, a *pelwarden.AckArgs) { a.IDs = nil }), want: bad},
-		{name: "ack/too many ids", call: ack(func(k keys, a *pelwarden.AckArgs) { a.IDs = tooMany }), want: bad},
-		{name: "ack/empty id", call: ack(func(k keys, a *pelwarden.AckArgs) { a.IDs = append([]string{""}, a.IDs...) }), want: badID},
-		{name: "ack/malformed id", call: ack(func(k keys, a *pelwarden.AckArgs) { a.IDs = append(a.IDs, "1-x") }), want: badID},
-		{name: "ack/invalid utf8 id", call: ack(func(k keys, a *pelwarden.AckArgs) { a.IDs = append(a.IDs, "\xff-0") }), want: badID},
-		{name: "ack/oversized consumer", call: ack(func(k keys, a *pelwarden.AckArgs) { a.Consumer = big }), want: bad},
-		{name: "ack/missing group", call: ack(func(k keys, a *pelwarden.AckArgs) { a.Group = "nope" }), want: pelwarden.ErrNoGroup},
-		{name: "ack/stream wrong type", arrange: setStr, call: ack(func(k keys, a *pelwarden.AckArgs) { a.Stream = strKey(k) }), want: pelwarden.ErrWrongType},
+		{name: "ack/no ids", call: ack(func(k pelwardentest.Keys, a *pelwarden.AckArgs) { a.IDs = nil }), want: bad},
+		{name: "ack/too many ids", call: ack(func(k pelwardentest.Keys, a *pelwarden.AckArgs) { a.IDs = tooMany }), want: bad},
+		{name: "ack/empty id", call: ack(func(k pelwardentest.Keys, a *pelwarden.AckArgs) { a.IDs = append([]string{""}, a.IDs...) }), want: badID},
+		{name: "ack/malformed id", call: ack(func(k pelwardentest.Keys, a *pelwarden.AckArgs) { a.IDs = append(a.IDs, "1-x") }), want: badID},
+		{name: "ack/invalid utf8 id", call: ack(func(k pelwardentest.Keys, a *pelwarden.AckArgs) { a.IDs = append(a.IDs, "\xff-0") }), want: badID},
+		{name: "ack/oversized consumer", call: ack(func(k pelwardentest.Keys, a *pelwarden.AckArgs) { a.Consumer = big }), want: bad},
+		{name: "ack/missing group", call: ack(func(k pelwardentest.Keys, a *pelwarden.AckArgs) { a.Group = "nope" }), want: pelwarden.ErrNoGroup},
+		{name: "ack/stream wrong type", arrange: setStr, call: ack(func(k pelwardentest.Keys, a *pelwarden.AckArgs) { a.Stream = strKey(k) }), want: pelwarden.ErrWrongType},
 		// DeadLetter
-		{name: "deadletter/dlq is stream", call: dl(func(k keys, a *pelwarden.DeadLetterArgs) { a.DeadLetterStream = k.Stream }), want: bad},
-		{name: "deadletter/oversized reason", call: dl(func(k keys, a *pelwarden.DeadLetterArgs) { a.Reason = strings.Repeat("r", 257) }), want: bad},
-		{name: "deadletter/malformed id", call: dl(func(k keys, a *pelwarden.DeadLetterArgs) { a.IDs = []string{"0"} }), want: badID},
-		{name: "deadletter/missing group", call: dl(func(k keys, a *pelwarden.DeadLetterArgs) { a.Group = "nope" }), want: pelwarden.ErrNoGroup},
-		{name: "deadletter/dlq wrong type", arrange: hashAt(dlqKey), call: dl(func(k keys, a *pelwarden.DeadLetterArgs) {}), want: pelwarden.ErrWrongType},
+		{name: "deadletter/dlq is stream", call: dl(func(k pelwardentest.Keys, a *pelwarden.DeadLetterArgs) { a.DeadLetterStream = k.Stream }), want: bad},
+		{name: "deadletter/oversized reason", call: dl(func(k pelwardentest.Keys, a *pelwarden.DeadLetterArgs) { a.Reason = strings.Repeat("r", 257) }), want: bad},
+		{name: "deadletter/malformed id", call: dl(func(k pelwardentest.Keys, a *pelwarden.DeadLetterArgs) { a.IDs = []string{"0"} }), want: badID},
+		{name: "deadletter/missing group", call: dl(func(k pelwardentest.Keys, a *pelwarden.DeadLetterArgs) { a.Group = "nope" }), want: pelwarden.ErrNoGroup},
+		{name: "deadletter/dlq wrong type", arrange: hashAt(dlqKey), call: dl(func(k pelwardentest.Keys, a *pelwarden.DeadLetterArgs) {}), want: pelwarden.ErrWrongType},
 		// Extend
-		{name: "extend/no ids", call: ext(func(k keys, a *pelwarden.ExtendArgs) { a.IDs = []string{} }), want: bad},
-		{name: "extend/id past uint64", call: ext(func(k keys, a *pelwarden.ExtendArgs) { a.IDs = []string{"18446744073709551616-0"} }), want: badID},
-		{name: "extend/missing stream", call: ext(func(k keys, a *pelwarden.ExtendArgs) { a.Stream = missing(k) }), want: pelwarden.ErrNoGroup},
+		{name: "extend/no ids", call: ext(func(k pelwardentest.Keys, a *pelwarden.ExtendArgs) { a.IDs = []string{} }), want: bad},
+		{name: "extend/id past uint64", call: ext(func(k pelwardentest.Keys, a *pelwarden.ExtendArgs) { a.IDs = []string{"18446744073709551616-0"} }), want: badID},
+		{name: "extend/missing stream", call: ext(func(k pelwardentest.Keys, a *pelwarden.ExtendArgs) { a.Stream = missing(k) }), want: pelwarden.ErrNoGroup},
 		// Release
-		{name: "release/negative delay", call: rel(func(k keys, a *pelwarden.ReleaseArgs) { a.Delay = -time.Second }), want: bad},
-		{name: "release/negative min-idle", call: rel(func(k keys, a *pelwarden.ReleaseArgs) { a.MinIdle = -time.Second }), want: bad},
-		{name: "release/missing group", call: rel(func(k keys, a *pelwarden.ReleaseArgs) { a.Group = "nope" }), want: pelwarden.ErrNoGroup},
+		{name: "release/negative delay", call: rel(func(k pelwardentest.Keys, a *pelwarden.ReleaseArgs) { a.Delay = -time.Second }), want: bad},
+		{name: "release/negative min-idle", call: rel(func(k pelwardentest.Keys, a *pelwarden.ReleaseArgs) { a.MinIdle = -time.Second }), want: bad},
+		{name: "release/missing group", call: rel(func(k pelwardentest.Keys, a *pelwarden.ReleaseArgs) { a.Group = "nope" }), want: pelwarden.ErrNoGroup},
 		// Reap
-		{name: "reap/zero idle", call: reap(func(k keys, a *pelwarden.ReapArgs) { a.Idle = 0 }), want: bad},
-		{name: "reap/negative idle", call: reap(func(k keys, a *pelwarden.ReapArgs) { a.Idle = -time.Hour }), want: bad},
-		{name: "reap/empty keep", call: reap(func(k keys, a *pelwarden.ReapArgs) { a.Keep = []string{"a", ""} }), want: bad},
-		{name: "reap/missing group", call: reap(func(k keys, a *pelwarden.ReapArgs) { a.Group = "nope" }), want: pelwarden.ErrNoGroup},
+		{name: "reap/zero idle", call: reap(func(k pelwardentest.Keys, a *pelwarden.ReapArgs) { a.Idle = 0 }), want: bad},
+		{name: "reap/negative idle", call: reap(func(k pelwardentest.Keys, a *pelwarden.ReapArgs) { a.Idle = -time.Hour }), want: bad},
+		{name: "reap/empty keep", call: reap(func(k pelwardentest.Keys, a *pelwarden.ReapArgs) { a.Keep = []string{"a", ""} }), want: bad},
+		{name: "reap/missing group", call: reap(func(k pelwardentest.Keys, a *pelwarden.ReapArgs) { a.Group = "nope" }), want: pelwarden.ErrNoGroup},
 		// Redrive
-		{name: "redrive/same key", call: redrive(func(k keys, a *pelwarden.RedriveArgs) { a.Stream = k.DLQ }), want: bad},
-		{name: "redrive/negative count", call: redrive(func(k keys, a *pelwarden.RedriveArgs) { a.Count = -5 }), want: bad},
-		{name: "redrive/malformed cursor", call: redrive(func(k keys, a *pelwarden.RedriveArgs) { a.Cursor = "-" }), want: badID},
-		{name: "redrive/empty dlq name", call: redrive(func(k keys, a *pelwarden.RedriveArgs) { a.DeadLetterStream = "" }), want: bad},
-		{name: "redrive/dlq wrong type", arrange: hashAt(dlqKey), call: redrive(func(k keys, a *pelwarden.RedriveArgs) {}), want: pelwarden.ErrWrongType},
-		{name: "redrive/target wrong type", arrange: setStr, call: redrive(func(k keys, a *pelwarden.RedriveArgs) { a.Stream = strKey(k) }), want: pelwarden.ErrWrongType},
+		{name: "redrive/same key", call: redrive(func(k pelwardentest.Keys, a *pelwarden.RedriveArgs) { a.Stream = k.DeadLetterStream }), want: bad},
+		{name: "redrive/negative count", call: redrive(func(k pelwardentest.Keys, a *pelwarden.RedriveArgs) { a.Count = -5 }), want: bad},
+		{name: "redrive/malformed cursor", call: redrive(func(k pelwardentest.Keys, a *pelwarden.RedriveArgs) { a.Cursor = "-" }), want: badID},
+		{name: "redrive/empty dlq name", call: redrive(func(k pelwardentest.Keys, a *pelwarden.RedriveArgs) { a.DeadLetterStream = "" }), want: bad},
+		{name: "redrive/dlq wrong type", arrange: hashAt(dlqKey), call: redrive(func(k pelwardentest.Keys, a *pelwarden.RedriveArgs) {}), want: pelwarden.ErrWrongType},
+		{name: "redrive/target wrong type", arrange: setStr, call: redrive(func(k pelwardentest.Keys, a *pelwarden.RedriveArgs) { a.Stream = strKey(k) }), want: pelwarden.ErrWrongType},
 		// Stats
-		{name: "stats/missing group", call: stats(func(k keys, a *pelwarden.StatsArgs) { a.Group = "nope" }), want: pelwarden.ErrNoGroup},
-		{name: "stats/oversized dlq", call: stats(func(k keys, a *pelwarden.StatsArgs) { a.DeadLetterStream = big }), want: bad},
-		{name: "stats/dlq wrong type", arrange: hashAt(dlqKey), call: stats(func(k keys, a *pelwarden.StatsArgs) {}), want: pelwarden.ErrWrongType},
+		{name: "stats/missing group", call: stats(func(k pelwardentest.Keys, a *pelwarden.StatsArgs) { a.Group = "nope" }), want: pelwarden.ErrNoGroup},
+		{name: "stats/oversized dlq", call: stats(func(k pelwardentest.Keys, a *pelwarden.StatsArgs) { a.DeadLetterStream = big }), want: bad},
+		{name: "stats/dlq wrong type", arrange: hashAt(dlqKey), call: stats(func(k pelwardentest.Keys, a *pelwarden.StatsArgs) {}), want: pelwarden.ErrWrongType},
 	}
 }
 
@@ -225,22 +226,22 @@ func TestHostileInput(t *testing.T) {
 		for _, c := range hostileCases() {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
-				ctx := ctxFor(t)
-				k := newKeys(t)
-				ids := setup(t, ctx, s.rdb, k, 3)
-				deliver(t, ctx, s.rdb, k, "a", 2)
+				ctx := t.Context()
+				f := s.fixture(t)
+				ids := f.Produce(3, order)
+				f.LeavePending("a", 2)
 				if c.arrange != nil {
-					c.arrange(t, ctx, s, k)
+					c.arrange(t, ctx, s, f.Keys)
 				}
-				extra := []string{k.Stream + ":missing", k.Stream + ":str"}
-				before := snap(t, ctx, s.rdb, k, extra...)
-				err := c.call(ctx, s, k, ids[:2])
+				extra := []string{f.Stream + ":missing", f.Stream + ":str"}
+				before := snap(t, ctx, s.rdb, f.Keys, extra...)
+				err := c.call(ctx, s, f.Keys, ids[:2])
 				require.Error(t, err)
 				require.ErrorIs(t, err, c.want, "got %v", err)
 				var pe *pelwarden.Error
 				require.ErrorAs(t, err, &pe)
 				require.NotContains(t, err.Error(), "user_function", "a raw Lua error leaked")
-				require.Equal(t, before, snap(t, ctx, s.rdb, k, extra...), "state changed")
+				require.Equal(t, before, snap(t, ctx, s.rdb, f.Keys, extra...), "state changed")
 			})
 		}
 	})
@@ -249,36 +250,36 @@ func TestHostileInput(t *testing.T) {
 // Absurd but valid values succeed and change nothing they should not.
 func TestHostileAbsurdValid(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 3)
-		deliver(t, ctx, s.rdb, k, "a", 2)
-		before := snap(t, ctx, s.rdb, k)
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(3, order)
+		f.LeavePending("a", 2)
+		before := snap(t, ctx, s.rdb, f.Keys)
 
 		// The largest cursor: nothing after it, the pass is done.
-		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c",
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c",
 			Cursor: "18446744073709551615-18446744073709551615"})
 		require.NoError(t, err)
 		require.True(t, p.Done())
 		require.Empty(t, p.Entries)
 		// Idle longer than any entry: nothing is touched.
-		p, err = s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c",
+		p, err = s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c",
 			MinIdle: time.Duration(math.MaxInt64), Backoff: []time.Duration{time.Duration(math.MaxInt64)}})
 		require.NoError(t, err)
 		require.Empty(t, p.Entries)
 		// Release with an absurd MinIdle: the idle time is set, ownership and
 		// delivery counts stay.
-		r, err := s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids[:2], MinIdle: time.Duration(math.MaxInt64)})
+		r, err := s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: ids[:2], MinIdle: time.Duration(math.MaxInt64)})
 		require.NoError(t, err)
 		require.EqualValues(t, 2, r.Extended)
-		rp0, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream, Cursor: "18446744073709551615-18446744073709551615"})
+		rp0, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream, Cursor: "18446744073709551615-18446744073709551615"})
 		require.NoError(t, err)
 		require.True(t, rp0.Done())
 		// Redrive of a missing dead-letter stream: nothing to do.
-		rp, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream, Count: pelwarden.MaxCount})
+		rp, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream, Count: pelwarden.MaxCount})
 		require.NoError(t, err)
 		require.True(t, rp.Done())
-		require.Equal(t, before, snap(t, ctx, s.rdb, k))
+		require.Equal(t, before, snap(t, ctx, s.rdb, f.Keys))
 	})
 }
 
@@ -356,29 +357,28 @@ var binaryFields = []string{
 // (at max deliveries and by DeadLetter) and redrive.
 func TestHostileBinaryRoundTrip(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "$").Err())
-		id1 := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: binaryFields}).Val()
-		id2 := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: binaryFields}).Val()
-		deliver(t, ctx, s.rdb, k, "a", 2)
+		ctx := t.Context()
+		f := s.fixture(t)
+		id1 := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: binaryFields}).Val()
+		id2 := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: binaryFields}).Val()
+		f.LeavePending("a", 2)
 
 		want := toFields(binaryFields)
 		// Claim hands them out unchanged.
-		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "b"})
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b"})
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 2)
 		for _, e := range p.Entries {
 			require.Equal(t, want, e.Fields)
 		}
 		// id1 dead-lettered at max deliveries (2), id2 by DeadLetter.
-		p, err = s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "b", MaxDeliveries: 2, Count: 1})
+		p, err = s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b", MaxDeliveries: 2, Count: 1})
 		require.NoError(t, err)
 		require.Equal(t, []string{id1}, p.DeadLettered)
-		d, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "b", IDs: []string{id2}, Error: "bad \xff\x00 bytes"})
+		d, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b", IDs: []string{id2}, Error: "bad \xff\x00 bytes"})
 		require.NoError(t, err)
 		require.Equal(t, []string{id2}, d.DeadLettered)
-		recs, err := s.rdb.Do(ctx, "XRANGE", k.DLQ, "-", "+").Slice()
+		recs, err := s.rdb.Do(ctx, "XRANGE", f.DeadLetterStream, "-", "+").Slice()
 		require.NoError(t, err)
 		require.Len(t, recs, 2)
 		for _, r := range recs {
@@ -386,12 +386,12 @@ func TestHostileBinaryRoundTrip(t *testing.T) {
 			require.Equal(t, binaryFields, anyStrings(flat[:len(binaryFields)]), "original fields come first, unchanged")
 		}
 		// Redrive restores them, plus the redrive counter.
-		rp, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream})
+		rp, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream})
 		require.NoError(t, err)
 		require.Len(t, rp.Moved, 2)
 		require.Empty(t, rp.Foreign)
 		for _, m := range rp.Moved {
-			e, err := s.rdb.Do(ctx, "XRANGE", k.Stream, m.To, m.To).Slice()
+			e, err := s.rdb.Do(ctx, "XRANGE", f.Stream, m.To, m.To).Slice()
 			require.NoError(t, err)
 			require.Len(t, e, 1)
 			got := anyStrings(e[0].([]any)[1].([]any))
@@ -404,17 +404,16 @@ func TestHostileBinaryRoundTrip(t *testing.T) {
 // live or dead-lettered, never the whole PEL.
 func TestHostileLargeValues(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "$").Err())
+		ctx := t.Context()
+		f := s.fixture(t)
 		mib := strings.Repeat("x", 1<<20)
 		var ids []string
 		for i := 0; i < 4; i++ {
-			ids = append(ids, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: []string{"i", fmt.Sprint(i), "blob", mib}}).Val())
+			ids = append(ids, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: []string{"i", fmt.Sprint(i), "blob", mib}}).Val())
 		}
-		deliver(t, ctx, s.rdb, k, "a", 4)
+		f.LeavePending("a", 4)
 
-		a := pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "b", Count: 100, MaxBytes: 64 << 10}
+		a := pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b", Count: 100, MaxBytes: 64 << 10}
 		var got []string
 		for pages := 0; ; pages++ {
 			require.Less(t, pages, 10)
@@ -447,8 +446,8 @@ func TestHostileLargeValues(t *testing.T) {
 			a.Cursor = p.Cursor
 		}
 		require.Equal(t, ids, dead)
-		require.Zero(t, pelSize(t, ctx, s.rdb, k))
-		require.EqualValues(t, 4, s.rdb.XLen(ctx, k.DLQ).Val())
+		require.Zero(t, f.PendingCount())
+		require.EqualValues(t, 4, s.rdb.XLen(ctx, f.DeadLetterStream).Val())
 	})
 }
 
@@ -457,59 +456,58 @@ func TestHostileLargeValues(t *testing.T) {
 // error, never acked without a copy). Entries just under the limit move.
 func TestHostileManyFields(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "$").Err())
+		ctx := t.Context()
+		f := s.fixture(t)
 		huge := manyFields(10000)
 		fits := manyFields(3940) // 7,880 values + 20 of metadata: the limit
-		hugeID := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: huge}).Val()
-		fitsID := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: fits}).Val()
-		deliver(t, ctx, s.rdb, k, "a", 2)
+		hugeID := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: huge}).Val()
+		fitsID := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: fits}).Val()
+		f.LeavePending("a", 2)
 
 		// Claimed whole.
-		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "b"})
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b"})
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 2)
 		require.Equal(t, toFields(huge), p.Entries[0].Fields)
 		require.Equal(t, toFields(fits), p.Entries[1].Fields)
 
 		// DeadLetter: the huge one is reported and left pending, owned by b.
-		before := snap(t, ctx, s.rdb, k)
-		d, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "b", IDs: []string{hugeID}, Error: "x"})
+		before := snap(t, ctx, s.rdb, f.Keys)
+		d, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b", IDs: []string{hugeID}, Error: "x"})
 		require.NoError(t, err)
 		require.Equal(t, []string{hugeID}, d.TooLarge)
 		require.Empty(t, d.DeadLettered)
-		require.Equal(t, before, snap(t, ctx, s.rdb, k), "nothing changed")
+		require.Equal(t, before, snap(t, ctx, s.rdb, f.Keys), "nothing changed")
 
 		// Claim at max deliveries: the huge one reported, the other moved.
-		p, err = s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c", MaxDeliveries: 2, DeleteDeadLettered: true})
+		p, err = s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c", MaxDeliveries: 2, DeleteDeadLettered: true})
 		require.NoError(t, err)
 		require.Equal(t, []string{hugeID}, p.TooLarge)
 		require.Equal(t, []string{fitsID}, p.DeadLettered)
-		pe := pendingOf(t, ctx, s.rdb, k, hugeID)
+		pe, _ := f.PendingEntry(hugeID)
 		require.NotNil(t, pe, "still pending")
 		require.Equal(t, "b", pe.Consumer)
 		require.EqualValues(t, 2, pe.RetryCount)
-		require.EqualValues(t, 1, s.rdb.XLen(ctx, k.Stream).Val(), "the huge entry is not deleted")
+		require.EqualValues(t, 1, s.rdb.XLen(ctx, f.Stream).Val(), "the huge entry is not deleted")
 
 		// Redrive: the record that fits comes back whole.
-		rp, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream})
+		rp, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream})
 		require.NoError(t, err)
 		require.Len(t, rp.Moved, 1)
-		e, err := s.rdb.Do(ctx, "XRANGE", k.Stream, rp.Moved[0].To, rp.Moved[0].To).Slice()
+		e, err := s.rdb.Do(ctx, "XRANGE", f.Stream, rp.Moved[0].To, rp.Moved[0].To).Slice()
 		require.NoError(t, err)
 		require.Equal(t, append(append([]string{}, fits...), pelwarden.FieldRedrives, "1"), anyStrings(e[0].([]any)[1].([]any)))
 
 		// A dead-letter record too large to re-add (written by someone else
 		// with pelwarden's metadata) is reported and left in place.
-		rec := append(append([]string{}, huge...), pelwarden.FieldOriginalID, "1-0", pelwarden.FieldStream, k.Stream, pelwarden.FieldMetaCount, "3")
-		bigRec := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DLQ, Values: rec}).Val()
-		before = snap(t, ctx, s.rdb, k)
-		rp, err = s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream})
+		rec := append(append([]string{}, huge...), pelwarden.FieldOriginalID, "1-0", pelwarden.FieldStream, f.Stream, pelwarden.FieldMetaCount, "3")
+		bigRec := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.DeadLetterStream, Values: rec}).Val()
+		before = snap(t, ctx, s.rdb, f.Keys)
+		rp, err = s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream})
 		require.NoError(t, err)
 		require.Equal(t, []string{bigRec}, rp.TooLarge)
 		require.Empty(t, rp.Moved)
-		require.Equal(t, before, snap(t, ctx, s.rdb, k), "nothing changed")
+		require.Equal(t, before, snap(t, ctx, s.rdb, f.Keys), "nothing changed")
 	})
 }
 
@@ -518,12 +516,12 @@ func TestHostileManyFields(t *testing.T) {
 // the others, unchanged.
 func TestHostileForeignDeadLetters(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 1)
-		deliver(t, ctx, s.rdb, k, "a", 1)
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(1, order)
+		f.LeavePending("a", 1)
 		add := func(fields ...string) string {
-			return s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DLQ, Values: fields}).Val()
+			return s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.DeadLetterStream, Values: fields}).Val()
 		}
 		meta := pelwarden.FieldMetaCount
 		foreign := []string{
@@ -540,13 +538,13 @@ func TestHostileForeignDeadLetters(t *testing.T) {
 			add("a", "b", meta, " 1"),                   // padded
 			add("a", "b", meta, "\x00"),                 // binary
 		}
-		_, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "a", IDs: ids})
+		_, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "a", IDs: ids})
 		require.NoError(t, err)
-		beforeDLQ, err := s.rdb.Do(ctx, "XRANGE", k.DLQ, "-", "+").Slice()
+		beforeDLQ, err := s.rdb.Do(ctx, "XRANGE", f.DeadLetterStream, "-", "+").Slice()
 		require.NoError(t, err)
 
 		var page pelwarden.RedrivePage
-		a := pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream, Count: 5}
+		a := pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream, Count: 5}
 		for {
 			p, err := s.lib.Redrive(ctx, a)
 			require.NoError(t, err)
@@ -559,7 +557,7 @@ func TestHostileForeignDeadLetters(t *testing.T) {
 		}
 		require.Equal(t, foreign, page.Foreign)
 		require.Len(t, page.Moved, 1)
-		afterDLQ, err := s.rdb.Do(ctx, "XRANGE", k.DLQ, "-", "+").Slice()
+		afterDLQ, err := s.rdb.Do(ctx, "XRANGE", f.DeadLetterStream, "-", "+").Slice()
 		require.NoError(t, err)
 		require.Equal(t, beforeDLQ[:len(foreign)], afterDLQ, "foreign entries stay, unchanged")
 	})

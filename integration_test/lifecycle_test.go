@@ -13,6 +13,7 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/internal/testserver"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
 // eachDedicated runs fn on a server of its own per image of the matrix, for
@@ -23,7 +24,7 @@ func eachDedicated(t *testing.T, opts testserver.Options, fn func(t *testing.T, 
 	for _, s := range servers {
 		t.Run(s.srv.Name, func(t *testing.T) {
 			t.Parallel()
-			srv, err := testserver.Start(ctxFor(t), s.srv.Image, opts)
+			srv, err := testserver.Start(t.Context(), s.srv.Image, opts)
 			require.NoError(t, err)
 			t.Cleanup(func() { require.NoError(t, srv.Close()) })
 			fn(t, srv)
@@ -52,7 +53,7 @@ func serverVersion(t *testing.T, ctx context.Context, rdb redis.Cmdable) string 
 // newer one (whose v1 functions keep working), and 50 concurrent Loads.
 func TestLoadLifecycle(t *testing.T) {
 	eachDedicated(t, testserver.Options{}, func(t *testing.T, srv *testserver.Server) {
-		ctx := ctxFor(t)
+		ctx := t.Context()
 		rdb := srv.Client()
 		defer rdb.Close()
 
@@ -81,11 +82,11 @@ func TestLoadLifecycle(t *testing.T) {
 		require.Equal(t, pelwarden.ActionKeptNewer, res.Nodes[0].Action)
 		require.Equal(t, "1.10.0", res.Nodes[0].After)
 		require.Equal(t, "1.10.0", serverVersion(t, ctx, rdb))
-		k := newKeys(t)
-		setup(t, ctx, rdb, k, 3)
-		deliver(t, ctx, rdb, k, "a", 3)
+		f := pelwardentest.Use(t, rdb).NewFixture(t)
+		f.Produce(3, order)
+		f.LeavePending("a", 3)
 		lib := pelwarden.NewLibrary(rdb)
-		p, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "b"})
+		p, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b"})
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 3)
 
@@ -124,18 +125,18 @@ func TestLoadLifecycle(t *testing.T) {
 // and succeeds, invisibly to the caller.
 func TestSelfHealAfterFunctionFlush(t *testing.T) {
 	eachDedicated(t, testserver.Options{}, func(t *testing.T, srv *testserver.Server) {
-		ctx := ctxFor(t)
+		ctx := t.Context()
 		rdb := srv.Client()
 		defer rdb.Close()
 		lib := pelwarden.NewLibrary(rdb)
 		_, err := lib.Load(ctx)
 		require.NoError(t, err)
-		k := newKeys(t)
-		ids := setup(t, ctx, rdb, k, 4)
-		deliver(t, ctx, rdb, k, "a", 4)
+		f := pelwardentest.Use(t, rdb).NewFixture(t)
+		ids := f.Produce(4, order)
+		f.LeavePending("a", 4)
 
 		require.NoError(t, rdb.FunctionFlush(ctx).Err())
-		r, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids[:2]})
+		r, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: ids[:2]})
 		require.NoError(t, err)
 		require.EqualValues(t, 2, r.Acked)
 		require.Equal(t, pelwarden.LibraryVersion, serverVersion(t, ctx, rdb))
@@ -146,7 +147,7 @@ func TestSelfHealAfterFunctionFlush(t *testing.T) {
 		errs := make([]error, 20)
 		for i := range errs {
 			wg.Go(func() {
-				_, errs[i] = lib.Stats(ctx, pelwarden.StatsArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group})
+				_, errs[i] = lib.Stats(ctx, pelwarden.StatsArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group})
 			})
 		}
 		wg.Wait()
@@ -160,7 +161,7 @@ func TestSelfHealAfterFunctionFlush(t *testing.T) {
 // reconnects and the next call reloads the library by itself.
 func TestSelfHealAfterRestart(t *testing.T) {
 	eachDedicated(t, testserver.Options{}, func(t *testing.T, srv *testserver.Server) {
-		ctx := ctxFor(t)
+		ctx := t.Context()
 		rdb := srv.Client()
 		defer rdb.Close()
 		lib := pelwarden.NewLibrary(rdb)
@@ -172,10 +173,10 @@ func TestSelfHealAfterRestart(t *testing.T) {
 		v, err := lib.Version(ctx)
 		require.NoError(t, err)
 		require.Equal(t, pelwarden.LibraryVersion, v)
-		k := newKeys(t)
-		setup(t, ctx, rdb, k, 2)
-		deliver(t, ctx, rdb, k, "a", 2)
-		p, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "b"})
+		f := pelwardentest.Use(t, rdb).NewFixture(t)
+		f.Produce(2, order)
+		f.LeavePending("a", 2)
+		p, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b"})
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 2)
 	})
@@ -184,17 +185,17 @@ func TestSelfHealAfterRestart(t *testing.T) {
 // With AOF on, the library survives a restart with the data.
 func TestLibrarySurvivesRestartWithAOF(t *testing.T) {
 	eachDedicated(t, testserver.Options{Args: []string{"--appendonly", "yes", "--appendfsync", "always", "--dir", "/tmp"}}, func(t *testing.T, srv *testserver.Server) {
-		ctx := ctxFor(t)
+		ctx := t.Context()
 		rdb := srv.Client()
 		defer rdb.Close()
 		_, err := pelwarden.Load(ctx, rdb)
 		require.NoError(t, err)
-		k := newKeys(t)
-		setup(t, ctx, rdb, k, 2)
+		f := pelwardentest.Use(t, rdb).NewFixture(t)
+		f.Produce(2, order)
 		require.NoError(t, srv.Restart(ctx))
 		require.Eventually(t, func() bool { return rdb.Ping(ctx).Err() == nil }, 30*time.Second, 100*time.Millisecond)
 		require.Equal(t, pelwarden.LibraryVersion, serverVersion(t, ctx, rdb), "library persisted in the AOF")
-		n, err := rdb.XLen(ctx, k.Stream).Result()
+		n, err := rdb.XLen(ctx, f.Stream).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, 2, n)
 	})
@@ -204,9 +205,9 @@ func TestLibrarySurvivesRestartWithAOF(t *testing.T) {
 // automatically and reported; every function works through it.
 func TestEvalFallbackForRestrictedUser(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		rdb := restrictedClient(t, ctx, s, "noscript-"+strings.Trim(k.Stream, "{}"), "-function", "-fcall", "-fcall_ro")
+		ctx := t.Context()
+		f := s.fixture(t) // arranged by the admin client
+		rdb := restrictedClient(t, ctx, s, "noscript-"+strings.Trim(f.Stream, "{}"), "-function", "-fcall", "-fcall_ro")
 		require.True(t, redis.HasErrorPrefix(rdb.FCallRO(ctx, pelwarden.FunctionVersion, nil).Err(), "NOPERM"))
 
 		lib := pelwarden.NewLibrary(rdb)
@@ -219,10 +220,10 @@ func TestEvalFallbackForRestrictedUser(t *testing.T) {
 		v, err := lib.Version(ctx)
 		require.NoError(t, err)
 		require.Equal(t, pelwarden.LibraryVersion, v)
-		ids := setup(t, ctx, rdb, k, 10)
-		deliver(t, ctx, rdb, k, "dead", 10)
-		require.NoError(t, rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "dead", Messages: ids[:3]}).Err())
-		p, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c", MaxDeliveries: 2})
+		ids := f.Produce(10, order)
+		f.LeavePending("dead", 10)
+		require.NoError(t, rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "dead", Messages: ids[:3]}).Err())
+		p, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c", MaxDeliveries: 2})
 		require.NoError(t, err)
 		require.Equal(t, ids[:3], p.DeadLettered)
 		require.Len(t, p.Entries, 7)
@@ -230,17 +231,17 @@ func TestEvalFallbackForRestrictedUser(t *testing.T) {
 		for _, e := range p.Entries {
 			live = append(live, e.ID)
 		}
-		a, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "c", IDs: live[:5]})
+		a, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "c", IDs: live[:5]})
 		require.NoError(t, err)
 		require.EqualValues(t, 5, a.Acked)
-		d, err := lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c", IDs: live[5:], Error: "bad"})
+		d, err := lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c", IDs: live[5:], Error: "bad"})
 		require.NoError(t, err)
 		require.Len(t, d.DeadLettered, 2)
-		st, err := lib.Stats(ctx, pelwarden.StatsArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group})
+		st, err := lib.Stats(ctx, pelwarden.StatsArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group})
 		require.NoError(t, err)
 		require.Zero(t, st.Pending)
 		require.EqualValues(t, 5, st.DeadLetterLength)
-		_, err = lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: "nope", Consumer: "c"})
+		_, err = lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: "nope", Consumer: "c"})
 		require.ErrorIs(t, err, pelwarden.ErrNoGroup, "library errors come through the shim unchanged")
 		// SCRIPT FLUSH is survived too (EVALSHA falls back to EVAL).
 		require.NoError(t, s.rdb.ScriptFlush(ctx).Err())
@@ -253,9 +254,9 @@ func TestEvalFallbackForRestrictedUser(t *testing.T) {
 // administrator loaded the library keeps function mode.
 func TestAdminLoadedLibraryForRestrictedUser(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		rdb := restrictedClient(t, ctx, s, "nofunction-"+strings.Trim(k.Stream, "{}"), "-function")
+		ctx := t.Context()
+		f := s.fixture(t) // arranged by the admin client
+		rdb := restrictedClient(t, ctx, s, "nofunction-"+strings.Trim(f.Stream, "{}"), "-function")
 		res, err := pelwarden.Load(ctx, rdb)
 		require.NoError(t, err)
 		require.Equal(t, pelwarden.ModeFunction, res.Mode)
@@ -265,9 +266,9 @@ func TestAdminLoadedLibraryForRestrictedUser(t *testing.T) {
 // A user refused all scripting gets ErrServerUnsupported, saying why.
 func TestNoScriptingAtAll(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		rdb := restrictedClient(t, ctx, s, "noscripting-"+strings.Trim(k.Stream, "{}"), "-@scripting")
+		ctx := t.Context()
+		f := s.fixture(t) // arranged by the admin client
+		rdb := restrictedClient(t, ctx, s, "noscripting-"+strings.Trim(f.Stream, "{}"), "-@scripting")
 		_, err := pelwarden.Load(ctx, rdb)
 		require.ErrorIs(t, err, pelwarden.ErrServerUnsupported)
 		require.Contains(t, err.Error(), "EVAL refused")
@@ -298,7 +299,7 @@ func TestServerTooOld(t *testing.T) {
 	if image == "none" {
 		t.Skip("PELWARDEN_OLD_IMAGE=none: no pre-7.0 server to test against")
 	}
-	ctx := ctxFor(t)
+	ctx := t.Context()
 	srv, err := testserver.Start(ctx, image, testserver.Options{})
 	require.NoError(t, err, "build it with scripts/images.sh, or set PELWARDEN_OLD_IMAGE=none")
 	defer func() { require.NoError(t, srv.Close()) }()

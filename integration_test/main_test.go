@@ -1,27 +1,31 @@
 // Package integration_test runs pelwarden against real servers in
 // containers: every test runs on each server of the matrix (Redis 7.0,
 // Redis 8.0, Redis 8.6, Valkey 8.1, Valkey 9.1 by default; see
-// internal/testserver).
+// internal/testserver). Tests use the public test kit, pelwardentest, as users do: a fixture per
+// test (s.fixture, or FixtureFor on keys the test chose), its arrange, act
+// and assert helpers, and its test timings.
 //
-// Run it with `make test` (which builds the images first), or:
+// Run it with `make test` (which builds the images first), or, in this
+// module's directory:
 //
 //	TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 \
-//	  go test ./integration_test/
+//	  go test ./...
+//
+// Without Docker the package is skipped with one message saying how to run
+// it; PELWARDEN_REQUIRE_DOCKER=1 (set by the Makefile) makes it fail
+// instead.
 package integration_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
-	"strings"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/pelwarden/pelwarden"
@@ -123,114 +127,22 @@ func each(t *testing.T, fn func(t *testing.T, s *target)) {
 	}
 }
 
-// keys are one test's own key names, under one hash tag.
-type keys struct {
-	Stream, DLQ, Group string
-}
-
-func newKeys(t *testing.T) keys {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	tag := strings.NewReplacer("/", ".", " ", "_").Replace(t.Name()) + "." + hex.EncodeToString(b)
-	return keys{Stream: "{" + tag + "}", DLQ: "{" + tag + "}:dead", Group: "g"}
-}
-
-// fixture returns a pelwardentest fixture on the matrix server s (its own
-// hash-tagged stream, dead-letter stream and group, created at "0"), and
-// the same names as keys.
-func fixture(t *testing.T, s *target) (*pelwardentest.Fixture, keys) {
+// kit returns the pelwardentest server on s, for fixtures on keys a test
+// chose (FixtureFor).
+func (s *target) kit(t *testing.T) *pelwardentest.Server {
 	t.Helper()
-	f := pelwardentest.Use(t, s.rdb).NewFixture(t)
-	return f, keys{Stream: f.Stream, DLQ: f.DeadLetterStream, Group: f.Group}
+	return pelwardentest.Use(t, s.rdb)
 }
 
-func ctxFor(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// setup creates the stream and group and adds n entries with fields
-// n=<i>, payload=<i>; it returns their ids in order.
-func setup(t *testing.T, ctx context.Context, rdb redis.Cmdable, k keys, n int) []string {
+// fixture returns a pelwardentest fixture on s: the test's own hash-tagged
+// stream, dead-letter stream and group, created at "0".
+func (s *target) fixture(t *testing.T) *pelwardentest.Fixture {
 	t.Helper()
-	require.NoError(t, rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "$").Err())
-	return produce(t, ctx, rdb, k, n)
+	return s.kit(t).NewFixture(t)
 }
 
-func produce(t *testing.T, ctx context.Context, rdb redis.Cmdable, k keys, n int) []string {
-	t.Helper()
-	ids := make([]string, 0, n)
-	const batch = 1000
-	for start := 0; start < n; start += batch {
-		p := rdb.Pipeline()
-		var cmds []*redis.StringCmd
-		for i := start; i < n && i < start+batch; i++ {
-			cmds = append(cmds, p.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: []string{"n", fmt.Sprint(i), "payload", fmt.Sprintf("order-%d", i)}}))
-		}
-		_, err := p.Exec(ctx)
-		require.NoError(t, err)
-		for _, c := range cmds {
-			ids = append(ids, c.Val())
-		}
-	}
-	return ids
-}
-
-// deliver reads up to n new entries as consumer (one delivery each).
-func deliver(t *testing.T, ctx context.Context, rdb redis.Cmdable, k keys, consumer string, n int) []redis.XMessage {
-	t.Helper()
-	res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: k.Group, Consumer: consumer, Streams: []string{k.Stream, ">"}, Count: int64(n), Block: -1}).Result()
-	require.NoError(t, err)
-	require.Len(t, res, 1)
-	return res[0].Messages
-}
-
-// pendingOf returns the PEL entry of id, or nil.
-func pendingOf(t *testing.T, ctx context.Context, rdb redis.Cmdable, k keys, id string) *redis.XPendingExt {
-	t.Helper()
-	p, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: k.Stream, Group: k.Group, Start: id, End: id, Count: 1}).Result()
-	require.NoError(t, err)
-	if len(p) == 0 {
-		return nil
-	}
-	return &p[0]
-}
-
-func pelSize(t *testing.T, ctx context.Context, rdb redis.Cmdable, k keys) int64 {
-	t.Helper()
-	p, err := rdb.XPending(ctx, k.Stream, k.Group).Result()
-	require.NoError(t, err)
-	return p.Count
-}
-
-// fieldMap turns ordered fields into a map (last value wins).
-func fieldMap(fs []pelwarden.Field) map[string]string {
-	m := map[string]string{}
-	for _, f := range fs {
-		m[f.Name] = f.Value
-	}
-	return m
-}
-
-// walk runs a whole reclaim pass, page by page, and merges the pages.
-func walk(t *testing.T, ctx context.Context, lib *pelwarden.Library, a pelwarden.ClaimArgs) (pelwarden.ClaimPage, int) {
-	t.Helper()
-	var all pelwarden.ClaimPage
-	calls := 0
-	a.Cursor = "0-0"
-	for {
-		p, err := lib.Claim(ctx, a)
-		require.NoError(t, err)
-		calls++
-		all.Entries = append(all.Entries, p.Entries...)
-		all.DeadLettered = append(all.DeadLettered, p.DeadLettered...)
-		all.Deleted = append(all.Deleted, p.Deleted...)
-		all.BackedOff += p.BackedOff
-		if p.Done() {
-			return all, calls
-		}
-		require.NotEqual(t, a.Cursor, p.Cursor, "cursor must advance")
-		a.Cursor = p.Cursor
-	}
+// order is the fields of the i-th entry the tests produce (Fixture.Produce):
+// two fields, so tests see that order and values survive.
+func order(i int) []string {
+	return []string{"n", strconv.Itoa(i), "payload", "order-" + strconv.Itoa(i)}
 }

@@ -11,19 +11,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
 // Ack is fenced: ids whose ownership moved are reported, not acked.
 func TestAckFenced(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 6)
-		deliver(t, ctx, s.rdb, k, "a", 6)
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: ids[:2]}).Err())
-		require.NoError(t, s.rdb.XAck(ctx, k.Stream, k.Group, ids[2]).Err())
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(6, order)
+		f.LeavePending("a", 6)
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "b", Messages: ids[:2]}).Err())
+		require.NoError(t, s.rdb.XAck(ctx, f.Stream, f.Group, ids[2]).Err())
 
-		r, err := s.lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids})
+		r, err := s.lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: ids})
 		require.NoError(t, err)
 		require.EqualValues(t, 3, r.Acked)
 		require.ElementsMatch(t, ids[:3], r.NotOwned)
@@ -34,21 +35,21 @@ func TestAckFenced(t *testing.T) {
 		// The same call again (a retry whose first attempt was applied):
 		// nothing acked, and every id is reported as no longer pending, not
 		// as taken over.
-		r, err = s.lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids[2:]})
+		r, err = s.lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: ids[2:]})
 		require.NoError(t, err)
 		require.Zero(t, r.Acked)
 		require.ElementsMatch(t, ids[2:], r.NotPending)
 		require.Empty(t, r.OwnedElsewhere())
 		for _, id := range ids[:2] {
-			require.Equal(t, "b", pendingOf(t, ctx, s.rdb, k, id).Consumer, "b keeps %s", id)
+			f.RequirePending(id, pelwardentest.Pending{Consumer: "b"})
 		}
-		require.EqualValues(t, 2, pelSize(t, ctx, s.rdb, k))
+		require.EqualValues(t, 2, f.PendingCount())
 
-		r, err = s.lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", IDs: ids[:2], Delete: true})
+		r, err = s.lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "b", IDs: ids[:2], Delete: true})
 		require.NoError(t, err)
 		require.EqualValues(t, 2, r.Acked)
 		require.NoError(t, r.Err())
-		n, err := s.rdb.XLen(ctx, k.Stream).Result()
+		n, err := s.rdb.XLen(ctx, f.Stream).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, 4, n, "Delete removed the two acked entries")
 	})
@@ -62,11 +63,11 @@ func TestAckFenced(t *testing.T) {
 // anything is acked.
 func TestAckAnyOrder(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
+		ctx := t.Context()
 		for _, via := range []string{"fcall", "wrapper"} {
-			k := newKeys(t)
-			ids := setup(t, ctx, s.rdb, k, 300)
-			deliver(t, ctx, s.rdb, k, "a", 300)
+			f := s.fixture(t)
+			ids := f.Produce(300, order)
+			f.LeavePending("a", 300)
 			want := map[string]bool{} // id -> acked by this call
 			var moved []string
 			ackedBefore := 0
@@ -76,14 +77,14 @@ func TestAckAnyOrder(t *testing.T) {
 					moved = append(moved, id)
 					want[id] = false
 				case i%11 == 5:
-					require.NoError(t, s.rdb.XAck(ctx, k.Stream, k.Group, id).Err())
+					require.NoError(t, s.rdb.XAck(ctx, f.Stream, f.Group, id).Err())
 					ackedBefore++
 					want[id] = false
 				default:
 					want[id] = true
 				}
 			}
-			require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: moved}).Err())
+			require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "b", Messages: moved}).Err())
 			batch := append([]string(nil), ids...)
 			rand.New(rand.NewPCG(uint64(len(via)), 7)).Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
 			// One owned id written unnormalised: "0" before its milliseconds.
@@ -96,26 +97,26 @@ func TestAckAnyOrder(t *testing.T) {
 
 			bad := append(append(append([]string(nil), batch[:150]...), "bogus"), batch[150:]...)
 			if via == "fcall" {
-				err := s.rdb.FCall(ctx, pelwarden.FunctionAck, []string{k.Stream}, append([]any{k.Group, "a", "0"}, anys(bad)...)...).Err()
+				err := s.rdb.FCall(ctx, pelwarden.FunctionAck, []string{f.Stream}, append([]any{f.Group, "a", "0"}, anys(bad)...)...).Err()
 				require.True(t, redis.HasErrorPrefix(err, "PWBADID"), "got %v", err)
 			} else {
-				_, err := s.lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: bad})
+				_, err := s.lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: bad})
 				require.ErrorIs(t, err, pelwarden.ErrInvalidID)
 			}
-			before := pelSize(t, ctx, s.rdb, k)
+			before := f.PendingCount()
 			require.EqualValues(t, 300-ackedBefore, before, "nothing acked by the refused call")
 
 			var acked int64
 			var notOwned []string
 			if via == "fcall" {
-				v, err := s.rdb.FCall(ctx, pelwarden.FunctionAck, []string{k.Stream}, append([]any{k.Group, "a", "0"}, anys(batch)...)...).Slice()
+				v, err := s.rdb.FCall(ctx, pelwarden.FunctionAck, []string{f.Stream}, append([]any{f.Group, "a", "0"}, anys(batch)...)...).Slice()
 				require.NoError(t, err)
 				acked = v[0].(int64)
 				for _, x := range v[1].([]any) {
 					notOwned = append(notOwned, x.(string))
 				}
 			} else {
-				r, err := s.lib.Ack(ctx, pelwarden.AckArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: batch})
+				r, err := s.lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: batch})
 				require.NoError(t, err)
 				acked, notOwned = r.Acked, r.NotOwned
 			}
@@ -130,9 +131,9 @@ func TestAckAnyOrder(t *testing.T) {
 			}
 			require.Equal(t, wantAcked, acked, via)
 			require.ElementsMatch(t, wantNotOwned, notOwned, via)
-			require.EqualValues(t, len(moved), pelSize(t, ctx, s.rdb, k), "only b's entries stay pending")
+			require.EqualValues(t, len(moved), f.PendingCount(), "only b's entries stay pending")
 			for _, id := range moved {
-				require.Equal(t, "b", pendingOf(t, ctx, s.rdb, k, id).Consumer)
+				f.RequirePending(id, pelwardentest.Pending{Consumer: "b"})
 			}
 		}
 	})
@@ -149,14 +150,14 @@ func anys(ss []string) []any {
 // DeadLetter is atomic, fenced and idempotent, and bounds the error text.
 func TestDeadLetter(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 4)
-		deliver(t, ctx, s.rdb, k, "a", 4)
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: ids[3:]}).Err())
-		require.NoError(t, s.rdb.XDel(ctx, k.Stream, ids[2]).Err())
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(4, order)
+		f.LeavePending("a", 4)
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "b", Messages: ids[3:]}).Err())
+		require.NoError(t, s.rdb.XDel(ctx, f.Stream, ids[2]).Err())
 		long := strings.Repeat("é", 3000) // 6000 bytes, 2-byte characters
-		args := pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "a",
+		args := pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "a",
 			IDs: ids, Reason: "invalid_order", Error: long}
 		r, err := s.lib.DeadLetter(ctx, args)
 		require.NoError(t, err)
@@ -165,14 +166,14 @@ func TestDeadLetter(t *testing.T) {
 		require.Empty(t, r.NotPending)
 		require.Equal(t, []string{ids[3]}, r.OwnedElsewhere())
 		require.Equal(t, []string{ids[2]}, r.Deleted)
-		require.Equal(t, "b", pendingOf(t, ctx, s.rdb, k, ids[3]).Consumer)
+		f.RequirePending(ids[3], pelwardentest.Pending{Consumer: "b"})
 
 		again, err := s.lib.DeadLetter(ctx, args)
 		require.NoError(t, err)
 		require.Empty(t, again.DeadLettered, "a second call writes nothing")
 		require.Equal(t, ids[:3], again.NotPending, "a retry finds its ids no longer pending, not taken over")
 		require.Equal(t, []string{ids[3]}, again.OwnedElsewhere())
-		recs, err := s.rdb.XRange(ctx, k.DLQ, "-", "+").Result()
+		recs, err := s.rdb.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
 		require.NoError(t, err)
 		require.Len(t, recs, 2)
 		for i, rec := range recs {
@@ -185,21 +186,22 @@ func TestDeadLetter(t *testing.T) {
 			require.True(t, strings.HasSuffix(e, pelwarden.TruncatedMarker))
 			require.True(t, utf8.ValidString(e), "cut on a character boundary")
 		}
-		require.Nil(t, pendingOf(t, ctx, s.rdb, k, ids[0]))
+		_, pending := f.PendingEntry(ids[0])
+		require.False(t, pending)
 	})
 }
 
 // The library bounds the error text on its own too (raw FCALL).
 func TestDeadLetterBoundsErrorServerSide(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 1)
-		deliver(t, ctx, s.rdb, k, "a", 1)
-		err := s.rdb.FCall(ctx, pelwarden.FunctionDeadLetter, []string{k.Stream, k.DLQ}, k.Group, "a", "0", "handler",
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(1, order)
+		f.LeavePending("a", 1)
+		err := s.rdb.FCall(ctx, pelwarden.FunctionDeadLetter, []string{f.Stream, f.DeadLetterStream}, f.Group, "a", "0", "handler",
 			strings.Repeat("x", 100000), ids[0]).Err()
 		require.NoError(t, err)
-		recs, err := s.rdb.XRange(ctx, k.DLQ, "-", "+").Result()
+		recs, err := s.rdb.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
 		require.NoError(t, err)
 		require.Len(t, recs, 1)
 		require.Len(t, recs[0].Values[pelwarden.FieldError], pelwarden.MaxErrorBytes)
@@ -210,24 +212,24 @@ func TestDeadLetterBoundsErrorServerSide(t *testing.T) {
 // ids no longer owned.
 func TestExtend(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 3)
-		deliver(t, ctx, s.rdb, k, "a", 3)
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: ids[2:]}).Err())
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(3, order)
+		f.LeavePending("a", 3)
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "b", Messages: ids[2:]}).Err())
 		time.Sleep(1500 * time.Millisecond)
-		r, err := s.lib.Extend(ctx, pelwarden.ExtendArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids})
+		r, err := s.lib.Extend(ctx, pelwarden.ExtendArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: ids})
 		require.NoError(t, err)
 		require.EqualValues(t, 2, r.Extended)
 		require.Equal(t, []string{ids[2]}, r.NotOwned)
 		require.ErrorIs(t, r.Err(), pelwarden.ErrNotOwner)
 		for _, id := range ids[:2] {
-			pe := pendingOf(t, ctx, s.rdb, k, id)
+			pe, _ := f.PendingEntry(id)
 			require.Less(t, pe.Idle, time.Second, "idle reset (it was 1.5s)")
 			require.EqualValues(t, 1, pe.RetryCount, "delivery count not bumped")
 			require.Equal(t, "a", pe.Consumer)
 		}
-		require.Equal(t, "b", pendingOf(t, ctx, s.rdb, k, ids[2]).Consumer)
+		f.RequirePending(ids[2], pelwardentest.Pending{Consumer: "b"})
 	})
 }
 
@@ -235,29 +237,29 @@ func TestExtend(t *testing.T) {
 // entries.
 func TestReap(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 2)
-		deliver(t, ctx, s.rdb, k, "holder", 2)
-		require.NoError(t, s.rdb.XAck(ctx, k.Stream, k.Group, ids[0]).Err())
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(2, order)
+		f.LeavePending("holder", 2)
+		require.NoError(t, s.rdb.XAck(ctx, f.Stream, f.Group, ids[0]).Err())
 		for _, c := range []string{"gone-1", "gone-2", "me"} {
-			require.NoError(t, s.rdb.XGroupCreateConsumer(ctx, k.Stream, k.Group, c).Err())
+			require.NoError(t, s.rdb.XGroupCreateConsumer(ctx, f.Stream, f.Group, c).Err())
 		}
 		time.Sleep(2 * time.Second)
-		require.NoError(t, s.rdb.XGroupCreateConsumer(ctx, k.Stream, k.Group, "fresh").Err())
+		require.NoError(t, s.rdb.XGroupCreateConsumer(ctx, f.Stream, f.Group, "fresh").Err())
 
-		r, err := s.lib.Reap(ctx, pelwarden.ReapArgs{Stream: k.Stream, Group: k.Group, Idle: 1500 * time.Millisecond, Keep: []string{"me"}})
+		r, err := s.lib.Reap(ctx, pelwarden.ReapArgs{Stream: f.Stream, Group: f.Group, Idle: 1500 * time.Millisecond, Keep: []string{"me"}})
 		require.NoError(t, err)
 		require.ElementsMatch(t, []string{"gone-1", "gone-2"}, r.Deleted)
 		require.Equal(t, []pelwarden.ConsumerPending{{Name: "holder", Pending: 1}}, r.Kept)
-		cs, err := s.rdb.XInfoConsumers(ctx, k.Stream, k.Group).Result()
+		cs, err := s.rdb.XInfoConsumers(ctx, f.Stream, f.Group).Result()
 		require.NoError(t, err)
 		var names []string
 		for _, c := range cs {
 			names = append(names, c.Name)
 		}
 		require.ElementsMatch(t, []string{"holder", "me", "fresh"}, names)
-		require.Equal(t, "holder", pendingOf(t, ctx, s.rdb, k, ids[1]).Consumer, "its PEL is intact")
+		f.RequirePending(ids[1], pelwardentest.Pending{Consumer: "holder"})
 	})
 }
 
@@ -265,23 +267,22 @@ func TestReap(t *testing.T) {
 // the dead-letter stream and skips foreign and other-source records.
 func TestRedriveRoundTrip(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k.Stream, k.Group, "$").Err())
+		ctx := t.Context()
+		f := s.fixture(t)
 		values := []string{"b", "2", "a", "1", "b", "dup", "bin", "\x00\xff"}
 		var ids []string
 		for range 5 {
-			id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: values}).Result()
+			id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: values}).Result()
 			require.NoError(t, err)
 			ids = append(ids, id)
 		}
-		deliver(t, ctx, s.rdb, k, "a", 5)
-		_, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group,
+		f.LeavePending("a", 5)
+		_, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group,
 			Consumer: "a", IDs: ids, Error: "boom"})
 		require.NoError(t, err)
-		foreign, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DLQ, Values: []string{"not", "ours"}}).Result()
+		foreign, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.DeadLetterStream, Values: []string{"not", "ours"}}).Result()
 		require.NoError(t, err)
-		other, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DLQ, Values: []string{"x", "1",
+		other, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.DeadLetterStream, Values: []string{"x", "1",
 			pelwarden.FieldStream, "{elsewhere}", pelwarden.FieldMetaCount, "2"}}).Result()
 		require.NoError(t, err)
 
@@ -289,7 +290,7 @@ func TestRedriveRoundTrip(t *testing.T) {
 		var skippedForeign, skippedOther []string
 		cursor := ""
 		for {
-			p, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream, Cursor: cursor, Count: 2})
+			p, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream, Cursor: cursor, Count: 2})
 			require.NoError(t, err)
 			moved = append(moved, p.Moved...)
 			skippedForeign = append(skippedForeign, p.Foreign...)
@@ -302,12 +303,12 @@ func TestRedriveRoundTrip(t *testing.T) {
 		require.Len(t, moved, 5)
 		require.Equal(t, []string{foreign}, skippedForeign)
 		require.Equal(t, []string{other}, skippedOther)
-		left, err := s.rdb.XRange(ctx, k.DLQ, "-", "+").Result()
+		left, err := s.rdb.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
 		require.NoError(t, err)
 		require.Len(t, left, 2, "only the skipped records stay")
 
 		for _, m := range moved {
-			raw, err := s.rdb.Do(ctx, "XRANGE", k.Stream, m.To, m.To).Slice()
+			raw, err := s.rdb.Do(ctx, "XRANGE", f.Stream, m.To, m.To).Slice()
 			require.NoError(t, err)
 			require.Len(t, raw, 1)
 			flat := raw[0].([]any)[1].([]any)
@@ -320,18 +321,18 @@ func TestRedriveRoundTrip(t *testing.T) {
 
 		// A second round trip bumps the counter instead of adding a field.
 		e := moved[0].To
-		deliver(t, ctx, s.rdb, k, "a", 5)
-		_, err = s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "a", IDs: []string{e}})
+		f.LeavePending("a", 5)
+		_, err = s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "a", IDs: []string{e}})
 		require.NoError(t, err)
-		p, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream, Count: 10})
+		p, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream, Count: 10})
 		require.NoError(t, err)
 		require.Len(t, p.Moved, 1)
-		rec, err := s.rdb.XRange(ctx, k.Stream, p.Moved[0].To, p.Moved[0].To).Result()
+		rec, err := s.rdb.XRange(ctx, f.Stream, p.Moved[0].To, p.Moved[0].To).Result()
 		require.NoError(t, err)
 		require.Equal(t, "2", rec[0].Values[pelwarden.FieldRedrives])
 
 		// AnySource moves the other-source record too; never the foreign one.
-		p, err = s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: k.DLQ, Stream: k.Stream, AnySource: true})
+		p, err = s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream, AnySource: true})
 		require.NoError(t, err)
 		require.Len(t, p.Moved, 1)
 		require.Equal(t, []string{foreign}, p.Foreign)
@@ -341,14 +342,14 @@ func TestRedriveRoundTrip(t *testing.T) {
 // Stats is a one-call snapshot.
 func TestStats(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 10)
-		deliver(t, ctx, s.rdb, k, "a", 4)
-		deliver(t, ctx, s.rdb, k, "b", 2)
-		_, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "a", IDs: ids[:1]})
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(10, order)
+		f.LeavePending("a", 4)
+		f.LeavePending("b", 2)
+		_, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "a", IDs: ids[:1]})
 		require.NoError(t, err)
-		st, err := s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group})
+		st, err := s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group})
 		require.NoError(t, err)
 		require.EqualValues(t, 5, st.Pending)
 		require.Equal(t, ids[1], st.LowestID)
@@ -368,9 +369,9 @@ func TestStats(t *testing.T) {
 		require.Less(t, byName["b"].Idle, time.Minute)
 
 		// An empty group.
-		k2 := newKeys(t)
+		k2 := pelwardentest.NewKeys(t)
 		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k2.Stream, k2.Group, "$").Err())
-		st, err = s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: k2.Stream, DeadLetterStream: k2.DLQ, Group: k2.Group})
+		st, err = s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: k2.Stream, DeadLetterStream: k2.DeadLetterStream, Group: k2.Group})
 		require.NoError(t, err)
 		require.Zero(t, st.Pending)
 		require.Empty(t, st.LowestID)
@@ -381,7 +382,7 @@ func TestStats(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		v, err := s.lib.Version(ctxFor(t))
+		v, err := s.lib.Version(t.Context())
 		require.NoError(t, err)
 		require.Equal(t, pelwarden.LibraryVersion, v)
 	})
@@ -391,26 +392,26 @@ func TestVersion(t *testing.T) {
 // count unchanged, claimable once the delay has passed.
 func TestRelease(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		k := newKeys(t)
-		ids := setup(t, ctx, s.rdb, k, 3)
-		deliver(t, ctx, s.rdb, k, "a", 3)
-		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: k.Stream, Group: k.Group, Consumer: "b", Messages: ids[2:]}).Err())
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(3, order)
+		f.LeavePending("a", 3)
+		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "b", Messages: ids[2:]}).Err())
 		minIdle := time.Hour
-		r, err := s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids[:1], MinIdle: minIdle, Delay: 0})
+		r, err := s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: ids[:1], MinIdle: minIdle, Delay: 0})
 		require.NoError(t, err)
 		require.EqualValues(t, 1, r.Extended)
-		r, err = s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: k.Stream, Group: k.Group, Consumer: "a", IDs: ids[1:], MinIdle: minIdle, Delay: 10 * time.Minute})
+		r, err = s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: ids[1:], MinIdle: minIdle, Delay: 10 * time.Minute})
 		require.NoError(t, err)
 		require.EqualValues(t, 1, r.Extended)
 		require.Equal(t, []string{ids[2]}, r.NotOwned)
 
-		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c", MinIdle: minIdle})
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c", MinIdle: minIdle})
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 1, "delay 0: claimable at once; delay 10m: not yet")
 		require.Equal(t, ids[0], p.Entries[0].ID)
 		require.EqualValues(t, 2, p.Entries[0].Deliveries, "release did not bump the count")
-		pe := pendingOf(t, ctx, s.rdb, k, ids[1])
+		pe, _ := f.PendingEntry(ids[1])
 		require.Equal(t, "a", pe.Consumer)
 		require.EqualValues(t, 1, pe.RetryCount)
 		require.InDelta(t, float64(50*time.Minute), float64(pe.Idle), float64(time.Minute))

@@ -17,7 +17,7 @@ import (
 func TestReclaimbenchSmoke(t *testing.T) {
 	t.Parallel()
 	s := servers[0]
-	ctx := ctxFor(t)
+	ctx := t.Context()
 	rep, err := reclaim.Run(ctx, reclaim.Config{
 		Options:        s.srv.Options(),
 		Entries:        500,

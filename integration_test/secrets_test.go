@@ -24,17 +24,17 @@ import (
 // distinctive part (secretMarker).
 func TestSecretsNeverPrinted(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := ctxFor(t)
-		f, k := fixture(t, s)
+		ctx := t.Context()
+		f := s.fixture(t)
 		ids := f.Produce(3, nil)
 		require.Len(t, f.LeavePending("c1", 1), 1)
-		dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: k.Stream, DeadLetterStream: k.DLQ, Group: k.Group, Consumer: "c1", IDs: ids[:1]})
+		dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c1", IDs: ids[:1]})
 		require.NoError(t, err)
 		require.Len(t, dl.DeadLettered, 1)
-		rec, err := s.rdb.XRange(ctx, k.DLQ, "-", "+").Result()
+		rec, err := s.rdb.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
 		require.NoError(t, err)
-		_, opUser, opPass := aclUser(t, s, k, "operator", nil)
-		consumer, _, cPass := aclUser(t, s, k, "consumer", nil)
+		_, opUser, opPass := aclUser(t, s, f.Keys, "operator", nil)
+		consumer, _, cPass := aclUser(t, s, f.Keys, "consumer", nil)
 		wrong := newSecret()
 		secrets := []string{opPass, cPass, wrong}
 		var outputs []string
@@ -55,28 +55,28 @@ func TestSecretsNeverPrinted(t *testing.T) {
 			args []string
 			code int
 		}{
-			{opURL, []string{"status", k.Stream, k.Group}, cli.ExitOK},
-			{opURL, []string{"status", k.Stream, k.Group, "--json"}, cli.ExitOK},
-			{opURL, []string{"status", k.Stream, "nope", "--json"}, cli.ExitBadTarget},
-			{opURL, []string{"dlq", "list", k.DLQ}, cli.ExitOK},
-			{opURL, []string{"dlq", "show", k.DLQ, rec[0].ID, "--json"}, cli.ExitOK},
-			{opURL, []string{"dlq", "show", k.DLQ, "1-1"}, cli.ExitBadTarget},
+			{opURL, []string{"status", f.Stream, f.Group}, cli.ExitOK},
+			{opURL, []string{"status", f.Stream, f.Group, "--json"}, cli.ExitOK},
+			{opURL, []string{"status", f.Stream, "nope", "--json"}, cli.ExitBadTarget},
+			{opURL, []string{"dlq", "list", f.DeadLetterStream}, cli.ExitOK},
+			{opURL, []string{"dlq", "show", f.DeadLetterStream, rec[0].ID, "--json"}, cli.ExitOK},
+			{opURL, []string{"dlq", "show", f.DeadLetterStream, "1-1"}, cli.ExitBadTarget},
 			{opURL, []string{"load"}, cli.ExitOK},
-			{opURL, []string{"poison", k.Stream, k.Group, "--max-deliveries", "1", "--json"}, cli.ExitFailure},
-			{opURL, []string{"dlq", "purge", k.DLQ, "--yes"}, cli.ExitFailure},
-			{opURL, []string{"dlq", "redrive", k.DLQ}, cli.ExitFailure},
+			{opURL, []string{"poison", f.Stream, f.Group, "--max-deliveries", "1", "--json"}, cli.ExitFailure},
+			{opURL, []string{"dlq", "purge", f.DeadLetterStream, "--yes"}, cli.ExitFailure},
+			{opURL, []string{"dlq", "redrive", f.DeadLetterStream}, cli.ExitFailure},
 			{opURL, []string{"demo", "--orders", "10"}, cli.ExitFailure},
 			{opURL, []string{"bench", "--entries", "10", "--links", "loopback", "--methods", "pelwarden"}, cli.ExitFailure},
-			{badURL, []string{"status", k.Stream, k.Group}, cli.ExitFailure},
+			{badURL, []string{"status", f.Stream, f.Group}, cli.ExitFailure},
 			{badURL, []string{"load", "--json"}, cli.ExitFailure},
-			{nowhere, []string{"status", k.Stream, k.Group}, cli.ExitFailure},
-			{unparsable, []string{"status", k.Stream, k.Group}, cli.ExitUsage},
+			{nowhere, []string{"status", f.Stream, f.Group}, cli.ExitFailure},
+			{unparsable, []string{"status", f.Stream, f.Group}, cli.ExitUsage},
 		} {
 			r := pwRaw(t, append([]string{"--redis", c.url}, c.args...)...)
 			require.Equal(t, c.code, r.code, "%v: %s", c.args, r.stderr)
 			seen(strings.Join(c.args, " "), r.stdout, r.stderr)
 		}
-		r := pwRaw(t, "--cluster", opURL, "status", k.Stream, k.Group)
+		r := pwRaw(t, "--cluster", opURL, "status", f.Stream, f.Group)
 		require.Equal(t, cli.ExitFailure, r.code, r.stderr)
 		seen("--cluster", r.stdout, r.stderr)
 
@@ -84,19 +84,18 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		// refused by the ACL, refused credentials.
 		logs := &lockedBuffer{}
 		logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		cfg := driver.Config{Stream: k.Stream, Group: k.Group, Consumer: "worker", MinIdle: 100 * time.Millisecond,
-			ReclaimInterval: 50 * time.Millisecond, ReadBlock: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
-			Logger: logger, Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })}
-		run := start(t, consumer, cfg)
+		cfg := driver.Config{Consumer: "worker", Logger: logger,
+			Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })}
+		run := f.WithClient(consumer).RunConsumer(cfg)
 		f.Within(time.Minute).RequireAcked(ids[1:]...)
-		require.NoError(t, run.stop(t))
-		refused, _, _ := aclUser(t, s, k, "consumer", []string{"+xack"})
-		seen("driver without +xack", runUntilError(t, refused, cfg).Error())
+		require.NoError(t, run.Stop())
+		refused, _, _ := aclUser(t, s, f.Keys, "consumer", []string{"+xack"})
+		seen("driver without +xack", runUntilError(t, f.WithClient(refused), cfg).Error())
 		opts, err := redis.ParseURL(userURL(t, s, "nobody", wrong))
 		require.NoError(t, err)
 		badClient := redis.NewClient(opts)
 		t.Cleanup(func() { _ = badClient.Close() })
-		err = runUntilError(t, badClient, cfg)
+		err = runUntilError(t, f.WithClient(badClient), cfg)
 		require.Contains(t, err.Error(), "WRONGPASS", "the refused credentials are named (without the password)")
 		seen("driver with a wrong password", err.Error())
 		_, err = pelwarden.Load(ctx, badClient)

@@ -35,14 +35,13 @@ func TestTLS(t *testing.T) {
 	for _, image := range testserver.Images() {
 		t.Run(testserver.Label(image), func(t *testing.T) {
 			t.Parallel()
-			ctx := ctxFor(t)
+			ctx := t.Context()
 			srv := startTLS(t, image, &testserver.TLS{CertFile: certFile, KeyFile: keyFile, CAFile: ca.CAFile,
 				Client: clientConfig(t, ca, "", "")})
 			admin := srv.Client()
 			t.Cleanup(func() { _ = admin.Close() })
 			s := &target{srv: srv, rdb: admin}
 			f := pelwardentest.Use(t, admin).NewFixture(t)
-			k := keys{Stream: f.Stream, DLQ: f.DeadLetterStream, Group: f.Group}
 			orphans := f.Produce(3, nil)
 			require.Len(t, f.LeavePending("crashed", 3), 3)
 			ids := f.Produce(10, nil)
@@ -50,13 +49,11 @@ func TestTLS(t *testing.T) {
 			// pelwardentest loaded the library: a new server has none.
 			require.NoError(t, admin.FunctionFlush(ctx).Err())
 
-			_, cuser, cpass := aclUser(t, s, k, "consumer", nil)
-			_, duser, dpass := aclUser(t, s, k, "deployer", nil)
-			_, ouser, opass := aclUser(t, s, k, "operator", nil)
+			_, cuser, cpass := aclUser(t, s, f.Keys, "consumer", nil)
+			_, duser, dpass := aclUser(t, s, f.Keys, "deployer", nil)
+			_, ouser, opass := aclUser(t, s, f.Keys, "operator", nil)
 			consumerURL := tlsURL(t, srv, cuser, cpass)
-			cfg := driver.Config{Stream: k.Stream, Group: k.Group, Consumer: "worker", MaxDeliveries: 2,
-				MinIdle: 200 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond, ReadBlock: 100 * time.Millisecond,
-				ShutdownTimeout: 5 * time.Second, Logger: testLogger(t),
+			cfg := driver.Config{Consumer: "worker", MaxDeliveries: 2,
 				Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
 					if pelwardentest.IsPoison(m.Fields) {
 						return errors.New("poison")
@@ -65,7 +62,7 @@ func TestTLS(t *testing.T) {
 				})}
 
 			// The consumer may not load the library: Run says what to do.
-			err := runUntilError(t, tlsClient(t, consumerURL, ca.Pool()), cfg)
+			err := runUntilError(t, f.WithClient(tlsClient(t, consumerURL, ca.Pool())), cfg)
 			require.ErrorIs(t, err, pelwarden.ErrLibraryMissing)
 			require.ErrorIs(t, err, pelwarden.ErrNoPermission)
 			require.Contains(t, err.Error(), "pelwarden load")
@@ -80,36 +77,36 @@ func TestTLS(t *testing.T) {
 			require.Equal(t, pelwarden.LibraryVersion, node["after"])
 
 			// The consumer's driver, end to end.
-			run := start(t, tlsClient(t, consumerURL, ca.Pool()), cfg)
+			run := f.WithClient(tlsClient(t, consumerURL, ca.Pool())).RunConsumer(cfg)
 			f.Within(time.Minute).RequireDeadLettered(poison, pelwardentest.DeadLettered{Reason: pelwarden.ReasonMaxDeliveries})
 			f.Within(time.Minute).RequirePELEmpty()
 			f.RequireAcked(append(orphans, ids...)...)
-			require.NoError(t, run.stop(t))
+			require.NoError(t, run.Stop())
 
 			// The operator's commands.
 			opURL := tlsURL(t, srv, ouser, opass)
-			st := pwJSONRaw(t, "--redis", opURL, "--cacert", ca.CAFile, "status", k.Stream, k.Group)
+			st := pwJSONRaw(t, "--redis", opURL, "--cacert", ca.CAFile, "status", f.Stream, f.Group)
 			require.Zero(t, num(t, st["pending"]))
 			require.EqualValues(t, 1, num(t, st["dead_letter_length"]))
-			dl := pwJSONRaw(t, "--redis", opURL, "--cacert", ca.CAFile, "dlq", "list", k.DLQ)
+			dl := pwJSONRaw(t, "--redis", opURL, "--cacert", ca.CAFile, "dlq", "list", f.DeadLetterStream)
 			require.Equal(t, poison, obj(t, list(t, dl["records"])[0])["original_id"])
 
 			// Another CA, or none (the system's CAs): refused, naming
 			// certificate verification, before anything is sent.
 			for _, args := range [][]string{
-				{"--redis", opURL, "--cacert", untrusted.CAFile, "status", k.Stream, k.Group},
-				{"--redis", opURL, "status", k.Stream, k.Group},
+				{"--redis", opURL, "--cacert", untrusted.CAFile, "status", f.Stream, f.Group},
+				{"--redis", opURL, "status", f.Stream, f.Group},
 			} {
 				r := pwRaw(t, args...)
 				requireError(t, r, cli.ExitFailure, "certificate")
 				require.Contains(t, r.stderr, "could not be verified; pass the CA that signed it with --cacert", "%v", args)
 			}
-			err = runUntilError(t, tlsClient(t, consumerURL, untrusted.Pool()), cfg)
+			err = runUntilError(t, f.WithClient(tlsClient(t, consumerURL, untrusted.Pool())), cfg)
 			var cv *tls.CertificateVerificationError
 			require.ErrorAs(t, err, &cv, "%v", err)
 			require.Contains(t, err.Error(), "failed to verify certificate")
 			// Plain redis:// to a TLS-only server fails too (not silently).
-			r = pwRaw(t, "--redis", strings.Replace(opURL, "rediss://", "redis://", 1), "status", k.Stream, k.Group)
+			r = pwRaw(t, "--redis", strings.Replace(opURL, "rediss://", "redis://", 1), "status", f.Stream, f.Group)
 			requireError(t, r, cli.ExitFailure, "cannot reach")
 		})
 	}
@@ -124,7 +121,7 @@ func TestTLSClientCertificates(t *testing.T) {
 	certFile, keyFile := ca.issue(t, "server", true)
 	clientCert, clientKey := ca.issue(t, "client", false)
 	image := testserver.Images()[0]
-	ctx := ctxFor(t)
+	ctx := t.Context()
 	srv := startTLS(t, image, &testserver.TLS{CertFile: certFile, KeyFile: keyFile, CAFile: ca.CAFile, AuthClients: true,
 		Client: clientConfig(t, ca, clientCert, clientKey)})
 	admin := srv.Client()
@@ -142,11 +139,10 @@ func TestTLSClientCertificates(t *testing.T) {
 
 	pair, err := tls.LoadX509KeyPair(clientCert, clientKey)
 	require.NoError(t, err)
-	run := start(t, tlsClient(t, url, ca.Pool(), pair), driver.Config{Stream: f.Stream, Group: f.Group, Logger: testLogger(t),
-		ReadBlock: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+	run := f.WithClient(tlsClient(t, url, ca.Pool(), pair)).RunConsumer(driver.Config{
 		Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
 	f.Within(time.Minute).RequireAcked(ids...)
-	require.NoError(t, run.stop(t))
+	require.NoError(t, run.Stop())
 }
 
 // startTLS starts a TLS-only server for the test and removes it at the end.
@@ -164,7 +160,7 @@ func startTLS(t *testing.T, image string, o *testserver.TLS) *testserver.Server 
 // not empty.
 func tlsURL(t *testing.T, srv *testserver.Server, user, pass string) string {
 	t.Helper()
-	addr, err := srv.Addr(ctxFor(t))
+	addr, err := srv.Addr(t.Context())
 	require.NoError(t, err)
 	u := &url.URL{Scheme: "rediss", Host: addr}
 	if user != "" {

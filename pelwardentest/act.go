@@ -8,18 +8,26 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
 )
 
-// Test timings RunConsumer gives the zero fields of a driver.Config, so a
-// reclaim or a dead-lettering happens within a test's patience (the
-// driver's own defaults count in minutes).
+// Test timings ConsumerConfig (and so RunConsumer) gives the zero fields
+// of a driver.Config, so a reclaim or a dead-lettering happens within a
+// test's patience (the driver's own defaults count in minutes). They are
+// the one definition of test timings for pelwarden's own suites too, chosen
+// to hold on a loaded two-core CI machine running tests in parallel: an
+// entry a consumer is still handling is extended long before TestMinIdle
+// passes, and a reclaim pass every TestReclaimInterval keeps idle
+// consumers cheap. A test that needs another timing (a short MinIdle to
+// take entries over at once, a long one to keep a slow handler's entries)
+// sets the field itself.
 const (
-	TestMinIdle         = 200 * time.Millisecond
-	TestReclaimInterval = 50 * time.Millisecond
+	TestMinIdle         = 300 * time.Millisecond
+	TestReclaimInterval = 100 * time.Millisecond
 	TestReadBlock       = 100 * time.Millisecond
 	TestShutdownTimeout = 5 * time.Second
 )
@@ -29,16 +37,23 @@ type Consumer struct {
 	// Consumer is the running driver consumer.
 	*driver.Consumer
 
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error // Run's result, set before done is closed
-	once   sync.Once
+	cancel    context.CancelFunc
+	done      chan struct{}
+	err       error // Run's result, set before done is closed
+	once      sync.Once
+	collected atomic.Bool // the test took Run's error (Stop, or Err after Done)
 }
 
 // Stop cancels the consumer, waits for Run to return (in-flight handlers
 // settle within ShutdownTimeout) and returns Run's error. It may be called
-// more than once.
+// more than once. Once a test has called Stop, Run's error is its to check:
+// the cleanup no longer reports it.
 func (c *Consumer) Stop() error {
+	c.collected.Store(true)
+	return c.stop()
+}
+
+func (c *Consumer) stop() error {
 	c.once.Do(c.cancel)
 	<-c.done
 	return c.err
@@ -47,17 +62,27 @@ func (c *Consumer) Stop() error {
 // Done is closed when Run has returned, on Stop or by itself (an error).
 func (c *Consumer) Done() <-chan struct{} { return c.done }
 
+// Err returns Run's error once Done is closed, and nil while Run is still
+// running. An error Err returned is the test's to check: the cleanup no
+// longer reports it.
+func (c *Consumer) Err() error {
+	select {
+	case <-c.done:
+		c.collected.Store(true)
+		return c.err
+	default:
+		return nil
+	}
+}
+
 // RunConsumer starts a driver consumer on the fixture's stream for the rest
-// of the test; t.Cleanup stops it and fails the test if Run returned an
-// error. cfg is the caller's, with these fields filled when zero: Stream,
-// Group and DeadLetterStream from the fixture's Keys; Consumer "consumer";
-// MinIdle TestMinIdle; ReclaimInterval TestReclaimInterval; ReadBlock
-// TestReadBlock; ShutdownTimeout TestShutdownTimeout; Logger, when the
-// T has a Logf method (*testing.T has), warnings and errors to the test's
-// log. Every other field, MaxDeliveries included, keeps its driver default.
+// of the test, with the configuration ConsumerConfig makes of cfg. A
+// configuration driver.New refuses fails the test. t.Cleanup stops the
+// consumer and fails the test if Run returned an error the test did not
+// take with Stop or Err.
 func (f *Fixture) RunConsumer(cfg driver.Config) *Consumer {
 	f.t.Helper()
-	cfg = f.testConfig(cfg)
+	cfg = f.ConsumerConfig(cfg)
 	dc, err := driver.New(f.srv.client, cfg)
 	if err != nil {
 		f.fatalf("RunConsumer: %v", err)
@@ -70,14 +95,23 @@ func (f *Fixture) RunConsumer(cfg driver.Config) *Consumer {
 	}()
 	t := f.t
 	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
+		if err := c.stop(); err != nil && !c.collected.Load() {
 			t.Errorf("pelwardentest: consumer %q on %s: Run returned %v", cfg.Consumer, f, err)
 		}
 	})
 	return c
 }
 
-func (f *Fixture) testConfig(cfg driver.Config) driver.Config {
+// ConsumerConfig returns cfg, the caller's, with these fields filled when
+// zero: Stream, Group and DeadLetterStream from the fixture's Keys;
+// Consumer "consumer"; MinIdle TestMinIdle; ReclaimInterval
+// TestReclaimInterval; ReadBlock TestReadBlock; ShutdownTimeout
+// TestShutdownTimeout; Logger, when the T has a Logf method (*testing.T
+// has), warnings and errors to the test's log. Every other field,
+// MaxDeliveries and CreateGroup included, keeps its driver default. Use it
+// to run a consumer yourself (driver.New, Run) with the timings
+// RunConsumer uses.
+func (f *Fixture) ConsumerConfig(cfg driver.Config) driver.Config {
 	if cfg.Stream == "" {
 		cfg.Stream = f.Stream
 	}
@@ -135,9 +169,14 @@ type ReclaimArgs struct {
 	MaxDeliveries int
 	// Count is the page size. Defaults to pelwarden.DefaultCount.
 	Count int
-	// Backoff, DeleteDeadLettered: as in pelwarden.ClaimArgs.
+	// MaxBytes bounds a page's field bytes; zero means the library's
+	// default.
+	MaxBytes int
+	// Backoff, DeleteDeadLettered, DeadLetterOnly: as in
+	// pelwarden.ClaimArgs.
 	Backoff            []time.Duration
 	DeleteDeadLettered bool
+	DeadLetterOnly     bool
 	// Handler, when set, receives each claimed entry, as the driver would
 	// hand it: nil acks it (fenced), driver.DeadLetter(err) dead-letters it
 	// with err's text (reason handler), driver.RetryAfter(d, err) releases
@@ -163,6 +202,9 @@ type ReclaimResult struct {
 	Failed []string
 	// Deleted ids were pending but gone from the stream.
 	Deleted []string
+	// BackedOff counts entries left alone because their Backoff delay had
+	// not passed (summed over the pages).
+	BackedOff int
 	// Pages is the number of Claim calls.
 	Pages int
 }
@@ -170,7 +212,7 @@ type ReclaimResult struct {
 // Reclaim runs one whole reclaim pass over the fixture's PEL with
 // pelwarden's Claim, page by page from cursor 0-0, as a driver consumer's
 // reclaim loop does, handing claimed entries to a.Handler. Errors of the
-// library fail the test.
+// library, and a page whose cursor does not advance, fail the test.
 func (f *Fixture) Reclaim(a ReclaimArgs) ReclaimResult {
 	f.t.Helper()
 	if a.Consumer == "" {
@@ -183,7 +225,8 @@ func (f *Fixture) Reclaim(a ReclaimArgs) ReclaimResult {
 		ctx, cancel := f.cmdCtx()
 		page, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream,
 			Group: f.Group, Consumer: a.Consumer, MinIdle: a.MinIdle, Cursor: cursor, Count: a.Count,
-			MaxDeliveries: a.MaxDeliveries, DeleteDeadLettered: a.DeleteDeadLettered, Backoff: a.Backoff})
+			MaxDeliveries: a.MaxDeliveries, DeleteDeadLettered: a.DeleteDeadLettered, Backoff: a.Backoff,
+			MaxBytes: a.MaxBytes, DeadLetterOnly: a.DeadLetterOnly})
 		cancel()
 		if err != nil {
 			f.fatalf("Reclaim: claim on %s: %v", f, err)
@@ -192,6 +235,7 @@ func (f *Fixture) Reclaim(a ReclaimArgs) ReclaimResult {
 		res.Claimed = append(res.Claimed, page.Entries...)
 		res.DeadLettered = append(res.DeadLettered, page.DeadLettered...)
 		res.Deleted = append(res.Deleted, page.Deleted...)
+		res.BackedOff += page.BackedOff
 		if a.Handler != nil {
 			for _, e := range page.Entries {
 				f.handle(a, e, &res)
@@ -199,6 +243,9 @@ func (f *Fixture) Reclaim(a ReclaimArgs) ReclaimResult {
 		}
 		if page.Done() {
 			return res
+		}
+		if page.Cursor == cursor {
+			f.fatalf("Reclaim: the cursor did not advance past %s on %s", cursor, f)
 		}
 		cursor = page.Cursor
 	}
@@ -261,4 +308,100 @@ func callHandler(ctx context.Context, h driver.Handler, m *driver.Message) (err 
 		}
 	}()
 	return h.Handle(ctx, m), nil
+}
+
+// Metrics is a driver.Metrics that keeps what a consumer reports in
+// memory, for a test to check (pass it as driver.Config.Metrics). It is
+// safe for concurrent use; the zero value is ready.
+type Metrics struct {
+	mu       sync.Mutex
+	events   map[driver.Event]int
+	dead     map[string]int
+	handlers int
+}
+
+var _ driver.Metrics = (*Metrics)(nil)
+
+// Count adds n to the counter of e (driver.Metrics).
+func (m *Metrics) Count(e driver.Event, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.events == nil {
+		m.events = map[driver.Event]int{}
+	}
+	m.events[e] += n
+}
+
+// DeadLettered adds n entries dead-lettered for reason (driver.Metrics).
+func (m *Metrics) DeadLettered(reason string, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.dead == nil {
+		m.dead = map[string]int{}
+	}
+	m.dead[reason] += n
+}
+
+// HandlerDuration counts one handler call (driver.Metrics); the duration
+// is not kept.
+func (m *Metrics) HandlerDuration(time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.handlers++
+}
+
+// Total returns the counter of e so far.
+func (m *Metrics) Total(e driver.Event) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.events[e]
+}
+
+// DeadLetteredTotal returns how many entries were dead-lettered for reason
+// so far.
+func (m *Metrics) DeadLetteredTotal(reason string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.dead[reason]
+}
+
+// HandlerCalls returns how many handler calls were observed so far.
+func (m *Metrics) HandlerCalls() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.handlers
+}
+
+// Calls counts a handler's calls per entry id, for a test to check how
+// often each entry reached it: call Add from the handler. It is safe for
+// concurrent use; the zero value is ready.
+type Calls struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+// Add records one call for id and returns how many calls id has had, this
+// one included (1 on its first delivery to the handler).
+func (c *Calls) Add(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.calls == nil {
+		c.calls = map[string]int{}
+	}
+	c.calls[id]++
+	return c.calls[id]
+}
+
+// Count returns how many calls id has had.
+func (c *Calls) Count(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls[id]
+}
+
+// Distinct returns how many different ids reached the handler.
+func (c *Calls) Distinct() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.calls)
 }

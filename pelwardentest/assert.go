@@ -94,6 +94,35 @@ func (f *Fixture) PendingEntries() []redis.XPendingExt {
 	return p
 }
 
+// PendingEntry returns id's entry in the fixture's PEL (owner, idle time,
+// delivery count), and false when id is not pending.
+func (f *Fixture) PendingEntry(id string) (redis.XPendingExt, bool) {
+	f.t.Helper()
+	ctx, cancel := f.cmdCtx()
+	defer cancel()
+	p, err := f.srv.client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: f.Stream, Group: f.Group, Start: id, End: id, Count: 1}).Result()
+	if err != nil {
+		f.fatalf("XPENDING %s: %v", f, err)
+	}
+	if len(p) == 0 {
+		return redis.XPendingExt{}, false
+	}
+	return p[0], true
+}
+
+// PendingCount returns the number of entries in the fixture's PEL (XPENDING
+// summary: no limit, one round trip).
+func (f *Fixture) PendingCount() int64 {
+	f.t.Helper()
+	ctx, cancel := f.cmdCtx()
+	defer cancel()
+	p, err := f.srv.client.XPending(ctx, f.Stream, f.Group).Result()
+	if err != nil {
+		f.fatalf("XPENDING %s: %v", f, err)
+	}
+	return p.Count
+}
+
 func (f *Fixture) deadLetters(ctx context.Context) ([]DeadLetterRecord, error) {
 	// XRANGE raw: go-redis's XRange decodes fields into a map, losing
 	// their order and duplicates.
@@ -243,6 +272,49 @@ func (f *Fixture) check(what string, cond func(ctx context.Context) (string, err
 		f.fatalf("%s: want %s within %v; last seen: %s", f, what, f.within, last)
 	}
 	f.fatalf("%s: want %s; got: %s", f, what, last)
+}
+
+// Eventually waits until cond returns true, calling it every few
+// milliseconds, for up to the fixture's Within duration (DefaultWithin on a
+// fixture without Within), and fails the test with what ("all entries
+// acked") when it does not come. cond runs on the caller's goroutine, so
+// it may use the fixture's helpers and fail the test itself. Use it for
+// what the Require methods do not describe: a handler's count, a metric, a
+// consumer's state.
+func (f *Fixture) Eventually(what string, cond func() bool) {
+	f.t.Helper()
+	f.EventuallyState(what, func() (string, bool) { return "", cond() })
+}
+
+// EventuallyState is Eventually for a cond that also describes the state
+// it saw ("pool 4 connections, 2 idle"): the failure message carries the
+// last description.
+func (f *Fixture) EventuallyState(what string, cond func() (state string, ok bool)) {
+	f.t.Helper()
+	d := f.within
+	if d <= 0 {
+		d = DefaultWithin
+	}
+	deadline := time.Now().Add(d)
+	for {
+		state, ok := cond()
+		if ok {
+			return
+		}
+		last := ""
+		if state != "" {
+			last = "; last seen: " + state
+		}
+		if time.Now().After(deadline) {
+			f.fatalf("%s: want %s within %v%s", f, what, d, last)
+			return
+		}
+		if f.ctx.Err() != nil {
+			f.fatalf("%s: want %s: the test ended%s", f, what, last)
+			return
+		}
+		time.Sleep(pollInterval)
+	}
 }
 
 // RequireAcked fails the test unless every id was delivered to the group

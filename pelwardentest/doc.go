@@ -26,12 +26,18 @@
 // A Fixture is one test's own hash-tagged stream, dead-letter stream and
 // group (so tests can run with t.Parallel()), with helpers to arrange
 // entries (Add, Produce, LeavePending, SetDeliveries), to act (RunConsumer,
-// Reclaim) and to assert on what the server holds (RequireAcked,
-// RequirePending, RequireDeadLettered, RequireDeadLetterIDs,
-// RequirePELEmpty). Assertions fail the test with Fatalf and a message
-// saying what was expected and what the stream actually holds;
-// Fixture.Within makes them wait for the state, polling with a bound, and
-// report the last state seen.
+// ConsumerConfig, Reclaim; WithClient for another client) and to assert on
+// what the server holds (RequireAcked, RequirePending, RequireDeadLettered,
+// RequireDeadLetterIDs, RequirePELEmpty; PendingEntry, PendingCount,
+// PendingEntries, DeadLetters to read it). Assertions fail the test with
+// Fatalf and a message saying what was expected and what the stream
+// actually holds; Fixture.Within makes them wait for the state, polling
+// with a bound, and report the last state seen. Eventually waits the same
+// way for anything else, such as the counts a Metrics or a Calls recorded.
+//
+// The test timings (TestMinIdle, TestReclaimInterval, TestReadBlock,
+// TestShutdownTimeout, DefaultWithin) are defined here once; pelwarden's
+// own integration suite uses them too.
 //
 // Helpers take a T, the subset of testing.TB they use, so *testing.T,
 // *testing.B and test doubles all fit.

@@ -89,3 +89,30 @@ func ExampleFixture_RequireDeadLettered() {
 	fmt.Println(rec.Reason, rec.Error)
 	// Output: handler negative order id
 }
+
+// A handler fails the first entry once; Eventually waits until the
+// consumer's Metrics count every entry acked, and Calls says how often each
+// entry reached the handler.
+func ExampleFixture_Eventually() {
+	t := newExampleT()
+	defer t.finish()
+
+	f := pelwardentest.Start(t).NewFixture(t)
+	ids := f.Produce(3, nil)
+	var m pelwardentest.Metrics
+	var calls pelwardentest.Calls
+	c := f.RunConsumer(driver.Config{Metrics: &m, Handler: driver.HandlerFunc(
+		func(ctx context.Context, msg *driver.Message) error {
+			if calls.Add(msg.ID) == 1 && msg.ID == ids[0] {
+				return errors.New("busy") // retried after MinIdle
+			}
+			return nil
+		})})
+
+	f.Eventually("3 entries acked", func() bool { return m.Total(driver.EventAcked) == 3 })
+	if err := c.Stop(); err != nil {
+		panic(err)
+	}
+	fmt.Println("acked:", m.Total(driver.EventAcked), "entries handled:", calls.Distinct(), "calls of the first:", calls.Count(ids[0]))
+	// Output: acked: 3 entries handled: 3 calls of the first: 2
+}

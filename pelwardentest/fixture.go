@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pelwarden/pelwarden"
 )
 
 // DefaultGroup is the consumer group name of a Fixture.
@@ -39,8 +41,10 @@ func NewKeys(t T) Keys {
 }
 
 // DefaultWithin is how long a Fixture's waiting assertions poll when
-// Within is given 0.
-const DefaultWithin = 10 * time.Second
+// Within is given 0, and how long Eventually waits on a fixture without
+// Within. It is generous on purpose: a deadline only costs time when the
+// test fails, and a shared CI machine running tests in parallel is slow.
+const DefaultWithin = 30 * time.Second
 
 // pollInterval is the pause between two checks of a waiting assertion.
 const pollInterval = 20 * time.Millisecond
@@ -97,6 +101,23 @@ func (f *Fixture) Within(d time.Duration) *Fixture {
 	}
 	g := *f
 	g.within = d
+	return &g
+}
+
+// WithClient returns a view of the fixture whose helpers talk to its server
+// through rdb instead of the server's client: a client with hooks, another
+// ACL user's, a TLS client. Consumers RunConsumer starts on the view use
+// rdb too, and Reclaim calls the library through it. rdb must reach the
+// same server (or cluster), where the pelwarden library is already loaded;
+// the view does not load it and does not close rdb.
+func (f *Fixture) WithClient(rdb redis.UniversalClient) *Fixture {
+	g := *f
+	srv := *f.srv
+	srv.client = rdb
+	srv.lib = pelwarden.NewLibrary(rdb)
+	srv.owned = false
+	srv.close = nil
+	g.srv = &srv
 	return &g
 }
 
