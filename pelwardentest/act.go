@@ -253,7 +253,7 @@ func (f *Fixture) Reclaim(a ReclaimArgs) ReclaimResult {
 
 func (f *Fixture) handle(a ReclaimArgs, e pelwarden.Entry, res *ReclaimResult) {
 	f.t.Helper()
-	m := &driver.Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: f.Stream, Group: f.Group}
+	m := &driver.Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: f.Stream, Group: f.Group, Consumer: a.Consumer}
 	herr, panicked := callHandler(f.ctx, a.Handler, m)
 	if panicked != nil {
 		f.fatalf("Reclaim: the handler panicked on %s: %v", e.ID, panicked)
