@@ -17,13 +17,8 @@ import (
 type Report struct {
 	// Config is the configuration used, defaults applied.
 	Config Config
-	// Started is when Run began.
-	Started time.Time
-	// Server describes the server, e.g. "redis 8.0.2".
-	Server string
-	// IdleCPU is the server's CPU time per second of wall time while the
-	// benchmark sent nothing; the CPU figures are not corrected for it.
-	IdleCPU time.Duration
+	// RunInfo: when Run began, the server, its idle CPU.
+	measure.RunInfo
 	// RTT is the median PING round trip before the methods ran.
 	RTT time.Duration
 	// Main, Reclaim, PEL, Ack, Slow and Large hold the results of each

@@ -39,6 +39,20 @@ func (s *Sample) CPUPerEntry() float64 {
 	return PerEntry(float64(s.ServerCPU)/float64(time.Microsecond), s.Entries)
 }
 
+// RunInfo is what every suite's report says of its run: when it began,
+// which server it measured, and that server's CPU while nothing was sent.
+// The suites' Report types embed it.
+type RunInfo struct {
+	// Started is when the run began.
+	Started time.Time
+	// Server describes the server, e.g. "redis 8.0.2".
+	Server string
+	// IdleCPU is the server's CPU time per second of wall time while the
+	// benchmark sent nothing (cron, other clients): the noise floor of the
+	// CPU figures, which are not corrected for it.
+	IdleCPU time.Duration
+}
+
 // Default sets *p to v when *p is the zero value: the suites' WithDefaults
 // helper.
 func Default[T comparable](p *T, v T) {

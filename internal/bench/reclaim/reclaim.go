@@ -304,7 +304,7 @@ func (c Config) logf(format string, args ...any) {
 // keys it created.
 func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg = cfg.WithDefaults()
-	rep := Report{Config: cfg, Started: time.Now()}
+	rep := Report{Config: cfg, RunInfo: measure.RunInfo{Started: time.Now()}}
 	if err := cfg.validate(); err != nil {
 		return rep, err
 	}

@@ -15,14 +15,8 @@ import (
 type Report struct {
 	// Config is the configuration used, defaults applied.
 	Config Config
-	// Started is when Run began.
-	Started time.Time
-	// Server describes the server, e.g. "redis 8.0.2".
-	Server string
-	// IdleCPU is the server's CPU time per second of wall time while the
-	// benchmark sent nothing (cron, other clients): the noise floor of the
-	// CPU figures, which are not corrected for it.
-	IdleCPU time.Duration
+	// RunInfo: when Run began, the server, its idle CPU.
+	measure.RunInfo
 	// Links has one element per link run, in Config.Links order.
 	Links []LinkReport
 }
