@@ -1,11 +1,11 @@
 package cli
 
 import (
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/pelwarden/pelwarden/internal/ops"
 )
 
 // purgeJSON is the --json output of dlq purge.
@@ -53,28 +53,11 @@ dead-letter stream.`,
 			if err := needStream(ctx, rdb, "dead-letter stream", key); err != nil {
 				return err
 			}
-			groups, err := rdb.XInfoGroups(ctx, key).Result()
+			res, err := ops.Purge(ctx, rdb, ops.PurgeOptions{DeadLetterStream: key, OlderThan: olderThan})
 			if err != nil {
-				return failuref("XINFO GROUPS %s: %v", key, err)
+				return opsError(err)
 			}
-			if len(groups) > 0 {
-				names := make([]string, len(groups))
-				for i, g := range groups {
-					names[i] = g.Name
-				}
-				return targetErrorf("%s has consumer groups (%s): it is a work stream, not a dead-letter stream; nothing deleted", key, strings.Join(names, ", "))
-			}
-			out := purgeJSON{DeadLetterStream: key, OlderThanMs: olderThan.Milliseconds()}
-			if olderThan > 0 {
-				cutoff := serverTime(ctx, rdb).Add(-olderThan).UnixMilli()
-				out.Deleted, err = rdb.XTrimMinID(ctx, key, fmt.Sprintf("%d-0", max(cutoff, 0))).Result()
-			} else {
-				out.Deleted, err = rdb.XTrimMaxLen(ctx, key, 0).Result()
-			}
-			if err != nil {
-				return failuref("XTRIM %s: %v", key, err)
-			}
-			out.Remaining, _ = rdb.XLen(ctx, key).Result()
+			out := purgeJSON{DeadLetterStream: key, OlderThanMs: olderThan.Milliseconds(), Deleted: res.Deleted, Remaining: res.Remaining}
 			if a.json {
 				return a.printJSON(out)
 			}

@@ -2,12 +2,11 @@ package cli
 
 import (
 	"context"
-	"fmt"
-	"math"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/ops"
 )
 
 // fieldJSON is one stream field in JSON output.
@@ -16,59 +15,15 @@ type fieldJSON struct {
 	Value string `json:"value"`
 }
 
-// rawEntry is a stream entry with its fields in stream order (go-redis's
-// XMessage keeps them in a map, losing order and duplicates).
-type rawEntry struct {
-	ID     string
-	Fields []pelwarden.Field
-}
+// rawEntry is a stream entry with its fields in stream order.
+type rawEntry = ops.Entry
 
 // xrange runs XRANGE key start end [COUNT count] keeping field order.
 func xrange(ctx context.Context, rdb redis.UniversalClient, key, start, end string, count int64) ([]rawEntry, error) {
-	args := []any{"XRANGE", key, start, end}
-	if count > 0 {
-		args = append(args, "COUNT", count)
-	}
-	v, err := rdb.Do(ctx, args...).Result()
-	if err != nil {
-		return nil, err
-	}
-	return decodeEntries(v)
+	return ops.XRange(ctx, rdb, key, start, end, count)
 }
 
-func decodeEntries(v any) ([]rawEntry, error) {
-	list, ok := v.([]any)
-	if !ok {
-		return nil, fmt.Errorf("XRANGE: unexpected reply %T", v)
-	}
-	out := make([]rawEntry, 0, len(list))
-	for _, item := range list {
-		pair, ok := item.([]any)
-		if !ok || len(pair) != 2 {
-			return nil, fmt.Errorf("XRANGE: unexpected entry %v", item)
-		}
-		id, ok := pair[0].(string)
-		if !ok {
-			return nil, fmt.Errorf("XRANGE: unexpected id %v", pair[0])
-		}
-		var flat []any
-		switch f := pair[1].(type) {
-		case []any:
-			flat = f
-		case nil:
-		default:
-			return nil, fmt.Errorf("XRANGE: unexpected fields %T", pair[1])
-		}
-		e := rawEntry{ID: id}
-		for i := 0; i+1 < len(flat); i += 2 {
-			name, _ := flat[i].(string)
-			value, _ := flat[i+1].(string)
-			e.Fields = append(e.Fields, pelwarden.Field{Name: name, Value: value})
-		}
-		out = append(out, e)
-	}
-	return out, nil
-}
+func decodeEntries(v any) ([]rawEntry, error) { return ops.DecodeEntries(v) }
 
 // deadRecord is a dead-letter record split into the entry's original fields
 // and pelwarden's metadata.
@@ -111,18 +66,9 @@ func parseDeadRecord(e rawEntry) deadRecord {
 	return r
 }
 
-// maxStreamID is the largest stream id: nothing comes after it, and XRANGE
-// refuses "(" + maxStreamID.
-const maxStreamID = "18446744073709551615-18446744073709551615"
-
 // after is the XRANGE start of the entries after id (a valid stream id),
 // and false when there can be none (id is the largest id).
-func after(id string) (string, bool) {
-	if ms, seq := splitID(id); ms == math.MaxUint64 && seq == math.MaxUint64 {
-		return "", false
-	}
-	return "(" + id, true
-}
+func after(id string) (string, bool) { return ops.After(id) }
 
 // readDeadLetters reads the whole dead-letter stream page by page.
 func readDeadLetters(ctx context.Context, rdb redis.UniversalClient, key string) ([]deadRecord, error) {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -10,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
-	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/ops"
 )
 
 // redriveJSON is the --json output of dlq redrive.
@@ -124,161 +123,33 @@ target must share the dead-letter stream's hash tag.`,
 	return cmd
 }
 
-// redrive moves records page by page. Pages are at most a tenth of a
-// second's worth at --rate (1 to 100 records).
+// redrive moves records with ops.Redrive (pages of at most a tenth of a
+// second's worth at --rate, 1 to 100 records), showing progress on stderr.
 func (a *app) redrive(ctx context.Context, rdb redis.UniversalClient, key string, o redriveOptions) (*redriveJSON, error) {
-	lib := pelwarden.NewLibrary(rdb)
-	out := &redriveJSON{DeadLetterStream: key, To: o.to, ByStream: map[string]int{}, Moves: []moveJSON{}, Foreign: []string{}, Skipped: []skippedJSON{}}
-	total, err := rdb.XLen(ctx, key).Result()
-	if err != nil {
-		return nil, failuref("XLEN %s: %v", key, err)
-	}
-	if o.limit > 0 {
-		total = min(total, int64(o.limit))
-	}
-	pageMax := int(min(max(o.rate/10, 1), 100))
 	live := newProgressLine(a.stderr)
 	defer live.Close()
 	started := time.Now()
-	examined := 0
-	// Source streams checked so far: "" when usable, else why not.
-	sources := map[string]string{}
-	cursor := "0-0"
-	for {
-		n := pageMax
-		if o.limit > 0 {
-			n = min(n, o.limit-out.Moved)
-			if n == 0 {
-				return out, nil
-			}
-		}
-		var done bool
-		var seen int
-		if o.to != "" {
-			page, err := lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: key, Stream: o.to, AnySource: true, Cursor: cursor, Count: n})
-			if err != nil {
-				return out, classify(err)
-			}
-			for _, m := range page.Moved {
-				out.Moves = append(out.Moves, moveJSON{From: m.From, To: m.To, Stream: o.to})
-				out.ByStream[o.to]++
-			}
-			out.Moved += len(page.Moved)
-			out.Foreign = append(out.Foreign, page.Foreign...)
-			seen = len(page.Moved) + len(page.Foreign) + len(page.OtherSource)
-			done, cursor = page.Done(), page.Cursor
-		} else {
-			var err error
-			seen, done, cursor, err = a.redrivePageToSources(ctx, rdb, lib, key, cursor, n, sources, out)
-			if err != nil {
-				return out, err
-			}
-		}
-		examined += seen
-		live.Set(progressText("redriving", int64(examined), total, started, fmt.Sprintf("moved %s", fmtCount(int64(out.Moved)))), false)
-		if done {
-			live.Set(progressText("redriving", int64(examined), total, started, fmt.Sprintf("moved %s", fmtCount(int64(out.Moved)))), true)
-			out.Complete = true
-			return out, nil
-		}
-		// Rate limit: the records examined so far may not come faster than
-		// --rate per second.
-		due := started.Add(time.Duration(float64(examined) / o.rate * float64(time.Second)))
-		if wait := time.Until(due); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return out, failuref("interrupted")
-			case <-t.C:
-			}
-		}
+	res, err := ops.Redrive(ctx, rdb, ops.RedriveOptions{
+		DeadLetterStream: key, To: o.to, Limit: o.limit, Rate: o.rate,
+		Progress: func(p ops.RedriveProgress) {
+			live.Set(progressText("redriving", p.Examined, p.Total, started, fmt.Sprintf("moved %s", fmtCount(int64(p.Moved)))), p.Done)
+		},
+	})
+	if res == nil {
+		return nil, opsError(err)
 	}
-}
-
-// redrivePageToSources reads one page of records after cursor, groups them
-// by source stream and moves each group back with Redrive (AnySource
-// false), examining exactly the records of the page. It returns how many
-// records it examined, whether the stream is done and the next cursor.
-func (a *app) redrivePageToSources(ctx context.Context, rdb redis.UniversalClient, lib *pelwarden.Library, key, cursor string, n int,
-	sources map[string]string, out *redriveJSON) (int, bool, string, error) {
-	start, more := after(cursor)
-	if !more {
-		return 0, true, cursor, nil
+	out := &redriveJSON{DeadLetterStream: key, To: o.to, ByStream: res.ByStream, Moves: []moveJSON{}, Foreign: res.Foreign,
+		Skipped: []skippedJSON{}, Moved: res.Moved(), Complete: res.Complete}
+	for _, m := range res.Moves {
+		out.Moves = append(out.Moves, moveJSON{From: m.From, To: m.To, Stream: m.Stream})
 	}
-	page, err := xrange(ctx, rdb, key, start, "+", int64(n))
+	for _, s := range res.Skipped {
+		out.Skipped = append(out.Skipped, skippedJSON{ID: s.ID, Stream: s.Stream, Reason: s.Reason})
+	}
 	if err != nil {
-		return 0, false, cursor, failuref("XRANGE %s: %v", key, err)
+		return out, opsError(err)
 	}
-	if len(page) == 0 {
-		return 0, true, cursor, nil
-	}
-	bySource := map[string][]string{}
-	var order []string
-	for _, e := range page {
-		r := parseDeadRecord(e)
-		if r.Foreign || r.Stream == "" {
-			out.Foreign = append(out.Foreign, r.ID)
-			continue
-		}
-		if _, ok := bySource[r.Stream]; !ok {
-			order = append(order, r.Stream)
-		}
-		bySource[r.Stream] = append(bySource[r.Stream], r.ID)
-	}
-	// Records still in the window (cursor, last]: each Redrive call examines
-	// exactly them, so records beyond this page are never touched.
-	window := len(page)
-	for _, src := range order {
-		ids := bySource[src]
-		why, checked := sources[src]
-		if !checked {
-			why = a.checkSource(ctx, rdb, key, src)
-			sources[src] = why
-		}
-		if why != "" {
-			for _, id := range ids {
-				out.Skipped = append(out.Skipped, skippedJSON{ID: id, Stream: src, Reason: why})
-			}
-			continue
-		}
-		p, err := lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: key, Stream: src, AnySource: false, Cursor: cursor, Count: window})
-		if errors.Is(err, pelwarden.ErrCrossSlot) {
-			sources[src] = "in another cluster slot than the dead-letter stream (use --to with the same hash tag)"
-			for _, id := range ids {
-				out.Skipped = append(out.Skipped, skippedJSON{ID: id, Stream: src, Reason: sources[src]})
-			}
-			continue
-		}
-		if err != nil {
-			return len(page), false, cursor, classify(err)
-		}
-		for _, m := range p.Moved {
-			out.Moves = append(out.Moves, moveJSON{From: m.From, To: m.To, Stream: src})
-		}
-		out.ByStream[src] += len(p.Moved)
-		out.Moved += len(p.Moved)
-		window -= len(p.Moved)
-	}
-	last := page[len(page)-1].ID
-	return len(page), len(page) < n, last, nil
-}
-
-// checkSource returns "" when records can go back to src, else why not.
-func (a *app) checkSource(ctx context.Context, rdb redis.UniversalClient, key, src string) string {
-	if _, ok := rdb.(*redis.ClusterClient); ok && pelwarden.Slot(src) != pelwarden.Slot(key) {
-		return "in another cluster slot than the dead-letter stream (use --to with the same hash tag)"
-	}
-	t, err := rdb.Type(ctx, src).Result()
-	switch {
-	case err != nil:
-		return "TYPE failed: " + err.Error()
-	case t == "none":
-		return "source stream does not exist any more (use --to)"
-	case t != "stream":
-		return "source key holds a " + t + ", not a stream"
-	}
-	return ""
+	return out, nil
 }
 
 func (a *app) printRedrive(out *redriveJSON) {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/ops"
 )
 
 // exitError is an error with the exit code it ends the command with.
@@ -68,4 +69,26 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// opsError gives an error from package ops its exit code: a failed plain
+// command or an interruption is a run-time failure with ops' message, a
+// refused work stream a bad target, a library error is classified.
+func opsError(err error) error {
+	var ce *ops.CommandError
+	var ws *ops.WorkStreamError
+	var ae *ops.ArgumentError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ops.ErrInterrupted):
+		return failuref("interrupted")
+	case errors.As(err, &ws):
+		return targetErrorf("%v", ws)
+	case errors.As(err, &ce):
+		return failuref("%v", ce)
+	case errors.As(err, &ae):
+		return usageErrorf("%v", ae)
+	}
+	return classify(err)
 }

@@ -1,17 +1,15 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/ops"
 )
-
-// cliConsumer is the consumer name the CLI passes to the library. Calls that
-// only dead-letter never create it in the group.
-const cliConsumer = "pelwarden-cli"
 
 // poisonJSON is the --json output of poison.
 type poisonJSON struct {
@@ -83,26 +81,24 @@ your handlers' p99 time when consumers are running.`,
 				MinIdleMs: minIdle.Milliseconds(), DeadLettered: []string{}, Deleted: []string{}}
 			live := newProgressLine(a.stderr)
 			defer live.Close()
-			cursor := "0-0"
-			for pages := 1; ; pages++ {
-				page, err := lib.Claim(ctx, pelwarden.ClaimArgs{
-					Stream: stream, DeadLetterStream: dlq, Group: group, Consumer: cliConsumer,
-					MinIdle: minIdle, Cursor: cursor, Count: 1000, MaxDeliveries: maxDeliveries, DeadLetterOnly: true,
-				})
-				if err != nil {
-					if len(out.DeadLettered) > 0 {
-						live.Event(fmt.Sprintf("stopped after moving %d entries", len(out.DeadLettered)))
-					}
-					return explainGroupError(ctx, rdb, err, stream, group, dlq)
+			res, err := ops.Poison(ctx, rdb, ops.PoisonOptions{
+				Stream: stream, Group: group, DeadLetterStream: dlq, MaxDeliveries: maxDeliveries, MinIdle: minIdle,
+				Progress: func(p ops.PoisonProgress) {
+					live.Set(fmt.Sprintf("walking the PEL of %s entries: page %d, at %s, moved %d", fmtCount(before.Pending), p.Page, p.Cursor, p.DeadLettered), false)
+				},
+			})
+			if err != nil {
+				if res != nil && len(res.DeadLettered) > 0 {
+					live.Event(fmt.Sprintf("stopped after moving %d entries", len(res.DeadLettered)))
 				}
-				out.DeadLettered = append(out.DeadLettered, page.DeadLettered...)
-				out.Deleted = append(out.Deleted, page.Deleted...)
-				if page.Done() {
-					break
+				var ae *ops.ArgumentError
+				if errors.As(err, &ae) {
+					return usageErrorf("%v", ae)
 				}
-				cursor = page.Cursor
-				live.Set(fmt.Sprintf("walking the PEL of %s entries: page %d, at %s, moved %d", fmtCount(before.Pending), pages, cursor, len(out.DeadLettered)), false)
+				return explainGroupError(ctx, rdb, err, stream, group, dlq)
 			}
+			out.DeadLettered = append(out.DeadLettered, res.DeadLettered...)
+			out.Deleted = append(out.Deleted, res.Deleted...)
 			live.Close()
 			out.Count = len(out.DeadLettered)
 			if after, err := lib.Stats(ctx, pelwarden.StatsArgs{Stream: stream, DeadLetterStream: dlq, Group: group}); err == nil {

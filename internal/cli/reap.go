@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/ops"
 )
 
 // reapJSON is the --json output of reap.
@@ -65,7 +66,7 @@ its MinIdle), or move poison ones with pelwarden poison.`,
 				return err
 			}
 			defer rdb.Close()
-			res, err := pelwarden.NewLibrary(rdb).Reap(ctx, pelwarden.ReapArgs{Stream: stream, Group: group, Idle: idle, Keep: keep})
+			res, err := ops.Reap(ctx, rdb, ops.ReapOptions{Stream: stream, Group: group, Idle: idle, Keep: keep})
 			if err != nil {
 				return explainGroupError(ctx, rdb, err, stream, group, "")
 			}

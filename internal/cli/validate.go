@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/ops"
 )
 
 // Flag checks, run before connecting: bad input never reaches the server.
@@ -154,11 +155,7 @@ func explainGroupError(ctx context.Context, rdb redis.UniversalClient, err error
 // serverTime returns the server's clock (ages are computed against it, not
 // against this machine's clock).
 func serverTime(ctx context.Context, rdb redis.UniversalClient) time.Time {
-	t, err := rdb.Time(ctx).Result()
-	if err != nil {
-		return time.Now()
-	}
-	return t
+	return ops.ServerTime(ctx, rdb)
 }
 
 // plural returns "1 entry" / "2 entries" style counts.
