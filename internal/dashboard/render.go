@@ -41,17 +41,17 @@ type page struct {
 // its fragments) over the shared layout.
 func (s *Server) parseTemplates() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
-		"link":  s.link,
-		"asset": func(name string) string { return s.opts.BasePath + "/static/" + name + "?v=" + assetVersion },
-		"clip":  clip,
-		"dur":   fmtDuration,
-		"count": func(n int64) string { return numfmt.Count(n) },
-		"int":   func(n int) string { return numfmt.Count(int64(n)) },
-		"rate":  fmtRate,
-		"spark": func(v []float64) template.HTML { return template.HTML(sparkline(v)) }, // numbers only
-		"ms":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
-		"since": func(now, t time.Time) string { return fmtDuration(now.Sub(t)) },
-		"ge":    func(a int64, b int) bool { return a >= int64(b) },
+		"link":     s.link,
+		"asset":    func(name string) string { return s.opts.BasePath + "/static/" + name + "?v=" + assetVersion },
+		"clip":     clip,
+		"dur":      fmtDuration,
+		"count":    func(n int64) string { return numfmt.Count(n) },
+		"int":      func(n int) string { return numfmt.Count(int64(n)) },
+		"rate":     fmtRate,
+		"spark":    func(v []float64) template.HTML { return template.HTML(sparkline(v)) }, // numbers only
+		"ms":       func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
+		"since":    func(now, t time.Time) string { return fmtDuration(now.Sub(t)) },
+		"ge":       func(a int64, b int) bool { return a >= int64(b) },
 		"lengthOf": func(key string, n int64) lengthData { return lengthData{Key: key, Length: n} },
 		"order": func(oldest bool) string {
 			if oldest {
