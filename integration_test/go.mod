@@ -7,6 +7,7 @@ replace (
 	github.com/pelwarden/pelwarden/driver/prommetrics => ../driver/prommetrics
 	github.com/pelwarden/pelwarden/internal/cli => ../internal/cli
 	github.com/pelwarden/pelwarden/internal/consumebench => ../internal/consumebench
+	github.com/pelwarden/pelwarden/internal/dashboard => ../internal/dashboard
 	github.com/pelwarden/pelwarden/internal/reclaimbench => ../internal/reclaimbench
 	github.com/pelwarden/pelwarden/internal/testserver => ../internal/testserver
 	github.com/pelwarden/pelwarden/pelwardentest => ../pelwardentest
@@ -73,6 +74,7 @@ require (
 	github.com/oklog/ulid v1.3.1 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
+	github.com/pelwarden/pelwarden/internal/dashboard v0.0.0-00010101000000-000000000000 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect

@@ -6,6 +6,7 @@ replace (
 	github.com/pelwarden/pelwarden => ../..
 	github.com/pelwarden/pelwarden/driver/prommetrics => ../../driver/prommetrics
 	github.com/pelwarden/pelwarden/internal/consumebench => ../../internal/consumebench
+	github.com/pelwarden/pelwarden/internal/dashboard => ../../internal/dashboard
 	github.com/pelwarden/pelwarden/internal/reclaimbench => ../../internal/reclaimbench
 	github.com/pelwarden/pelwarden/internal/testserver => ../../internal/testserver
 	github.com/pelwarden/pelwarden/pelwardentest => ../../pelwardentest
@@ -13,6 +14,7 @@ replace (
 
 require (
 	github.com/pelwarden/pelwarden v0.0.0-00010101000000-000000000000
+	github.com/pelwarden/pelwarden/internal/dashboard v0.0.0-00010101000000-000000000000
 	github.com/pelwarden/pelwarden/internal/reclaimbench v0.0.0-00010101000000-000000000000
 	github.com/pelwarden/pelwarden/internal/testserver v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0

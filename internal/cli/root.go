@@ -111,6 +111,7 @@ demo lost entries.`,
 		a.reapCommand(),
 		a.loadCommand(),
 		a.benchCommand(),
+		a.uiCommand(),
 	)
 	return root
 }

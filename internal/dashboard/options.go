@@ -165,3 +165,7 @@ func (o Options) validate() error {
 	}
 	return nil
 }
+
+// Validate reports, as a *ConfigError naming the field, an option New
+// would refuse (after applying the defaults).
+func (o Options) Validate() error { return o.WithDefaults().validate() }
