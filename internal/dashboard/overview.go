@@ -36,6 +36,9 @@ type groupRow struct {
 	// Err is set when the group could not be read; the other fields are
 	// then partial.
 	Err string
+	// FirstOfStream: the first row of its stream. The dead-letter stream
+	// is the stream's, so its cells are shown on that row only.
+	FirstOfStream bool
 }
 
 // overview is the snapshot every overview viewer shares.
@@ -148,6 +151,9 @@ func (s *Server) loadOverview(ctx context.Context) (*overview, error) {
 		}
 		return out.Rows[i].Group < out.Rows[j].Group
 	})
+	for i := range out.Rows {
+		out.Rows[i].FirstOfStream = i == 0 || out.Rows[i-1].Stream != out.Rows[i].Stream
+	}
 	return out, nil
 }
 

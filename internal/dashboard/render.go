@@ -45,6 +45,7 @@ func (s *Server) parseTemplates() (map[string]*template.Template, error) {
 		"asset":    func(name string) string { return s.opts.BasePath + "/static/" + name + "?v=" + assetVersion },
 		"clip":     clip,
 		"dur":      fmtDuration,
+		"input":    inputDuration,
 		"count":    func(n int64) string { return numfmt.Count(n) },
 		"int":      func(n int) string { return numfmt.Count(int64(n)) },
 		"rate":     fmtRate,
@@ -162,6 +163,19 @@ func fmtDuration(d time.Duration) string {
 	}
 	days := int64(d / (24 * time.Hour))
 	return strconv.FormatInt(days, 10) + "d" + strconv.FormatInt(int64(d%(24*time.Hour)/time.Hour), 10) + "h"
+}
+
+// inputDuration writes a duration for a form field, in a form
+// time.ParseDuration reads back: 1h, 1h30m, 3s, 1.5s.
+func inputDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // fmtRate writes a rate per second ("-" when unknown).
