@@ -177,6 +177,7 @@ func TestSharedRefresh(t *testing.T) {
 	}
 	one := commands(1, 1)
 	ten := commands(10, 5)
+	t.Logf("commands sent for %d views: 1 viewer polling once: %d; 10 viewers polling 5 times each: %d", len(views), one, ten)
 	require.Positive(t, one)
 	require.Equal(t, one, ten, "10 viewers polling 5 times each sent %d commands, 1 viewer %d", ten, one)
 }
