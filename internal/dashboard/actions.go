@@ -77,6 +77,10 @@ func (s *Server) handleAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := r.PostForm
+	if r.PathValue("action") == "stop" {
+		s.stopJob(w, r, f.Get("id"))
+		return
+	}
 	var p *plan
 	var err error
 	ctx := r.Context()
@@ -131,6 +135,30 @@ func (s *Server) handleAction(w http.ResponseWriter, r *http.Request) {
 		log.Log(context.Background(), level, "dashboard: action finished", "job", j.ID, "changed", st.Changed, "examined", st.Examined,
 			"outcome", st.Message, "err", st.Err, "took", time.Since(j.Started).Round(time.Millisecond))
 	})
+	if r.Header.Get("HX-Request") != "" {
+		s.render(w, http.StatusOK, "job", "progress", &jobPage{page: page{Base: s.opts.BasePath}, J: j, S: j.snapshot()})
+		return
+	}
+	http.Redirect(w, r, s.link("/job", "id", j.ID), http.StatusSeeOther)
+}
+
+// stopJob stops a running action (no confirmation: stopping leaves what
+// was done done and the rest as it is).
+func (s *Server) stopJob(w http.ResponseWriter, r *http.Request, id string) {
+	j := s.jobs.get(id)
+	if j == nil {
+		s.failPage(w, r, http.StatusNotFound, "no such action (the dashboard remembers the last %d)", maxJobs)
+		return
+	}
+	if !j.snapshot().Done {
+		s.opts.Logger.Info("dashboard: action stop requested", "action", j.Action, "job", j.ID, "user", userOf(r), "remote", r.RemoteAddr)
+		j.stop(userOf(r))
+		select {
+		case <-j.finished:
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}
 	if r.Header.Get("HX-Request") != "" {
 		s.render(w, http.StatusOK, "job", "progress", &jobPage{page: page{Base: s.opts.BasePath}, J: j, S: j.snapshot()})
 		return

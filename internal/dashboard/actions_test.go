@@ -36,6 +36,7 @@ func actionForms(sc *scenario) map[string]url.Values {
 		"purge":   {"dlq": {sc.DLQ}, "all": {"1"}, "step": {"run"}},
 		"poison":  {"stream": {sc.Stream}, "group": {sc.Group}, "max_deliveries": {"1"}, "step": {"run"}},
 		"reap":    {"stream": {sc.Stream}, "group": {sc.Group}, "idle": {"1ms"}, "step": {"run"}},
+		"stop":    {"id": {"0123456789abcdef"}},
 	}
 }
 
@@ -150,6 +151,22 @@ func TestActions(t *testing.T) {
 		r = get(t, ts, "/fragment/job?id="+id)
 		require.Contains(t, r.Body, `data-done="true"`)
 		require.NotContains(t, r.Body, "hx-trigger", "a finished job stops polling")
+	})
+
+	t.Run("stop a running redrive", func(t *testing.T) {
+		t.Parallel()
+		sc := seed(t, rdb, "act-stop", 40, 40)
+		s, ts := newTest(t, rdb, Options{Streams: sc.Stream})
+		id := jobIDFrom(t, post(t, ts, "/actions/redrive", url.Values{"dlq": {sc.DLQ}, "all": {"1"}, "rate": {"2"}, "step": {"run"}}, nil))
+		r := post(t, ts, "/actions/stop", url.Values{"id": {id}}, map[string]string{"HX-Request": "true"})
+		require.Equal(t, http.StatusOK, r.Status, r.Body)
+		st := waitJob(t, s, id)
+		require.Equal(t, "anonymous", st.StoppedBy)
+		require.Contains(t, st.Err, "interrupted")
+		require.Less(t, st.Changed, int64(40))
+		require.EqualValues(t, 40-st.Changed, rdb.XLen(ctx, sc.DLQ).Val(), "what was moved is moved, the rest stays")
+		require.Contains(t, get(t, ts, "/job?id="+id).Body, "stopped by anonymous")
+		require.Equal(t, http.StatusNotFound, post(t, ts, "/actions/stop", url.Values{"id": {"nope"}}, nil).Status)
 	})
 
 	t.Run("purge", func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
@@ -134,6 +135,17 @@ func (b *browser) run(t *testing.T, what string, steps ...chromedp.Action[chrome
 	require.NoError(t, chromedp.Do(ctx, steps...), what)
 }
 
+// settled waits until htmx has swapped, settled and processed what it
+// loaded, so that a click on new content goes through htmx (a click in the
+// few ms before that would submit a form natively and load a new page).
+func settled() chromedp.Action[chromedp.Void] {
+	poll := chromedp.Poll[bool](`!document.querySelector(".htmx-request, .htmx-swapping, .htmx-settling, .htmx-added")`)
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := poll(ctx, t)
+		return chromedp.Void{}, err
+	}
+}
+
 // text reads an element's text.
 func (b *browser) text(t *testing.T, sel string) string {
 	t.Helper()
@@ -188,14 +200,37 @@ func TestBrowser(t *testing.T) {
 
 	b.run(t, "dead letters", chromedp.Click(chromedp.CSS(`#live a[href*="deadletters"]`)), chromedp.WaitVisible(chromedp.CSS("table.dead")))
 	require.Equal(t, "5 records", b.text(t, "#dlq-length .count"))
-	eval[chromedp.Void](t, b, `window.pelwardenMarker = 42`)
+	eval[chromedp.Void](t, b, `window.pelwardenMarker = 42; window.pelwardenLog = [];
+		["htmx:afterRequest", "htmx:sendError", "htmx:responseError", "htmx:swapError"].forEach(function (n) {
+			document.body.addEventListener(n, function (e) {
+				var x = e.detail && e.detail.xhr;
+				window.pelwardenLog.push(new Date().toISOString() + " " + n + " " + (e.detail && e.detail.pathInfo ? e.detail.pathInfo.requestPath : "") + " " + (x ? x.status : ""));
+			});
+		});`)
+	t.Cleanup(func() {
+		if t.Failed() {
+			ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+			defer cancel()
+			log, _ := chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.pelwardenLog || []`))
+			html, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.getElementById("dlq-length") || {}).outerHTML`))
+			t.Logf("htmx requests since the dead-letter page loaded:\n%s\n#dlq-length: %s", strings.Join(log, "\n"), html)
+		}
+	})
+
+	// Nothing selected: the refusal shows in the dialog; Cancel closes a
+	// confirmation in place.
+	b.run(t, "redrive nothing", chromedp.Click(chromedp.CSS("#redrive-selected")), chromedp.WaitVisible(chromedp.CSS("#dialog .error")), settled())
+	require.Contains(t, b.text(t, "#dialog .error"), "select the records to redrive")
+	b.run(t, "ask to purge, then cancel", chromedp.Click(chromedp.CSS("#purge")), chromedp.WaitVisible(chromedp.CSS("#confirm-dialog")), settled(),
+		chromedp.Click(chromedp.CSS("#cancel")), chromedp.WaitNotPresent(chromedp.CSS("#confirm-dialog")))
+	require.EqualValues(t, 5, rdb.XLen(context.Background(), sc.DLQ).Val())
 
 	b.run(t, "select two records",
 		chromedp.Click(chromedp.CSS(`#selection tbody tr:nth-child(1) input[name="id"]`)),
 		chromedp.Click(chromedp.CSS(`#selection tbody tr:nth-child(2) input[name="id"]`)),
 	)
 	require.Equal(t, "2 selected", b.text(t, "#selected-count"))
-	b.run(t, "ask to redrive", chromedp.Click(chromedp.CSS("#redrive-selected")), chromedp.WaitVisible(chromedp.CSS("#confirm-dialog")))
+	b.run(t, "ask to redrive", chromedp.Click(chromedp.CSS("#redrive-selected")), chromedp.WaitVisible(chromedp.CSS("#confirm-dialog")), settled())
 	require.Equal(t, "2 records", b.text(t, "#touch-count"))
 	require.EqualValues(t, 5, rdb.XLen(context.Background(), sc.DLQ).Val(), "the confirmation changed nothing")
 
@@ -207,5 +242,13 @@ func TestBrowser(t *testing.T) {
 	require.Equal(t, 42, eval[int](t, b, `window.pelwardenMarker`), "the page was not reloaded")
 	require.EqualValues(t, 3, rdb.XLen(context.Background(), sc.DLQ).Val())
 	require.EqualValues(t, 32, rdb.XLen(context.Background(), sc.Stream).Val(), "the two records are back in their stream")
+
+	// Dark mode follows the system.
+	light := eval[string](t, b, `getComputedStyle(document.body).backgroundColor`)
+	_, err = chromedp.Call(b.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+		Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
+	require.NoError(t, err)
+	require.Equal(t, "rgb(20, 24, 29)", eval[string](t, b, `getComputedStyle(document.body).backgroundColor`))
+	require.Equal(t, "rgb(255, 255, 255)", light)
 	b.noProblems(t)
 }

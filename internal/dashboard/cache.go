@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -36,44 +37,49 @@ func newCache[T any](ttl time.Duration) *cache[T] {
 // older than the ttl. load runs detached from the caller's cancellation
 // (another viewer may be waiting for it) but keeps its values.
 func (c *cache[T]) get(ctx context.Context, key string, load func(context.Context) (T, error)) (T, error) {
-	for {
-		c.mu.Lock()
-		e := c.entries[key]
-		if e == nil {
-			c.evict()
-			e = &cached[T]{}
-			c.entries[key] = e
-		}
-		if e.loading == nil && !e.at.IsZero() && time.Since(e.at) < c.ttl {
-			v, err := e.val, e.err
-			c.mu.Unlock()
-			return v, err
-		}
-		if wait := e.loading; wait != nil {
-			c.mu.Unlock()
-			select {
-			case <-wait:
-				c.mu.Lock()
-				v, err := e.val, e.err
-				c.mu.Unlock()
-				return v, err
-			case <-ctx.Done():
-				var zero T
-				return zero, ctx.Err()
-			}
-		}
-		done := make(chan struct{})
-		e.loading = done
+	c.mu.Lock()
+	e := c.entries[key]
+	if e == nil {
+		c.evict()
+		e = &cached[T]{}
+		c.entries[key] = e
+	}
+	if e.loading == nil && !e.at.IsZero() && time.Since(e.at) < c.ttl {
+		defer c.mu.Unlock()
+		return e.val, e.err
+	}
+	if wait := e.loading; wait != nil {
 		c.mu.Unlock()
+		select {
+		case <-wait:
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return e.val, e.err
+		case <-ctx.Done():
+			var zero T
+			return zero, ctx.Err()
+		}
+	}
+	done := make(chan struct{})
+	e.loading = done
+	c.mu.Unlock()
 
-		v, err := load(context.WithoutCancel(ctx))
+	var v T
+	err := errLoadPanicked
+	defer func() {
+		// Also on a panic in load: the waiters get an error, not a hang.
 		c.mu.Lock()
 		e.val, e.err, e.at, e.loading = v, err, time.Now(), nil
 		c.mu.Unlock()
 		close(done)
-		return v, err
-	}
+	}()
+	v, err = load(context.WithoutCancel(ctx))
+	return v, err
 }
+
+// errLoadPanicked is what waiters see when the load they waited for
+// panicked (the panic goes on in the loading request).
+var errLoadPanicked = errors.New("dashboard: the read of this view failed")
 
 // evict drops expired snapshots once the cache is full (c.mu held).
 func (c *cache[T]) evict() {

@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -198,6 +199,13 @@ func (s *Server) failPage(w http.ResponseWriter, r *http.Request, status int, fo
 		page
 		Message string
 	}{page{Title: "Error", Base: s.opts.BasePath, ReadOnly: s.opts.ReadOnly}, fmt.Sprintf(format, a...)}
+	if r.Header.Get("HX-Request") != "" && status < 500 {
+		// A refusal shown in place (htmx): the browser would log a 4xx as a
+		// failed load; the status goes in a header instead.
+		w.Header().Set("X-Pelwarden-Status", strconv.Itoa(status))
+		s.render(w, http.StatusOK, "error", "message", data)
+		return
+	}
 	if isFragment(r) || r.Header.Get("HX-Request") != "" {
 		s.render(w, status, "error", "message", data)
 		return

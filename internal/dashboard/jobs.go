@@ -22,6 +22,18 @@ type job struct {
 	mu       sync.Mutex
 	state    jobState
 	finished chan struct{}
+	cancel   context.CancelFunc
+}
+
+// stop cancels the job's context (the action stops after its current
+// page) and records who asked.
+func (j *job) stop(user string) {
+	j.update(func(st *jobState) {
+		if st.StoppedBy == "" {
+			st.StoppedBy = user
+		}
+	})
+	j.cancel()
 }
 
 // jobState is what a job page shows.
@@ -33,6 +45,8 @@ type jobState struct {
 	// Message is the outcome once done; Err the error that stopped it.
 	Message, Err string
 	Finished     time.Time
+	// StoppedBy names who stopped the job ("" if nobody did).
+	StoppedBy string
 }
 
 func (j *job) update(f func(*jobState)) {
@@ -64,6 +78,7 @@ func (js *jobs) start(ctx context.Context, j *job, fn func(ctx context.Context, 
 	j.ID = hex.EncodeToString(b[:])
 	j.Started = time.Now()
 	j.finished = make(chan struct{})
+	ctx, j.cancel = context.WithCancel(ctx)
 	js.mu.Lock()
 	js.byID[j.ID] = j
 	js.order = append(js.order, j.ID)
@@ -80,6 +95,7 @@ func (js *jobs) start(ctx context.Context, j *job, fn func(ctx context.Context, 
 	go func() {
 		defer js.wg.Done()
 		defer close(j.finished)
+		defer j.cancel()
 		fn(ctx, j)
 	}()
 }

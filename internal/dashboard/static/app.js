@@ -18,4 +18,12 @@
     }
     showCount();
   });
+  // Cancel in a confirmation shown in place: close it, no reload.
+  document.addEventListener("click", function (e) {
+    var t = e.target;
+    if (t && t.id === "cancel" && t.closest("#dialog")) {
+      e.preventDefault();
+      document.getElementById("dialog").innerHTML = "";
+    }
+  });
 })();
