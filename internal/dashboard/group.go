@@ -134,7 +134,8 @@ type groupPage struct {
 // reapDefaults prefill the reap form.
 type reapDefaults struct{ Idle time.Duration }
 
-// stalled reports whether c owns entries and has been idle past p.MinIdle.
+// IsStalled reports whether c owns entries and has been idle past
+// p.MinIdle.
 func (p *groupPage) IsStalled(c redis.XInfoConsumer) bool {
 	return c.Pending > 0 && c.Idle >= p.MinIdle
 }

@@ -147,6 +147,7 @@ type ConfigError struct {
 	Message string
 }
 
+// Error names the field and what is wrong with it.
 func (e *ConfigError) Error() string { return "dashboard: " + e.Field + " " + e.Message }
 
 // validate checks options that have had their defaults applied.
