@@ -3,6 +3,7 @@ package dashboard
 import (
 	"embed"
 	"net/http"
+	"strings"
 )
 
 // The vendored htmx (https://htmx.org, Zero-Clause BSD; static/htmx.LICENSE):
@@ -27,6 +28,10 @@ var staticFS embed.FS
 func staticHandler() http.Handler {
 	fs := http.FileServerFS(staticFS)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") { // no directory listings
+			http.NotFound(w, r)
+			return
+		}
 		w.Header().Set("Cache-Control", "public, max-age=86400")
 		fs.ServeHTTP(w, r)
 	})

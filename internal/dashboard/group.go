@@ -1,10 +1,13 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -129,7 +132,14 @@ type groupPage struct {
 	// Stalled counts consumers owning entries idle past MinIdle.
 	Stalled int
 	Reap    reapDefaults
+	// Shown are the consumers listed (at most maxConsumersShown: stalled
+	// first, then by pending entries), Hidden the number left out.
+	Shown  []redis.XInfoConsumer
+	Hidden int
 }
+
+// maxConsumersShown bounds the consumers a group page lists.
+const maxConsumersShown = 200
 
 // reapDefaults prefill the reap form.
 type reapDefaults struct{ Idle time.Duration }
@@ -184,6 +194,23 @@ func (s *Server) handleGroup(w http.ResponseWriter, r *http.Request) {
 		if p.IsStalled(c) {
 			p.Stalled++
 		}
+	}
+	p.Shown = slices.Clone(p.V.Consumers)
+	slices.SortStableFunc(p.Shown, func(a, b redis.XInfoConsumer) int {
+		if sa, sb := p.IsStalled(a), p.IsStalled(b); sa != sb {
+			if sa {
+				return -1
+			}
+			return 1
+		}
+		if c := cmp.Compare(b.Pending, a.Pending); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	if len(p.Shown) > maxConsumersShown {
+		p.Hidden = len(p.Shown) - maxConsumersShown
+		p.Shown = p.Shown[:maxConsumersShown]
 	}
 	p.Reap.Idle = max(p.MinIdle, time.Hour)
 	if isFragment(r) {

@@ -104,6 +104,7 @@ func TestPages(t *testing.T) {
 	r = get(t, ts, "/static/htmx.min.js")
 	require.Equal(t, http.StatusOK, r.Status)
 	require.Contains(t, r.Body, HTMXVersion)
+	require.Equal(t, http.StatusNotFound, get(t, ts, "/static/").Status, "no directory listing")
 
 	// Missing things answer 404 with a message, bad parameters 400.
 	require.Equal(t, http.StatusNotFound, get(t, ts, "/group"+q("stream", sc.Stream, "group", "nope")).Status)
@@ -217,4 +218,24 @@ func TestHostileValues(t *testing.T) {
 			require.Contains(t, r.Body, "[truncated: 100,", path)
 		}
 	}
+}
+
+// A group page lists at most maxConsumersShown consumers, stalled first.
+func TestManyConsumers(t *testing.T) {
+	t.Parallel()
+	rdb := client(t)
+	sc := seed(t, rdb, "many", 1, 0)
+	ctx := context.Background()
+	pipe := rdb.Pipeline()
+	for i := range maxConsumersShown + 50 {
+		pipe.XGroupCreateConsumer(ctx, sc.Stream, sc.Group, fmt.Sprintf("idle-%03d", i))
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(t, err)
+	_, ts := newTest(t, rdb, Options{Streams: sc.Stream})
+	r := get(t, ts, "/fragment/group"+q("stream", sc.Stream, "group", sc.Group, "min_idle", "0s"))
+	require.Equal(t, http.StatusOK, r.Status)
+	require.Contains(t, r.Body, "and 51 more consumers")
+	require.Less(t, strings.Index(r.Body, ">reader<"), strings.Index(r.Body, ">idle-000<"), "the stalled consumer comes first")
+	require.Contains(t, r.Body, "<dd>251, <span class=\"bad\">1 stalled</span></dd>")
 }
