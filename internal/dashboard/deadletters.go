@@ -55,10 +55,9 @@ func (q deadQuery) key() string {
 	return fmt.Sprintf("%s\x00%t\x00%s\x00%s\x00%s\x00%d", q.Key, q.Oldest, q.Cursor, q.Reason, q.ID, q.Count)
 }
 
-// loadDeadLetters reads one page: XLEN, then XREVRANGE (newest first) or
-// XRANGE COUNT from the cursor. A reason filter reads pages of up to 500
-// until the page is full, the stream ends or Options.FilterScan records
-// were read, and says how far it got.
+// loadDeadLetters reads one page with ops.ListDeadLetters (XLEN, then
+// XREVRANGE or XRANGE COUNT from the cursor; a reason filter reads at most
+// Options.FilterScan records and says how far it got), or one record by id.
 func (s *Server) loadDeadLetters(ctx context.Context, q deadQuery) (*deadPage, error) {
 	p := &deadPage{At: ops.ServerTime(ctx, s.rdb), Rows: []deadRow{}}
 	t, err := s.rdb.Type(ctx, q.Key).Result()
@@ -74,10 +73,10 @@ func (s *Server) loadDeadLetters(ctx context.Context, q deadQuery) (*deadPage, e
 		p.NotStream, p.Type = true, t
 		return p, nil
 	}
-	if p.Length, err = s.rdb.XLen(ctx, q.Key).Result(); err != nil {
-		return nil, fmt.Errorf("XLEN %s: %w", q.Key, err)
-	}
 	if q.ID != "" {
+		if p.Length, err = s.rdb.XLen(ctx, q.Key).Result(); err != nil {
+			return nil, fmt.Errorf("XLEN %s: %w", q.Key, err)
+		}
 		es, err := ops.XRange(ctx, s.rdb, q.Key, q.ID, q.ID, 1)
 		if err != nil {
 			return nil, fmt.Errorf("XRANGE %s %s %s: %w", q.Key, q.ID, q.ID, err)
@@ -88,75 +87,17 @@ func (s *Server) loadDeadLetters(ctx context.Context, q deadQuery) (*deadPage, e
 		p.Gone = len(es) == 0
 		return p, nil
 	}
-	cursor := q.Cursor
-	for {
-		want := q.Count
-		if q.Reason != "" {
-			want = min(500, s.opts.FilterScan-p.Scanned)
-		}
-		es, err := s.deadRange(ctx, q.Key, q.Oldest, cursor, want)
-		if err != nil {
-			return nil, err
-		}
-		if len(es) > 0 {
-			if p.ScannedFrom == "" {
-				p.ScannedFrom = es[0].ID
-			}
-			p.ScannedTo = es[len(es)-1].ID
-		}
-		for i, e := range es {
-			p.Scanned++
-			cursor = e.ID
-			row := toDeadRow(e)
-			if q.Reason != "" && row.Reason != q.Reason {
-				continue
-			}
-			p.Rows = append(p.Rows, row)
-			if len(p.Rows) == q.Count {
-				if i < len(es)-1 || len(es) == want {
-					p.Next = cursor
-				}
-				return p, nil
-			}
-		}
-		if len(es) < want {
-			return p, nil // the end of the stream
-		}
-		if p.Scanned >= s.opts.FilterScan {
-			p.Next, p.Limited = cursor, true
-			return p, nil
-		}
-	}
-}
-
-// deadRange reads up to n records after cursor in the listing's order.
-func (s *Server) deadRange(ctx context.Context, key string, oldest bool, cursor string, n int) ([]ops.Entry, error) {
-	if oldest {
-		start := "-"
-		if cursor != "" {
-			var more bool
-			if start, more = ops.After(cursor); !more {
-				return nil, nil
-			}
-		}
-		es, err := ops.XRange(ctx, s.rdb, key, start, "+", int64(n))
-		if err != nil {
-			return nil, fmt.Errorf("XRANGE %s %s + COUNT %d: %w", key, start, n, err)
-		}
-		return es, nil
-	}
-	end := "+"
-	if cursor != "" {
-		var more bool
-		if end, more = ops.Before(cursor); !more {
-			return nil, nil
-		}
-	}
-	es, err := ops.XRevRange(ctx, s.rdb, key, end, "-", int64(n))
+	page, err := ops.ListDeadLetters(ctx, s.rdb, ops.DeadLetterQuery{Key: q.Key, Newest: !q.Oldest, After: q.Cursor,
+		Count: q.Count, Reason: q.Reason, ScanLimit: s.opts.FilterScan})
 	if err != nil {
-		return nil, fmt.Errorf("XREVRANGE %s %s - COUNT %d: %w", key, end, n, err)
+		return nil, err
 	}
-	return es, nil
+	p.Length, p.Next, p.Limited = page.Length, page.Next, page.Limited
+	p.Scanned, p.ScannedFrom, p.ScannedTo = page.Scanned, page.ScannedFrom, page.ScannedTo
+	for _, e := range page.Records {
+		p.Rows = append(p.Rows, toDeadRow(e))
+	}
+	return p, nil
 }
 
 func toDeadRow(e ops.Entry) deadRow {
