@@ -44,15 +44,15 @@ type deadQuery struct {
 	Oldest bool
 	// Cursor: the page starts after it (in the listing's order).
 	Cursor string
-	// Reason and Source filter (exact match; "" for any).
-	Reason string
+	// Reason and OriginalID filter (exact match; "" for any).
+	Reason, OriginalID string
 	// ID looks up one record.
 	ID    string
 	Count int
 }
 
 func (q deadQuery) key() string {
-	return fmt.Sprintf("%s\x00%t\x00%s\x00%s\x00%s\x00%d", q.Key, q.Oldest, q.Cursor, q.Reason, q.ID, q.Count)
+	return fmt.Sprintf("%s\x00%t\x00%s\x00%s\x00%s\x00%s\x00%d", q.Key, q.Oldest, q.Cursor, q.Reason, q.OriginalID, q.ID, q.Count)
 }
 
 // loadDeadLetters reads one page with ops.ListDeadLetters (XLEN, then
@@ -88,7 +88,7 @@ func (s *Server) loadDeadLetters(ctx context.Context, q deadQuery) (*deadPage, e
 		return p, nil
 	}
 	page, err := ops.ListDeadLetters(ctx, s.rdb, ops.DeadLetterQuery{Key: q.Key, Newest: !q.Oldest, After: q.Cursor,
-		Count: q.Count, Reason: q.Reason, ScanLimit: s.opts.FilterScan})
+		Count: q.Count, Reason: q.Reason, OriginalID: q.OriginalID, ScanLimit: s.opts.FilterScan})
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +123,9 @@ func (s *Server) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 		if q.Cursor, err = optID(v, "cursor"); err == nil {
 			if q.ID, err = optID(v, "id"); err == nil {
 				if q.Count, err = integer(v, "count", s.opts.PageSize, 1, MaxPageSize); err == nil {
-					q.Reason, err = optName(v, "reason")
+					if q.Reason, err = optName(v, "reason"); err == nil {
+						q.OriginalID, err = optID(v, "original_id")
+					}
 				}
 			}
 		}

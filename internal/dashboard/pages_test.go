@@ -169,6 +169,13 @@ func TestPaging(t *testing.T) {
 	require.NotContains(t, r.Body, ">"+ids[59]+"<", "another reason")
 	require.NotContains(t, r.Body, ">"+ids[24]+"<", "past the scan bound")
 	require.Contains(t, r.Body, "cursor="+ids[30])
+
+	// Search by the entry's original id.
+	r = get(t, ts, "/deadletters"+q("key", dlq, "original_id", "1-7"))
+	require.Equal(t, http.StatusOK, r.Status)
+	require.Contains(t, r.Body, ">"+ids[7]+"<")
+	require.NotContains(t, r.Body, ">"+ids[8]+"<")
+	require.Contains(t, r.Body, "scanned 60 records")
 }
 
 // deadFields are the fields of a dead-letter record as the library writes

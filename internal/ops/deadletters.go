@@ -27,6 +27,9 @@ type DeadLetterQuery struct {
 	Count int
 	// Reason keeps only records with this reason ("" keeps every record).
 	Reason string
+	// OriginalID keeps only records of the entry with this id in its
+	// source stream ("" keeps every record).
+	OriginalID string
 	// ScanLimit bounds the records a filtered page reads (in XRANGE pages
 	// of 500) before it returns what it found. Defaults to
 	// DefaultScanLimit.
@@ -50,7 +53,7 @@ type DeadLetterPage struct {
 }
 
 // ListDeadLetters reads one page of a dead-letter stream: XLEN, then
-// XRANGE or XREVRANGE COUNT from the cursor. With a reason filter it reads
+// XRANGE or XREVRANGE COUNT from the cursor. With a filter it reads
 // pages of 500 until the page is full, the stream ends or ScanLimit records
 // were read, and says how far it got. It never reads more than
 // max(Count, ScanLimit) records.
@@ -74,7 +77,7 @@ func ListDeadLetters(ctx context.Context, rdb redis.UniversalClient, q DeadLette
 	cursor := q.After
 	for {
 		want := q.Count
-		if q.Reason != "" {
+		if q.filtered() {
 			want = min(filterPage, q.ScanLimit-p.Scanned)
 		}
 		es, err := readAfter(ctx, rdb, q.Key, q.Newest, cursor, want)
@@ -90,10 +93,8 @@ func ListDeadLetters(ctx context.Context, rdb redis.UniversalClient, q DeadLette
 		for i, e := range es {
 			p.Scanned++
 			cursor = e.ID
-			if q.Reason != "" {
-				if d, ok := pelwarden.ParseDeadLetter(e.Fields); !ok || d.Reason != q.Reason {
-					continue
-				}
+			if q.filtered() && !q.matches(e) {
+				continue
 			}
 			p.Records = append(p.Records, e)
 			if len(p.Records) == q.Count {
@@ -111,6 +112,16 @@ func ListDeadLetters(ctx context.Context, rdb redis.UniversalClient, q DeadLette
 			return p, nil
 		}
 	}
+}
+
+// filtered reports whether the query keeps only some records.
+func (q DeadLetterQuery) filtered() bool { return q.Reason != "" || q.OriginalID != "" }
+
+// matches reports whether a record passes the query's filters (a foreign
+// record never does).
+func (q DeadLetterQuery) matches(e Entry) bool {
+	d, ok := pelwarden.ParseDeadLetter(e.Fields)
+	return ok && (q.Reason == "" || d.Reason == q.Reason) && (q.OriginalID == "" || d.OriginalID == q.OriginalID)
 }
 
 // readAfter reads up to n records after cursor ("" for the start) in the
