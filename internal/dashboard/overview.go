@@ -1,11 +1,15 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -197,18 +201,89 @@ func (s *Server) groupRow(gr *groupReads, now time.Time) groupRow {
 type overviewPage struct {
 	page
 	O *overview
+	// Rows are O's rows filtered by Filter and ordered by Sort.
+	Rows []groupRow
 	// RefreshSeconds is the polling period of the live table.
 	RefreshSeconds string
 	Match          string
 	MaxStreams     int
 	History        string
 	Err            string
+	// Sort is the column the rows are ordered by ("" for stream and
+	// group names); Filter keeps the rows whose stream or group contains it.
+	Sort, Filter string
+}
+
+// overviewSorts are the columns the overview can be ordered by, largest
+// first, with how to compare two rows.
+var overviewSorts = map[string]func(a, b groupRow) int{
+	"length":        func(a, b groupRow) int { return cmp.Compare(b.Length, a.Length) },
+	"lag":           func(a, b groupRow) int { return cmp.Compare(b.Lag, a.Lag) },
+	"pending":       func(a, b groupRow) int { return cmp.Compare(b.Pending, a.Pending) },
+	"oldest":        func(a, b groupRow) int { return cmp.Compare(b.OldestPendingAge, a.OldestPendingAge) },
+	"stalled":       func(a, b groupRow) int { return cmp.Compare(b.Stalled, a.Stalled) },
+	"dead":          func(a, b groupRow) int { return cmp.Compare(b.DeadLetterLength, a.DeadLetterLength) },
+	"delivered":     func(a, b groupRow) int { return cmp.Compare(b.DeliveredRate, a.DeliveredRate) },
+	"dead_lettered": func(a, b groupRow) int { return cmp.Compare(b.DeadLetteredRate, a.DeadLetteredRate) },
+}
+
+// SortLink is the overview's URL ordered by column (the filter kept).
+func (p *overviewPage) SortLink(column string) string {
+	return p.linkTo("/", column, p.Filter)
+}
+
+// FragmentLink is the live table's URL (the order and filter kept).
+func (p *overviewPage) FragmentLink() string {
+	return p.linkTo("/fragment/overview", p.Sort, p.Filter)
+}
+
+func (p *overviewPage) linkTo(path, sort, filter string) string {
+	v := url.Values{}
+	if sort != "" {
+		v.Set("sort", sort)
+	}
+	if filter != "" {
+		v.Set("q", filter)
+	}
+	if len(v) == 0 {
+		return p.Base + path
+	}
+	return p.Base + path + "?" + v.Encode()
+}
+
+// arrange filters and orders the shared snapshot's rows for one viewer
+// (a copy: the snapshot is not changed).
+func (p *overviewPage) arrange() {
+	p.Rows = make([]groupRow, 0, len(p.O.Rows))
+	for _, r := range p.O.Rows {
+		if p.Filter == "" || strings.Contains(r.Stream, p.Filter) || strings.Contains(r.Group, p.Filter) {
+			p.Rows = append(p.Rows, r)
+		}
+	}
+	by := overviewSorts[p.Sort]
+	if by == nil {
+		return // the snapshot's order: stream, then group
+	}
+	slices.SortStableFunc(p.Rows, by)
+	// Rows of a stream are no longer together: show its dead-letter cells
+	// on each of them.
+	for i := range p.Rows {
+		p.Rows[i].FirstOfStream = true
+	}
 }
 
 func (s *Server) handleOverview(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
 	p := &overviewPage{page: page{Title: "Consumer groups", Base: s.opts.BasePath, ReadOnly: s.opts.ReadOnly, Nav: "overview"},
 		RefreshSeconds: strconv.FormatFloat(max(s.opts.Refresh.Seconds(), 0.5), 'f', -1, 64),
-		MaxStreams:     s.opts.MaxStreams, History: fmtDuration(s.opts.History)}
+		MaxStreams:     s.opts.MaxStreams, History: fmtDuration(s.opts.History), Filter: q.Get("q")}
+	if _, ok := overviewSorts[q.Get("sort")]; ok {
+		p.Sort = q.Get("sort")
+	}
+	if len(p.Filter) > pelwarden.MaxNameBytes {
+		s.failPage(w, r, http.StatusBadRequest, "q must be at most %d bytes", pelwarden.MaxNameBytes)
+		return
+	}
 	if s.opts.Streams != "*" {
 		p.Match = s.opts.Streams
 	}
@@ -218,6 +293,7 @@ func (s *Server) handleOverview(w http.ResponseWriter, r *http.Request) {
 		o = &overview{Complete: true}
 	}
 	p.O = o
+	p.arrange()
 	status := http.StatusOK
 	if err != nil {
 		status = http.StatusBadGateway

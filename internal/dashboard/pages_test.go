@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -245,4 +246,38 @@ func TestManyConsumers(t *testing.T) {
 	require.Contains(t, r.Body, "and 51 more consumers")
 	require.Less(t, strings.Index(r.Body, ">reader<"), strings.Index(r.Body, ">idle-000<"), "the stalled consumer comes first")
 	require.Contains(t, r.Body, "<dd>251, <span class=\"bad\">1 stalled</span></dd>")
+}
+
+// The overview can be ordered by a column and filtered; the live table
+// keeps both.
+func TestOverviewSortFilter(t *testing.T) {
+	t.Parallel()
+	rdb := client(t)
+	seed(t, rdb, "sortf-a", 3, 0)
+	seed(t, rdb, "sortf-b", 9, 0)
+	seed(t, rdb, "sortf-c", 5, 0)
+	_, ts := newTest(t, rdb, Options{Streams: "{sortf-*"})
+	order := func(body string) []string {
+		var out []string
+		for _, n := range []string{"{sortf-a}", "{sortf-b}", "{sortf-c}"} {
+			if i := strings.Index(body, `data-stream="`+n+`"`); i >= 0 {
+				out = append(out, fmt.Sprintf("%08d%s", i, n))
+			}
+		}
+		slices.Sort(out)
+		for i := range out {
+			out[i] = out[i][8:]
+		}
+		return out
+	}
+	r := get(t, ts, "/")
+	require.Equal(t, []string{"{sortf-a}", "{sortf-b}", "{sortf-c}"}, order(r.Body))
+	r = get(t, ts, "/?sort=pending")
+	require.Equal(t, []string{"{sortf-b}", "{sortf-c}", "{sortf-a}"}, order(r.Body))
+	require.Contains(t, r.Body, `hx-get="/fragment/overview?sort=pending"`)
+	r = get(t, ts, "/fragment/overview?sort=pending&q=sortf-c")
+	require.Equal(t, []string{"{sortf-c}"}, order(r.Body))
+	r = get(t, ts, "/?sort=nonsense&q=nothing-matches")
+	require.Contains(t, r.Body, "matching the filter")
+	require.Contains(t, r.Body, `hx-get="/fragment/overview?q=nothing-matches"`)
 }
