@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -25,7 +26,7 @@ const EnvScreenshots = "PELWARDEN_UI_SCREENSHOTS"
 // TestScreenshots runs a small shop on a server of its own for a few
 // seconds (orders billed, shipped and mailed; a stalled worker; poison
 // entries; dead letters) and photographs the overview, a group and the
-// dead letters.
+// dead letters (and the group page in dark mode).
 func TestScreenshots(t *testing.T) {
 	dir := os.Getenv(EnvScreenshots)
 	if dir == "" {
@@ -65,6 +66,10 @@ func TestScreenshots(t *testing.T) {
 	shot("overview", "/", "table.groups")
 	shot("group", "/group"+q("stream", "{orders}", "group", "billing"), "table.pel-table")
 	shot("deadletters", "/deadletters"+q("key", "{orders}:dead"), "table.dead")
+	_, err = chromedp.Call(b.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+		Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
+	require.NoError(t, err)
+	shot("group-dark", "/group"+q("stream", "{orders}", "group", "billing"), "table.pel-table")
 	b.noProblems(t)
 	cancel()
 	wg.Wait()
