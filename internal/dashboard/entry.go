@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"net/http"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -20,7 +19,6 @@ type entryPage struct {
 	// group given).
 	Pending       *redis.XPendingExt
 	MaxDeliveries int
-	At            time.Time
 }
 
 // handleEntry shows one stream entry's fields (XRANGE id id) and, with a
@@ -48,7 +46,6 @@ func (s *Server) handleEntry(w http.ResponseWriter, r *http.Request) {
 	p := &entryPage{page: page{Title: stream + " " + id, Base: s.opts.BasePath, ReadOnly: s.opts.ReadOnly, Nav: "group"},
 		Stream: stream, Group: group, ID: id, MaxDeliveries: s.opts.MaxDeliveries}
 	ctx := r.Context()
-	p.At = ops.ServerTime(ctx, s.rdb)
 	es, err := ops.XRange(ctx, s.rdb, stream, id, id, 1)
 	if err != nil {
 		s.failPage(w, r, http.StatusBadGateway, "XRANGE %s %s %s: %v", stream, id, id, err)
