@@ -110,7 +110,7 @@ func (s *Server) handleAction(w http.ResponseWriter, r *http.Request) {
 		data := struct {
 			page
 			P *plan
-		}{page{Title: "Confirm: " + p.Action, Base: s.opts.BasePath}, p}
+		}{s.newPage("Confirm: "+p.Action, ""), p}
 		if r.Header.Get("HX-Request") != "" {
 			s.render(w, http.StatusOK, "confirm", "dialog", data)
 			return
@@ -133,7 +133,7 @@ func (s *Server) handleAction(w http.ResponseWriter, r *http.Request) {
 			"outcome", st.Message, "err", st.Err, "took", time.Since(j.Started).Round(time.Millisecond))
 	})
 	if r.Header.Get("HX-Request") != "" {
-		s.render(w, http.StatusOK, "job", "progress", &jobPage{page: page{Base: s.opts.BasePath}, J: j, S: j.snapshot()})
+		s.render(w, http.StatusOK, "job", "progress", &jobPage{page: s.newPage("", ""), J: j, S: j.snapshot()})
 		return
 	}
 	http.Redirect(w, r, s.link("/job", "id", j.ID), http.StatusSeeOther)
@@ -157,7 +157,7 @@ func (s *Server) stopJob(w http.ResponseWriter, r *http.Request, id string) {
 		}
 	}
 	if r.Header.Get("HX-Request") != "" {
-		s.render(w, http.StatusOK, "job", "progress", &jobPage{page: page{Base: s.opts.BasePath}, J: j, S: j.snapshot()})
+		s.render(w, http.StatusOK, "job", "progress", &jobPage{page: s.newPage("", ""), J: j, S: j.snapshot()})
 		return
 	}
 	http.Redirect(w, r, s.link("/job", "id", j.ID), http.StatusSeeOther)

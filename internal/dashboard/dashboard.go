@@ -170,7 +170,7 @@ func (s *Server) failPage(w http.ResponseWriter, r *http.Request, status int, fo
 	data := struct {
 		page
 		Message string
-	}{page{Title: "Error", Base: s.opts.BasePath, ReadOnly: s.opts.ReadOnly}, fmt.Sprintf(format, a...)}
+	}{s.newPage("Error", ""), fmt.Sprintf(format, a...)}
 	if r.Header.Get("HX-Request") != "" && status < 500 {
 		// A refusal shown in place (htmx): the browser would log a 4xx as a
 		// failed load; the status goes in a header instead.

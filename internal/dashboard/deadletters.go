@@ -135,7 +135,7 @@ func (s *Server) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q.Oldest = v.Get("order") == "oldest"
-	p := &deadLettersPage{page: page{Title: "Dead letters: " + q.Key, Base: s.opts.BasePath, ReadOnly: s.opts.ReadOnly, Nav: "deadletters"},
+	p := &deadLettersPage{page: s.newPage("Dead letters: "+q.Key, "deadletters"),
 		Q: q, Rate: s.opts.RedriveRate, Reasons: []string{pelwarden.ReasonMaxDeliveries, pelwarden.ReasonHandler}}
 	p.P, err = s.deads.get(r.Context(), q.key(), func(ctx context.Context) (*deadPage, error) { return s.loadDeadLetters(ctx, q) })
 	if err != nil {

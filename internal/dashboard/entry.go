@@ -43,7 +43,7 @@ func (s *Server) handleEntry(w http.ResponseWriter, r *http.Request) {
 		s.failPage(w, r, http.StatusBadRequest, "%v", err)
 		return
 	}
-	p := &entryPage{page: page{Title: stream + " " + id, Base: s.opts.BasePath, ReadOnly: s.opts.ReadOnly, Nav: "group"},
+	p := &entryPage{page: s.newPage(stream+" "+id, "group"),
 		Stream: stream, Group: group, ID: id, MaxDeliveries: s.opts.MaxDeliveries}
 	ctx := r.Context()
 	es, err := ops.XRange(ctx, s.rdb, stream, id, id, 1)

@@ -162,7 +162,7 @@ func (s *Server) handleGroup(w http.ResponseWriter, r *http.Request) {
 		s.failPage(w, r, http.StatusBadRequest, "%v", err)
 		return
 	}
-	p := &groupPage{page: page{Title: stream + " / " + group, Base: s.opts.BasePath, ReadOnly: s.opts.ReadOnly, Nav: "group"}}
+	p := &groupPage{page: s.newPage(stream+" / "+group, "group")}
 	if p.MinIdle, err = duration(q, "min_idle", s.opts.MinIdle); err == nil {
 		if p.MaxDeliveries, err = integer(q, "max_deliveries", s.opts.MaxDeliveries, 1, 1<<31-1); err == nil {
 			if p.Count, err = integer(q, "count", s.opts.PageSize, 1, MaxPageSize); err == nil {

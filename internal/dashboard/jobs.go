@@ -133,7 +133,7 @@ func (s *Server) handleJob(w http.ResponseWriter, r *http.Request) {
 		s.failPage(w, r, http.StatusNotFound, "no such action (the dashboard remembers the last %d)", maxJobs)
 		return
 	}
-	p := &jobPage{page: page{Title: j.Action, Base: s.opts.BasePath, ReadOnly: s.opts.ReadOnly}, J: j, S: j.snapshot()}
+	p := &jobPage{page: s.newPage(j.Action, ""), J: j, S: j.snapshot()}
 	if isFragment(r) {
 		s.render(w, http.StatusOK, "job", "progress", p)
 		return

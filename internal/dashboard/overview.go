@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -202,13 +201,11 @@ type overviewPage struct {
 	page
 	O *overview
 	// Rows are O's rows filtered by Filter and ordered by Sort.
-	Rows []groupRow
-	// RefreshSeconds is the polling period of the live table.
-	RefreshSeconds string
-	Match          string
-	MaxStreams     int
-	History        string
-	Err            string
+	Rows       []groupRow
+	Match      string
+	MaxStreams int
+	History    string
+	Err        string
 	// Sort is the column the rows are ordered by ("" for stream and
 	// group names); Filter keeps the rows whose stream or group contains it.
 	Sort, Filter string
@@ -274,9 +271,8 @@ func (p *overviewPage) arrange() {
 
 func (s *Server) handleOverview(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	p := &overviewPage{page: page{Title: "Consumer groups", Base: s.opts.BasePath, ReadOnly: s.opts.ReadOnly, Nav: "overview"},
-		RefreshSeconds: strconv.FormatFloat(max(s.opts.Refresh.Seconds(), 0.5), 'f', -1, 64),
-		MaxStreams:     s.opts.MaxStreams, History: fmtDuration(s.opts.History), Filter: q.Get("q")}
+	p := &overviewPage{page: s.newPage("Consumer groups", "overview"),
+		MaxStreams: s.opts.MaxStreams, History: fmtDuration(s.opts.History), Filter: q.Get("q")}
 	if _, ok := overviewSorts[q.Get("sort")]; ok {
 		p.Sort = q.Get("sort")
 	}

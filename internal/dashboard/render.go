@@ -35,6 +35,15 @@ type page struct {
 	ReadOnly bool
 	// Nav is the current section, for the menu.
 	Nav string
+	// Poll is the polling period of the live parts, in seconds
+	// (Options.Refresh, at least half a second).
+	Poll string
+}
+
+// newPage returns the common data of a page titled title in section nav.
+func (s *Server) newPage(title, nav string) page {
+	return page{Title: title, Base: s.opts.BasePath, ReadOnly: s.opts.ReadOnly, Nav: nav,
+		Poll: strconv.FormatFloat(max(s.opts.Refresh.Seconds(), 0.5), 'f', -1, 64)}
 }
 
 // templates parses one template set per page (each defines "content" and
