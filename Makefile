@@ -5,6 +5,8 @@ export TESTCONTAINERS_RYUK_DISABLED ?= true
 export TESTCONTAINERS_HOST_OVERRIDE ?= 127.0.0.1
 # Tests that need containers fail (rather than skip) when Docker is missing.
 export PELWARDEN_REQUIRE_DOCKER ?= 1
+# The dashboard's browser tests fail (rather than skip) without chromium.
+export PELWARDEN_REQUIRE_BROWSER ?= 1
 
 GO ?= go
 
@@ -12,9 +14,9 @@ GO ?= go
 ## core module (the library and the driver: go-redis and nothing heavy) and
 ## one module per heavy dependency set.
 CORE_MODULE := .
-MODULES := driver/prommetrics pelwardenotel internal/testserver internal/bench internal/cli pelwardentest cmd integration_test
+MODULES := driver/prommetrics pelwardenotel internal/testserver internal/bench internal/dashboard internal/cli pelwardentest cmd integration_test
 
-.PHONY: test images lint deps unit integration chaos soak fuzz fuzz-lua bench bench-drain demo
+.PHONY: test images lint deps unit integration chaos soak fuzz fuzz-lua bench bench-drain demo ui-scale ui-screenshots
 
 ## test: everything CI checks: formatting, vet of every module, the core
 ## module's dependency promise, unit tests with -race, and the integration
@@ -109,3 +111,16 @@ FUZZLUATIME ?= 10m
 fuzz-lua:
 	./scripts/images.sh pelwarden/redis:8.0
 	PELWARDEN_IMAGES=pelwarden/redis:8.0 $(GO) test -run '^$$' -fuzz '^FuzzLibrary$$' -fuzztime $(FUZZLUATIME) -parallel 1 ./integration_test
+
+## ui-scale: the dashboard's scale check (BENCHMARKS.md, "Dashboard"):
+## builds a 1,000,000-entry PEL and 100,000 dead letters and prints every
+## page's server time (INFO commandstats); fails past 300 ms.
+ui-scale:
+	./scripts/images.sh pelwarden/redis:8.0
+	cd internal/dashboard && PELWARDEN_UI_SCALE=1 $(GO) test -count=1 -v -run '^TestScale$$' -timeout 10m .
+
+## ui-screenshots: regenerates docs/screenshots/*.png (the README's) in
+## headless chromium.
+ui-screenshots:
+	./scripts/images.sh pelwarden/redis:8.0
+	cd internal/dashboard && PELWARDEN_UI_SCREENSHOTS=$(abspath docs/screenshots) $(GO) test -count=1 -v -run '^TestScreenshots$$' -timeout 5m .

@@ -25,6 +25,7 @@ require (
 	github.com/oklog/ulid v1.3.1 // indirect
 	github.com/pelwarden/pelwarden v0.0.0-00010101000000-000000000000 // indirect
 	github.com/pelwarden/pelwarden/internal/bench v0.0.0-00010101000000-000000000000 // indirect
+	github.com/pelwarden/pelwarden/internal/dashboard v0.0.0-00010101000000-000000000000 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
@@ -35,3 +36,5 @@ require (
 	google.golang.org/appengine v1.6.8 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+replace github.com/pelwarden/pelwarden/internal/dashboard => ../internal/dashboard

@@ -17,11 +17,14 @@ require (
 	github.com/pelwarden/pelwarden/internal/bench v0.0.0-00010101000000-000000000000
 	github.com/pelwarden/pelwarden/internal/cli v0.0.0-00010101000000-000000000000
 	github.com/pelwarden/pelwarden/internal/testserver v0.0.0-00010101000000-000000000000
+	github.com/pelwarden/pelwarden/pelwardenotel v0.0.0-00010101000000-000000000000
 	github.com/pelwarden/pelwarden/pelwardentest v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/rs/zerolog v1.35.1
 	github.com/stretchr/testify v1.12.1
+	go.opentelemetry.io/otel/sdk v1.44.0
+	go.opentelemetry.io/otel/trace v1.44.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -71,6 +74,7 @@ require (
 	github.com/oklog/ulid v1.3.1 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
+	github.com/pelwarden/pelwarden/internal/dashboard v0.0.0-00010101000000-000000000000 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
@@ -90,7 +94,6 @@ require (
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.69.0 // indirect
 	go.opentelemetry.io/otel v1.44.0 // indirect
 	go.opentelemetry.io/otel/metric v1.44.0 // indirect
-	go.opentelemetry.io/otel/trace v1.44.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
@@ -99,3 +102,7 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
+
+replace github.com/pelwarden/pelwarden/internal/dashboard => ../internal/dashboard
+
+replace github.com/pelwarden/pelwarden/pelwardenotel => ../pelwardenotel

@@ -7,6 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+
+	"github.com/pelwarden/pelwarden/internal/ops"
 )
 
 // dlqListJSON is the --json output of dlq list.
@@ -30,12 +32,10 @@ func (a *app) dlqListCommand() *cobra.Command {
 			if err := intInRange("count", count, 1, 10000); err != nil {
 				return err
 			}
-			start, more := "-", true
 			if cmd.Flags().Changed("after") {
 				if err := checkStreamID("--after", afterID); err != nil {
 					return err
 				}
-				start, more = after(afterID)
 			}
 			ctx := cmd.Context()
 			rdb, err := a.connectToStream(ctx, "dead-letter stream", key)
@@ -43,7 +43,7 @@ func (a *app) dlqListCommand() *cobra.Command {
 				return err
 			}
 			defer rdb.Close()
-			out, err := listDeadLetters(ctx, rdb, key, start, count, more)
+			out, err := listDeadLetters(ctx, rdb, key, afterID, count)
 			if err != nil {
 				return err
 			}
@@ -83,22 +83,15 @@ func (a *app) dlqListCommand() *cobra.Command {
 	return cmd
 }
 
-// listDeadLetters reads up to count records from start on; none when more
-// is false (the page after the largest id).
-func listDeadLetters(ctx context.Context, rdb redis.UniversalClient, key, start string, count int, more bool) (*dlqListJSON, error) {
-	n, err := rdb.XLen(ctx, key).Result()
+// listDeadLetters reads up to count records after the record afterID (""
+// for the first page), oldest first, with ops.ListDeadLetters.
+func listDeadLetters(ctx context.Context, rdb redis.UniversalClient, key, afterID string, count int) (*dlqListJSON, error) {
+	page, err := ops.ListDeadLetters(ctx, rdb, ops.DeadLetterQuery{Key: key, After: afterID, Count: count})
 	if err != nil {
-		return nil, failuref("XLEN %s: %v", key, err)
+		return nil, opsError(err)
 	}
-	out := &dlqListJSON{DeadLetterStream: key, Length: n, Records: []deadRecord{}}
-	if !more {
-		return out, nil
-	}
-	page, err := xrange(ctx, rdb, key, start, "+", int64(count))
-	if err != nil {
-		return nil, failuref("XRANGE %s: %v", key, err)
-	}
-	for _, e := range page {
+	out := &dlqListJSON{DeadLetterStream: key, Length: page.Length, Records: []deadRecord{}}
+	for _, e := range page.Records {
 		out.Records = append(out.Records, parseDeadRecord(e))
 	}
 	return out, nil

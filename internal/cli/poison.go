@@ -90,8 +90,8 @@ your handlers' p99 time when consumers are running.`,
 					live.Event(fmt.Sprintf("stopped after moving %d entries", len(res.DeadLettered)))
 				}
 				var ae *ops.ArgumentError
-				if errors.As(err, &ae) {
-					return usageErrorf("%v", ae)
+				if errors.As(err, &ae) || errors.Is(err, ops.ErrInterrupted) {
+					return opsError(err)
 				}
 				return explainGroupError(ctx, rdb, err, stream, group, dlq)
 			}

@@ -115,6 +115,7 @@ demo lost entries.`,
 		a.reapCommand(),
 		a.loadCommand(),
 		a.benchCommand(),
+		a.uiCommand(),
 	)
 	return root
 }

@@ -18,6 +18,7 @@ type CommandError struct {
 	Err error
 }
 
+// Error names the command and key, then the cause.
 func (e *CommandError) Error() string {
 	if e.Key == "" {
 		return fmt.Sprintf("%s: %v", e.Command, e.Err)
@@ -25,6 +26,7 @@ func (e *CommandError) Error() string {
 	return fmt.Sprintf("%s %s: %v", e.Command, e.Key, e.Err)
 }
 
+// Unwrap returns go-redis's error.
 func (e *CommandError) Unwrap() error { return e.Err }
 
 func commandError(cmd, key string, err error) error {
@@ -48,6 +50,7 @@ type WorkStreamError struct {
 	Groups []string
 }
 
+// Error names the stream and its groups.
 func (e *WorkStreamError) Error() string {
 	return fmt.Sprintf("%s has consumer groups (%s): it is a work stream, not a dead-letter stream; nothing deleted", e.Key, strings.Join(e.Groups, ", "))
 }
@@ -60,6 +63,7 @@ type ArgumentError struct {
 	Message string
 }
 
+// Error names the option and what is wrong with it.
 func (e *ArgumentError) Error() string { return e.Option + " " + e.Message }
 
 func argumentError(option, format string, a ...any) error {

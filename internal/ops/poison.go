@@ -66,7 +66,7 @@ func Poison(ctx context.Context, rdb redis.UniversalClient, o PoisonOptions) (*P
 			MinIdle: o.MinIdle, Cursor: cursor, Count: PoisonPage, MaxDeliveries: o.MaxDeliveries, DeadLetterOnly: true,
 		})
 		if err != nil {
-			return out, err
+			return out, asInterrupted(ctx, err)
 		}
 		out.DeadLettered = append(out.DeadLettered, page.DeadLettered...)
 		out.Deleted = append(out.Deleted, page.Deleted...)

@@ -114,10 +114,21 @@ func Redrive(ctx context.Context, rdb redis.UniversalClient, o RedriveOptions) (
 		}
 	}
 	r := &redriver{rdb: rdb, lib: pelwarden.NewLibrary(rdb), o: o, out: newRedriveResult(), sources: map[string]string{}}
+	var err error
 	if len(o.IDs) > 0 {
-		return r.out, r.selected(ctx)
+		err = r.selected(ctx)
+	} else {
+		err = r.all(ctx)
 	}
-	return r.out, r.all(ctx)
+	return r.out, asInterrupted(ctx, err)
+}
+
+// asInterrupted marks an error that came from ctx ending as ErrInterrupted.
+func asInterrupted(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || errors.Is(err, ErrInterrupted) {
+		return err
+	}
+	return interrupted(err)
 }
 
 // redriver is one Redrive run.

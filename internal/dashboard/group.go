@@ -1,0 +1,229 @@
+package dashboard
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// errNoGroup: the stream or the group does not exist.
+var errNoGroup = errors.New("no such stream or consumer group")
+
+// groupView is the shared snapshot of a group page's live part.
+type groupView struct {
+	// At is the server's time of the snapshot.
+	At                    time.Time
+	Stream, Group, DLQ    string
+	Info                  redis.XInfoGroup
+	Length, DeadLetterLen int64
+	Pending               int64
+	LowestID, HighestID   string
+	OldestAge             time.Duration
+	Consumers             []redis.XInfoConsumer
+}
+
+// loadGroup reads a group's summary in one pipelined round trip: TIME,
+// XINFO GROUPS (the group's row), XLEN of the stream and its dead-letter
+// stream, XPENDING's summary form and XINFO CONSUMERS (a row per consumer;
+// nothing per pending entry).
+func (s *Server) loadGroup(ctx context.Context, stream, group, dlq string) (*groupView, error) {
+	pipe := s.rdb.Pipeline()
+	tm := pipe.Time(ctx)
+	typ := pipe.Type(ctx, stream)
+	groups := pipe.XInfoGroups(ctx, stream)
+	length := pipe.XLen(ctx, stream)
+	dlqLen := pipe.XLen(ctx, dlq)
+	pending := pipe.XPending(ctx, stream, group)
+	consumers := pipe.XInfoConsumers(ctx, stream, group)
+	_, _ = pipe.Exec(ctx)
+	now, err := tm.Result()
+	if err != nil {
+		return nil, fmt.Errorf("TIME: %w", err)
+	}
+	v := &groupView{At: now, Stream: stream, Group: group, DLQ: dlq, OldestAge: -1}
+	switch t, _ := typ.Result(); t {
+	case "stream":
+	case "none":
+		return nil, fmt.Errorf("stream %q does not exist: %w", stream, errNoGroup)
+	default:
+		return nil, fmt.Errorf("key %q holds a %s, not a stream: %w", stream, t, errNoGroup)
+	}
+	gs, err := groups.Result()
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("XINFO GROUPS %s: %w", stream, err)
+	}
+	found := false
+	for _, g := range gs {
+		if g.Name == group {
+			v.Info, found = g, true
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("stream %q has no group %q: %w", stream, group, errNoGroup)
+	}
+	if v.Length, err = length.Result(); err != nil {
+		return nil, fmt.Errorf("XLEN %s: %w", stream, err)
+	}
+	v.DeadLetterLen, _ = dlqLen.Result()
+	p, err := pending.Result()
+	if err != nil {
+		return nil, fmt.Errorf("XPENDING %s %s: %w", stream, group, err)
+	}
+	v.Pending, v.LowestID, v.HighestID = p.Count, p.Lower, p.Higher
+	if t, ok := idTime(p.Lower); ok && p.Count > 0 {
+		v.OldestAge = max(now.Sub(t), 0)
+	}
+	if v.Consumers, err = consumers.Result(); err != nil {
+		return nil, fmt.Errorf("XINFO CONSUMERS %s %s: %w", stream, group, err)
+	}
+	return v, nil
+}
+
+// pelPage is one page of a PEL.
+type pelPage struct {
+	Rows []redis.XPendingExt
+	// Next is the cursor of the next page ("" at the end).
+	Next string
+}
+
+// loadPEL reads one page of the PEL: XPENDING stream group start + count
+// [consumer], from the id after "after" (or from "from" inclusive, or the
+// start). One page costs the server the page, however long the PEL.
+func (s *Server) loadPEL(ctx context.Context, stream, group, consumer, from, after string, count int) (*pelPage, error) {
+	start := "-"
+	switch {
+	case after != "":
+		start = "(" + after
+	case from != "":
+		start = from
+	}
+	rows, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: group, Start: start, End: "+", Count: int64(count), Consumer: consumer}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("XPENDING %s %s %s + %d: %w", stream, group, start, count, err)
+	}
+	p := &pelPage{Rows: rows}
+	if len(rows) == count {
+		p.Next = rows[len(rows)-1].ID
+	}
+	return p, nil
+}
+
+// groupPage is the data of the group template.
+type groupPage struct {
+	page
+	V             *groupView
+	PEL           *pelPage
+	MinIdle       time.Duration
+	MaxDeliveries int
+	Consumer      string
+	// From and After are the PEL page's position ("" for the first page).
+	From, After string
+	Count       int
+	// Stalled counts consumers owning entries idle past MinIdle.
+	Stalled int
+	Reap    reapDefaults
+	// Shown are the consumers listed (at most maxConsumersShown: stalled
+	// first, then by pending entries), Hidden the number left out.
+	Shown  []redis.XInfoConsumer
+	Hidden int
+}
+
+// maxConsumersShown bounds the consumers a group page lists.
+const maxConsumersShown = 200
+
+// reapDefaults prefill the reap form.
+type reapDefaults struct{ Idle time.Duration }
+
+// IsStalled reports whether c owns entries and has been idle past
+// p.MinIdle.
+func (p *groupPage) IsStalled(c redis.XInfoConsumer) bool {
+	return c.Pending > 0 && c.Idle >= p.MinIdle
+}
+
+func (s *Server) handleGroup(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	stream, err := name(q, "stream")
+	if err != nil {
+		s.failPage(w, r, http.StatusBadRequest, "%v", err)
+		return
+	}
+	group, err := name(q, "group")
+	if err != nil {
+		s.failPage(w, r, http.StatusBadRequest, "%v", err)
+		return
+	}
+	p := &groupPage{page: s.newPage(stream+" / "+group, "group")}
+	if p.MinIdle, err = duration(q, "min_idle", s.opts.MinIdle); err == nil {
+		if p.MaxDeliveries, err = integer(q, "max_deliveries", s.opts.MaxDeliveries, 1, 1<<31-1); err == nil {
+			if p.Count, err = integer(q, "count", s.opts.PageSize, 1, MaxPageSize); err == nil {
+				if p.Consumer, err = optName(q, "consumer"); err == nil {
+					if p.From, err = optID(q, "from"); err == nil {
+						p.After, err = optID(q, "after")
+					}
+				}
+			}
+		}
+	}
+	if err != nil {
+		s.failPage(w, r, http.StatusBadRequest, "%v", err)
+		return
+	}
+	dlq := pelwarden.DeadLetterStreamFor(stream)
+	p.V, err = s.groups.get(r.Context(), stream+"\x00"+group, func(ctx context.Context) (*groupView, error) {
+		return s.loadGroup(ctx, stream, group, dlq)
+	})
+	if errors.Is(err, errNoGroup) {
+		s.failPage(w, r, http.StatusNotFound, "%v", err)
+		return
+	}
+	if err != nil {
+		s.failPage(w, r, http.StatusBadGateway, "%v", err)
+		return
+	}
+	for _, c := range p.V.Consumers {
+		if p.IsStalled(c) {
+			p.Stalled++
+		}
+	}
+	p.Shown = slices.Clone(p.V.Consumers)
+	slices.SortStableFunc(p.Shown, func(a, b redis.XInfoConsumer) int {
+		if sa, sb := p.IsStalled(a), p.IsStalled(b); sa != sb {
+			if sa {
+				return -1
+			}
+			return 1
+		}
+		if c := cmp.Compare(b.Pending, a.Pending); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	if len(p.Shown) > maxConsumersShown {
+		p.Hidden = len(p.Shown) - maxConsumersShown
+		p.Shown = p.Shown[:maxConsumersShown]
+	}
+	p.Reap.Idle = max(p.MinIdle, time.Hour)
+	if isFragment(r) {
+		s.render(w, http.StatusOK, "group", "live", p)
+		return
+	}
+	key := fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%s\x00%d", stream, group, p.Consumer, p.From, p.After, p.Count)
+	p.PEL, err = s.pels.get(r.Context(), key, func(ctx context.Context) (*pelPage, error) {
+		return s.loadPEL(ctx, stream, group, p.Consumer, p.From, p.After, p.Count)
+	})
+	if err != nil {
+		s.failPage(w, r, http.StatusBadGateway, "%v", err)
+		return
+	}
+	s.render(w, http.StatusOK, "group", "", p)
+}
