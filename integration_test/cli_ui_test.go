@@ -92,3 +92,44 @@ func TestCLIUI(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// `pelwarden demo --ui` serves the read-only dashboard on the demo's stream
+// while the demo runs, and the demo still ends with its invariant.
+func TestCLIDemoUI(t *testing.T) {
+	t.Parallel()
+	s := servers[0]
+	ctx := t.Context()
+	var out, errb lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.ExecuteContext(ctx, []string{"--redis", serverURL(t, s), "demo", "--orders", "400", "--rate", "100",
+			"--duration", "60s", "--ui", "127.0.0.1:0"}, &out, &errb)
+	}()
+	var url string
+	require.Eventually(t, func() bool {
+		_, rest, ok := strings.Cut(errb.String(), "dashboard: http://")
+		if ok {
+			url = "http://" + strings.Fields(rest)[0]
+		}
+		return ok
+	}, 60*time.Second, 50*time.Millisecond, "the demo announces its dashboard; stderr: %s", errb.String())
+	res, err := http.Get(url)
+	require.NoError(t, err)
+	body, err := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, string(body), "billing", "the overview shows the demo's group")
+	require.Contains(t, string(body), "demo-orders-")
+	require.Contains(t, string(body), "read-only")
+	require.NotContains(t, strings.ToLower(string(body)), `method="post"`, "read-only: no actions")
+	select {
+	case code := <-done:
+		require.Equal(t, cli.ExitOK, code, "stderr: %s", errb.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the demo did not end")
+	}
+	require.Contains(t, out.String(), "OK: nothing lost.")
+	_, err = http.Get(url)
+	require.Error(t, err, "the dashboard stops with the demo")
+}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/pelwarden/pelwarden/internal/dashboard"
 	"github.com/pelwarden/pelwarden/internal/demo"
 	"github.com/pelwarden/pelwarden/internal/progress"
 )
@@ -18,6 +20,8 @@ import (
 type demoFlags struct {
 	o          demo.Options
 	poisonRate float64
+	// ui is --ui: where to serve the dashboard during the run ("": not).
+	ui string
 }
 
 func (a *app) demoCommand() *cobra.Command {
@@ -44,11 +48,18 @@ Without --redis or --cluster (and $REDIS_URL is not used here) it starts a
 throwaway server: a redis-server or valkey-server binary on PATH, else a
 container from $PELWARDEN_DEMO_IMAGE (default %s) started with the docker
 command, removed at the end. With --redis it uses new keys {demo-orders-…}
-and deletes them at the end (--keep leaves them for status and dlq).`,
+and deletes them at the end (--keep leaves them for status and dlq).
+
+--ui ADDR serves the dashboard (pelwarden ui, read-only) on ADDR during the
+run, on the demo's stream: open it to watch the consumers, the kill, the
+reclaim and the dead letters as they happen. The rules of pelwarden ui
+apply: anything but a loopback address needs $PELWARDEN_UI_USER and
+$PELWARDEN_UI_PASSWORD.`,
 			demo.Group, demo.MinIdle, demo.MaxDeliveries, demo.SlowWork, defaultThrowawayImage),
 		Example: `  make demo
   pelwarden demo --orders 20000 --rate 1000
-  pelwarden demo --redis redis://127.0.0.1:6379 --keep`,
+  pelwarden demo --redis redis://127.0.0.1:6379 --keep
+  pelwarden demo --ui 127.0.0.1:8080 --duration 2m`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			o := f.o
@@ -67,7 +78,16 @@ and deletes them at the end (--keep leaves them for status and dlq).`,
 			if o.Keep && e == nil {
 				return usageErrorf("--keep needs --redis or --cluster: the throwaway server is removed at the end")
 			}
-			return a.runDemo(cmd.Context(), e, o)
+			var ui *dashboard.Options
+			if f.ui != "" {
+				do, err := a.uiDashboardOptions(cmd, uiOptions{listen: f.ui, readOnly: true, refresh: time.Second,
+					minIdle: demo.MinIdle, maxDeliveries: demo.MaxDeliveries})
+				if err != nil {
+					return err
+				}
+				ui = &do
+			}
+			return a.runDemo(cmd.Context(), e, o, f.ui, ui)
 		}),
 	}
 	fl := cmd.Flags()
@@ -77,6 +97,7 @@ and deletes them at the end (--keep leaves them for status and dlq).`,
 	fl.IntVar(&f.o.Rate, "rate", 250, "orders produced per second")
 	fl.BoolVar(&f.o.Keep, "keep", false, "keep the demo's stream and dead-letter stream (needs --redis or --cluster)")
 	fl.BoolVar(&f.o.Verbose, "verbose", false, "show the driver's warnings and errors")
+	fl.StringVar(&f.ui, "ui", "", "serve the dashboard (read-only) on `ADDR` during the run, such as 127.0.0.1:8080")
 	return cmd
 }
 
@@ -85,7 +106,10 @@ var demoFlagOf = map[string]string{"Orders": "orders", "PoisonRate": "poison-rat
 
 // runDemo picks the server (e, else a throwaway one), plays the demo and
 // prints its report; the invariant decides the exit code.
-func (a *app) runDemo(ctx context.Context, e *endpoint, o demo.Options) error {
+//
+// With ui set, the dashboard serves the demo's stream on uiAddr from the
+// moment its keys exist until the report is written.
+func (a *app) runDemo(ctx context.Context, e *endpoint, o demo.Options, uiAddr string, ui *dashboard.Options) error {
 	live := progress.New(a.stderr, 2*time.Second)
 	defer live.Close()
 	logf := func(s string) { live.Event(s) }
@@ -127,7 +151,42 @@ func (a *app) runDemo(ctx context.Context, e *endpoint, o demo.Options) error {
 		_ = c.Close()
 		srv.Label = e.shown
 	}
-	rep, err := demo.Run(ctx, o, srv, live, nil)
+	var started func(demo.Started)
+	if ui != nil {
+		// Listen before the run, so a busy address fails the command at
+		// once; serve once the demo's stream exists.
+		ln, err := net.Listen("tcp", uiAddr)
+		if err != nil {
+			return failuref("--ui: listen on %s: %v", uiAddr, err)
+		}
+		uiClient := srv.NewClient()
+		defer uiClient.Close()
+		var stopUI func() error
+		defer func() {
+			if stopUI == nil {
+				_ = ln.Close()
+				return
+			}
+			if err := stopUI(); err != nil {
+				logf("dashboard: " + err.Error())
+			}
+		}()
+		started = func(st demo.Started) {
+			do := *ui
+			do.Streams = st.Stream
+			d, err := dashboard.New(uiClient, do)
+			if err != nil {
+				logf(fmt.Sprintf("dashboard not served: %v", err))
+				return
+			}
+			uiCtx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- d.Serve(uiCtx, ln) }()
+			stopUI = func() error { cancel(); return <-done }
+			logf(fmt.Sprintf("dashboard: http://%s%s/ (read-only, stream %s)", ln.Addr(), do.BasePath, st.Stream))
+		}
+	}
+	rep, err := demo.Run(ctx, o, srv, live, started)
 	switch {
 	case errors.Is(err, demo.ErrInterrupted):
 		return failuref("%v", err)
