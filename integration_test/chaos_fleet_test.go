@@ -8,10 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // chaosFleet runs the consumers of a scenario as subprocesses (the test
@@ -276,6 +280,83 @@ func (f *chaosFleet) failures() []string {
 	return out
 }
 
+// dumpStacks makes every running consumer print its goroutines (SIGQUIT,
+// which also ends it) and returns, per consumer, what its driver
+// goroutines were doing: where each is blocked, counted. It is called
+// when the drain fails, to show a stuck loop; the fleet is not usable
+// afterwards but for stop.
+func (f *chaosFleet) dumpStacks(timeout time.Duration) []string {
+	f.mu.Lock()
+	var live []*chaosProc
+	for _, p := range f.slots {
+		if p != nil && !closedChan(p.done) {
+			p.stopped = true // its exit is asked for, not a failure
+			live = append(live, p)
+		}
+	}
+	f.mu.Unlock()
+	var out []string
+	for _, p := range live {
+		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(timeout):
+			out = append(out, fmt.Sprintf("consumer %s: no stack dump within %v of SIGQUIT", p.name, timeout))
+			continue
+		}
+		b, err := os.ReadFile(p.logPath)
+		if err != nil {
+			out = append(out, err.Error())
+			continue
+		}
+		out = append(out, fmt.Sprintf("consumer %s, driver goroutines at the failed drain:\n%s", p.name, driverStacks(string(b))))
+	}
+	return out
+}
+
+// driverStacks summarises a goroutine dump: for each goroutine running
+// pelwarden's driver, its state, its top frame and its outermost driver
+// frame, counted.
+func driverStacks(dump string) string {
+	counts := map[string]int{}
+	for _, g := range strings.Split(dump, "\n\n") {
+		lines := strings.Split(strings.TrimSpace(g), "\n")
+		if len(lines) < 2 || !strings.HasPrefix(lines[0], "goroutine ") {
+			continue
+		}
+		var driverFrame string
+		for _, l := range lines[1:] {
+			if strings.Contains(l, "pelwarden/driver.") && !strings.HasPrefix(l, "\t") {
+				driverFrame = l // the outermost one wins
+			}
+		}
+		if driverFrame == "" {
+			continue
+		}
+		state := lines[0][strings.Index(lines[0], "["):]
+		counts[fmt.Sprintf("%s %s ... %s", state, lines[1], driverFrame)]++
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "  %3d x %s\n", counts[k], k)
+	}
+	return b.String()
+}
+
+func closedChan(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
 // counts is the number of consumer processes started, and of those
 // SIGKILLed by the harness.
 func (f *chaosFleet) counts() (started, killed int) {
@@ -330,4 +411,14 @@ func firstLines(s string, n int) string {
 		lines = lines[:n]
 	}
 	return strings.Join(lines, "\n")
+}
+
+func TestDriverStacksSummary(t *testing.T) {
+	t.Parallel()
+	dump := "SIGQUIT: quit\n\ngoroutine 7 [select]:\ngithub.com/pelwarden/pelwarden/driver.(*window).reserve(...)\n\t/x/window.go:160 +0x1\ngithub.com/pelwarden/pelwarden/driver.(*run).reclaimPass(...)\n\t/x/reclaim.go:80\ngithub.com/pelwarden/pelwarden/driver.(*run).reclaimLoop(...)\n\t/x/reclaim.go:40\n\n" +
+		"goroutine 8 [IO wait]:\ninternal/poll.runtime_pollWait(...)\n\t/x/netpoll.go:1\n\n" +
+		"goroutine 9 [select]:\ngithub.com/pelwarden/pelwarden/driver.(*window).reserve(...)\n\t/x/window.go:160 +0x1\ngithub.com/pelwarden/pelwarden/driver.(*run).reclaimLoop(...)\n\t/x/reclaim.go:40\n"
+	got := driverStacks(dump)
+	require.Contains(t, got, "  2 x [select] github.com/pelwarden/pelwarden/driver.(*window).reserve(...) ... github.com/pelwarden/pelwarden/driver.(*run).reclaimLoop(...)")
+	require.NotContains(t, got, "netpoll")
 }

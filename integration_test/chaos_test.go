@@ -211,6 +211,10 @@ func runChaos(t *testing.T, set chaosSettings, name string, faults chaosFault) {
 			break
 		}
 	}
+	var stacks []string
+	if !drained {
+		stacks = fleet.dumpStacks(20 * time.Second)
+	}
 	stopFailures := fleet.stop(chaosStopTimeout)
 
 	ids, xaddErrors := prod.result()
@@ -240,6 +244,7 @@ func runChaos(t *testing.T, set chaosSettings, name string, faults chaosFault) {
 	}
 	if !drained {
 		problems = append(problems, fmt.Sprintf("not drained in time: %+v", last))
+		problems = append(problems, stacks...)
 	}
 	if libErr != nil || library != pelwarden.LibraryVersion {
 		problems = append(problems, fmt.Sprintf("library not back at the end: version %q, %v", library, libErr))
