@@ -333,7 +333,10 @@ func driverStacks(dump string) string {
 		if driverFrame == "" {
 			continue
 		}
-		state := lines[0][strings.Index(lines[0], "["):]
+		state := lines[0]
+		if i, j := strings.Index(state, "["), strings.Index(state, "]"); i >= 0 && j > i {
+			state = state[i : j+1] // "[select]", "[chan receive, 3 minutes]"
+		}
 		counts[fmt.Sprintf("%s %s ... %s", state, lines[1], driverFrame)]++
 	}
 	keys := make([]string, 0, len(counts))
@@ -419,6 +422,6 @@ func TestDriverStacksSummary(t *testing.T) {
 		"goroutine 8 [IO wait]:\ninternal/poll.runtime_pollWait(...)\n\t/x/netpoll.go:1\n\n" +
 		"goroutine 9 [select]:\ngithub.com/pelwarden/pelwarden/driver.(*window).reserve(...)\n\t/x/window.go:160 +0x1\ngithub.com/pelwarden/pelwarden/driver.(*run).reclaimLoop(...)\n\t/x/reclaim.go:40\n"
 	got := driverStacks(dump)
-	require.Contains(t, got, "  2 x [select] github.com/pelwarden/pelwarden/driver.(*window).reserve(...) ... github.com/pelwarden/pelwarden/driver.(*run).reclaimLoop(...)")
+	require.Contains(t, got, "    2 x [select] github.com/pelwarden/pelwarden/driver.(*window).reserve(...) ... github.com/pelwarden/pelwarden/driver.(*run).reclaimLoop(...)")
 	require.NotContains(t, got, "netpoll")
 }
