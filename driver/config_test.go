@@ -53,6 +53,12 @@ func TestNewValidatesAndNamesTheField(t *testing.T) {
 		{"ReapIdle", func(c *Config) { c.ReapIdle = -1 }},
 		{"ReapIdle", func(c *Config) { c.ReapIdle = time.Second }},
 		{"ShutdownTimeout", func(c *Config) { c.ShutdownTimeout = -1 }},
+		{"TrimInterval", func(c *Config) { c.TrimInterval = -time.Second }},
+		{"TrimLimit", func(c *Config) { c.TrimLimit = -1 }},
+		{"TrimLimit", func(c *Config) { c.TrimLimit = pelwarden.MaxCount + 1 }},
+		{"DeadLetterMaxAge", func(c *Config) { c.DeadLetterMaxAge = -time.Hour }},
+		{"DeadLetterMaxAge", func(c *Config) { c.DeadLetterMaxAge = time.Microsecond }},
+		{"DeadLetterMaxLen", func(c *Config) { c.DeadLetterMaxLen = -1 }},
 	}
 	for _, tc := range cases {
 		cfg := ok

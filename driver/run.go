@@ -114,6 +114,9 @@ func (r *run) run(ctx context.Context) (lingering <-chan struct{}, err error) {
 	loops.Go(func() { r.readLoop(loopCtx, handlerCtx) })
 	loops.Go(func() { r.reclaimLoop(loopCtx, handlerCtx) })
 	loops.Go(func() { r.leaseLoop(loopCtx) })
+	if r.cfg.TrimInterval > 0 {
+		loops.Go(func() { r.trimLoop(loopCtx) })
+	}
 	loopsDone := make(chan struct{})
 	go func() { loops.Wait(); close(loopsDone) }()
 	flushCtx, cancelFlush := context.WithCancel(context.WithoutCancel(ctx))

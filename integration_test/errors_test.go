@@ -89,6 +89,10 @@ func TestLibraryRejectsBadArguments(t *testing.T) {
 			{pelwarden.FunctionReap, []string{k.Stream}, []any{k.Group, "1.5"}, "PWBADARG"},
 			{pelwarden.FunctionRedrive, two, []any{"0-0", "10", "maybe"}, "PWBADARG"},
 			{pelwarden.FunctionStats, two, []any{}, "PWBADARG"},
+			{pelwarden.FunctionTrim, []string{k.Stream}, []any{"0", "0"}, "PWBADARG"},
+			{pelwarden.FunctionTrim, []string{k.Stream}, []any{"10", "maybe"}, "PWBADARG"},
+			{pelwarden.FunctionTrim, []string{k.Stream}, []any{"10001", "1"}, "PWBADARG"},
+			{pelwarden.FunctionTrim, []string{}, []any{"10", "0"}, "PWBADARG"},
 		}
 		for i, c := range cases {
 			err := s.rdb.FCall(ctx, c.fn, c.keys, c.args...).Err()

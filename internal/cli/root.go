@@ -113,6 +113,7 @@ demo lost entries.`,
 		a.poisonCommand(),
 		a.dlqCommand(),
 		a.reapCommand(),
+		a.trimCommand(),
 		a.loadCommand(),
 		a.benchCommand(),
 	)
