@@ -240,11 +240,11 @@ func TestEmbeddedLibraryChecks(t *testing.T) {
 	require.NotContains(t, evalSource, "register_function")
 	// Every function the library registers is dispatched by the shim and
 	// named by a Go constant.
-	for _, fn := range []string{FunctionClaim, FunctionAck, FunctionDeadLetter, FunctionExtend, FunctionRelease, FunctionReap, FunctionRedrive, FunctionStats, FunctionVersion, FunctionTrim} {
+	for _, fn := range []string{FunctionClaim, FunctionAck, FunctionDeadLetter, FunctionExtend, FunctionRelease, FunctionReap, FunctionRedrive, FunctionStats, FunctionVersion, FunctionTrim, FunctionTrimPlan} {
 		require.Contains(t, librarySource, "name = '"+fn+"'")
 		require.Contains(t, shimSource, fn+" = ")
 	}
-	require.Equal(t, 10, strings.Count(librarySource, "{name = 'pelwarden_v1_"))
+	require.Equal(t, 11, strings.Count(librarySource, "{name = 'pelwarden_v1_"))
 }
 
 // The limits and names the Lua library and the Go side both state must

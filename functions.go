@@ -570,6 +570,9 @@ type TrimArgs struct {
 	// DefaultTrimLimit.
 	Limit int
 	// DryRun deletes nothing: the result says what the call would delete.
+	// It calls the read-only twin of the trim function with FCALL_RO, so a
+	// user with read-only access to the stream (the README's operator), or
+	// a replica, may ask.
 	DryRun bool
 }
 
@@ -637,7 +640,15 @@ func (l *Library) Trim(ctx context.Context, a TrimArgs) (*TrimResult, error) {
 	case limit < 0 || limit > MaxCount:
 		return nil, argError(fn, "Limit", "must be between 1 and %d, got %d", MaxCount, limit)
 	}
-	v, err := l.call(ctx, fn, []string{a.Stream}, limit, flag(a.DryRun))
+	var v any
+	var err error
+	if a.DryRun {
+		// The read-only twin: FCALL_RO, so a read-only user or a replica
+		// may ask.
+		v, err = l.callRO(ctx, FunctionTrimPlan, []string{a.Stream}, limit)
+	} else {
+		v, err = l.call(ctx, fn, []string{a.Stream}, limit, flag(false))
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -25,8 +25,10 @@ const (
 	FunctionRedrive    = "pelwarden_v1_redrive"
 	FunctionStats      = "pelwarden_v1_stats"
 	FunctionVersion    = "pelwarden_v1_version"
-	// FunctionTrim was added in library 1.1.0.
-	FunctionTrim = "pelwarden_v1_trim"
+	// FunctionTrim and FunctionTrimPlan (read only) were added in library
+	// 1.1.0.
+	FunctionTrim     = "pelwarden_v1_trim"
+	FunctionTrimPlan = "pelwarden_v1_trim_plan"
 )
 
 // Metadata fields appended to every dead-letter record after the entry's

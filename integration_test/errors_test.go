@@ -93,6 +93,8 @@ func TestLibraryRejectsBadArguments(t *testing.T) {
 			{pelwarden.FunctionTrim, []string{k.Stream}, []any{"10", "maybe"}, "PWBADARG"},
 			{pelwarden.FunctionTrim, []string{k.Stream}, []any{"10001", "1"}, "PWBADARG"},
 			{pelwarden.FunctionTrim, []string{}, []any{"10", "0"}, "PWBADARG"},
+			{pelwarden.FunctionTrimPlan, []string{k.Stream}, []any{}, "PWBADARG"},
+			{pelwarden.FunctionTrimPlan, []string{k.Stream}, []any{"-1"}, "PWBADARG"},
 		}
 		for i, c := range cases {
 			err := s.rdb.FCall(ctx, c.fn, c.keys, c.args...).Err()

@@ -47,7 +47,39 @@ func TestTrim(t *testing.T) {
 			keys: func(t *testing.T) pelwardentest.Keys { return pelwardentest.NewKeys(t) },
 			conn: []string{"--redis", "redis://" + addr},
 		})
+		t.Run("ReadOnlyOperatorPlans", func(t *testing.T) {
+			t.Parallel()
+			testTrimReadOnlyPlan(t, s, addr)
+		})
 	})
+}
+
+// A user with the README's operator rights (read-only key access, read
+// commands, FCALL_RO) sees the plan (the read-only twin of the trim
+// function) but may not trim.
+func testTrimReadOnlyPlan(t *testing.T, s *target, addr string) {
+	f := pelwardentest.Use(t, s.rdb).FixtureFor(t, pelwardentest.NewKeys(t))
+	trGroup(t, f, "g", "0")
+	ids := f.Produce(3, nil)
+	require.Len(t, trRead(t, f, "g", "c", 3), 3)
+	trAck(t, f, "g", ids...)
+	ctx := f.Context()
+	user := fmt.Sprintf("trim-operator-%d", time.Now().UnixNano())
+	require.NoError(t, s.rdb.Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">op-pw", "%R~"+f.Stream,
+		"+ping", "+fcall_ro", "+time", "+type", "+xlen", "+xrange", "+xpending", "+xinfo|groups", "+xinfo|consumers").Err())
+	t.Cleanup(func() { _ = s.rdb.Do(context.Background(), "ACL", "DELUSER", user).Err() })
+	env := trimEnv{conn: []string{"--redis", "redis://" + user + ":op-pw@" + addr}}
+
+	out, errOut, code := trimCLI(t, env, "trim", f.Stream, "--dry-run", "--json")
+	require.Equal(t, cli.ExitOK, code, errOut)
+	var v map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+	require.Equal(t, []any{3.0, true}, []any{v["would_trim"], v["would_trim_exact"]})
+
+	out, errOut, code = trimCLI(t, env, "trim", f.Stream)
+	require.Equal(t, cli.ExitFailure, code, "stdout: %s", out)
+	require.Contains(t, errOut, "ACL")
+	require.Equal(t, ids, trIDs(t, f), "nothing deleted")
 }
 
 // clusterTrimEnv runs trimSuite on the package's cluster, on keys outside
@@ -386,7 +418,24 @@ func (m *trMetrics) get(e driver.Event) int64      { return m.events[e].Load() }
 // trCondition waits (up to trimWait) for cond.
 func trCondition(t *testing.T, what string, cond func() (string, bool)) {
 	t.Helper()
-	eventually(t, trimWait, what, cond)
+	retWait(t, trimWait, what, cond)
+}
+
+// retWait polls cond every 50 ms until it holds, failing the test with
+// cond's last explanation after d.
+func retWait(t *testing.T, d time.Duration, what string, cond func() (why string, ok bool)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		why, ok := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting %v for %s; last: %s", d, what, why)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // trTrimmed waits until the consumers' metrics count n trimmed entries.
@@ -608,9 +657,13 @@ func TestTrimUpgradesOlderLibrary(t *testing.T) {
 	src, err := os.ReadFile("../lua/pelwarden.lua")
 	require.NoError(t, err)
 	old := strings.Replace(string(src), "local LIBRARY_VERSION = '"+pelwarden.LibraryVersion+"'", "local LIBRARY_VERSION = '1.0.4'", 1)
-	reg := "  {name = '" + pelwarden.FunctionTrim + "', fn = trim, flags = {'allow-oom'}},\n"
-	require.Contains(t, old, reg)
-	old = strings.Replace(old, reg, "", 1)
+	for _, reg := range []string{
+		"  {name = '" + pelwarden.FunctionTrim + "', fn = trim, flags = {'allow-oom'}},\n",
+		"  {name = '" + pelwarden.FunctionTrimPlan + "', fn = trimplan, flags = {'no-writes'}},\n",
+	} {
+		require.Contains(t, old, reg)
+		old = strings.Replace(old, reg, "", 1)
+	}
 	require.NoError(t, rdb.FunctionLoad(ctx, old).Err())
 	require.ErrorContains(t, rdb.FCall(ctx, pelwarden.FunctionTrim, []string{"{s}"}, 10, 0).Err(), "Function not found")
 

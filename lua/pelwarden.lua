@@ -1073,6 +1073,18 @@ local function trim(keys, args)
 end
 
 ------------------------------------------------------------------------------
+-- pelwarden_v1_trim_plan: what pelwarden_v1_trim would delete now (read
+-- only, so a user with read access to the stream, or a replica, may ask;
+-- added in 1.1.0).
+--
+-- KEYS[1] stream
+-- ARGV[1] limit      count at most this many entries, 1..10000
+-- Reply and errors: those of pelwarden_v1_trim with dry-run "1".
+local function trimplan(keys, args)
+  return trim(keys, {argstr(args, 1, 'limit'), '1'})
+end
+
+------------------------------------------------------------------------------
 -- pelwarden_v1_version: the library's version, e.g. "1.1.0" (read only).
 --
 -- KEYS: none. ARGV: none.
@@ -1101,6 +1113,7 @@ local FUNCTIONS = {
   {name = 'pelwarden_v1_redrive', fn = redrive, flags = {}},
   {name = 'pelwarden_v1_stats', fn = stats, flags = {'no-writes'}},
   {name = 'pelwarden_v1_trim', fn = trim, flags = {'allow-oom'}},
+  {name = 'pelwarden_v1_trim_plan', fn = trimplan, flags = {'no-writes'}},
   {name = 'pelwarden_v1_version', fn = version, flags = {'no-writes'}},
 }
 -- The load-time environment is minimal (no ipairs on Redis 7.0): plain loop.
