@@ -34,6 +34,9 @@ const sentinelWait = 3 * time.Minute
 //
 //   - producers count an entry as confirmed only once WAIT 1 says a
 //     replica has it (XADD and WAIT in one pipeline, on one connection);
+//   - before the kill both replicas are cut off the primary, so writes
+//     only the primary has (unconfirmed ones, reads, acks) are certain to
+//     exist and to be lost with it;
 //   - the sentinels promote a replica; the consumers' client follows by
 //     itself and the consumers go on, no Run returns;
 //   - at the end every confirmed entry is in the stream and was handled
@@ -109,6 +112,32 @@ func TestSentinelFailover(t *testing.T) {
 		n := sf.handledCount()
 		return fmt.Sprint(n, " handled"), n >= 300
 	})
+	// Replication lag, made certain: both replicas are cut off the
+	// primary (they drop the link and cannot authenticate again) but stay
+	// eligible for promotion. What the primary accepts from now on is lost
+	// with it: writes WAIT does not confirm, the consumers' reads and acks.
+	var replicas []*redis.Client
+	for _, n := range dep.Servers[1:] {
+		c := n.Client()
+		t.Cleanup(func() { _ = c.Close() })
+		replicas = append(replicas, c)
+		require.NoError(t, c.ConfigSet(ctx, "masterauth", "not-the-password").Err())
+		require.NoError(t, c.Do(ctx, "CLIENT", "KILL", "TYPE", "master").Err())
+	}
+	for i, c := range replicas {
+		retWait(t, sentinelWait, "replica "+dep.Servers[1+i].Addr()+" cut off", func() (string, bool) {
+			info, err := c.Info(ctx, "replication").Result()
+			if err != nil {
+				return err.Error(), false
+			}
+			return "link still up", strings.Contains(info, "master_link_status:down")
+		})
+	}
+	cut := sf.unconfirmedCount()
+	retWait(t, sentinelWait, "writes no replica has", func() (string, bool) {
+		n := sf.unconfirmedCount() - cut
+		return fmt.Sprint(n, " unconfirmed writes since the cut"), n >= 20
+	})
 	before := sf.confirmedCount()
 	require.NoError(t, old.Kill(ctx))
 	killed := time.Now()
@@ -122,6 +151,9 @@ func TestSentinelFailover(t *testing.T) {
 		return "still " + p.Addr(), p != old
 	})
 	promotion := time.Since(killed)
+	for _, c := range replicas { // the other replica may follow the new primary
+		require.NoError(t, c.ConfigSet(ctx, "masterauth", "").Err())
+	}
 	// Work goes on on the new primary: 300 entries confirmed after the
 	// promotion are handled.
 	after := sf.confirmedCount()
@@ -160,6 +192,7 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	rep := sf.report(inStream)
 	require.Zero(t, rep.confirmedLost, "confirmed writes lost in the failover")
+	require.Positive(t, rep.unconfirmedLost, "writes only the killed primary had were lost (the failover lost data)")
 	require.Zero(t, rep.confirmedUnhandled, "confirmed entries never handled")
 	for id := range inStream {
 		require.Positive(t, sf.handled[id], "entry %s in the stream was never handled", id)
@@ -256,7 +289,14 @@ func (sf *sentinelRun) produce(ctx context.Context, rdb *redis.Client, stop <-ch
 	}
 }
 
-func (sf *sentinelRun) handle(_ context.Context, m *driver.Message) error {
+// handle takes 5 ms (entries are in flight when the primary dies) and
+// records the run.
+func (sf *sentinelRun) handle(ctx context.Context, m *driver.Message) error {
+	select {
+	case <-time.After(5 * time.Millisecond):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
 	sf.calls++
@@ -268,6 +308,12 @@ func (sf *sentinelRun) handledCount() int {
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
 	return len(sf.handled)
+}
+
+func (sf *sentinelRun) unconfirmedCount() int {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	return len(sf.unconfirmed)
 }
 
 func (sf *sentinelRun) confirmedCount() int {
@@ -295,13 +341,17 @@ type sentinelReport struct {
 	confirmed, confirmedLost, confirmedUnhandled int
 	unconfirmedKept, unconfirmedLost             int
 	calls, unique                                int
+	// handledGone: handled entries that are not in the stream after the
+	// failover (written to the killed primary alone, confirmed or not,
+	// their XADD reply lost with it or not).
+	handledGone int
 }
 
 func (r sentinelReport) String() string {
 	return fmt.Sprintf("%d writes confirmed by WAIT 1, %d of them lost, %d never handled; %d more written without confirmation (%d kept, %d lost with the primary); "+
-		"%d handler calls for %d entries (%d duplicates: deliveries or acks the killed primary did not pass on)",
+		"%d handler calls for %d entries (%d duplicates: deliveries or acks the killed primary did not pass on), %d of them gone with the killed primary",
 		r.confirmed, r.confirmedLost, r.confirmedUnhandled, r.unconfirmedKept+r.unconfirmedLost, r.unconfirmedKept, r.unconfirmedLost,
-		r.calls, r.unique, r.calls-r.unique)
+		r.calls, r.unique, r.calls-r.unique, r.handledGone)
 }
 
 func (sf *sentinelRun) report(inStream map[string]bool) sentinelReport {
@@ -314,6 +364,11 @@ func (sf *sentinelRun) report(inStream map[string]bool) sentinelReport {
 		}
 		if sf.handled[id] == 0 {
 			r.confirmedUnhandled++
+		}
+	}
+	for id := range sf.handled {
+		if !inStream[id] {
+			r.handledGone++
 		}
 	}
 	for id := range sf.unconfirmed {

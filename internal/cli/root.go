@@ -1,8 +1,8 @@
 // Package cli is the pelwarden command line, built with cobra: it owns the
-// flags, the connection to the server (--redis, --cluster, --sentinel, TLS, secrets
-// kept out of messages), the output (tables, --json, progress) and the exit
-// codes. The work is done elsewhere: the operator actions (poison, dlq
-// redrive and purge, reap) in internal/ops, the demo scenario in
+// flags, the connection to the server (--redis, --cluster, --sentinel, TLS,
+// secrets kept out of messages), the output (tables, --json, progress) and
+// the exit codes. The work is done elsewhere: the operator actions (poison,
+// dlq redrive and purge, reap, trim) in internal/ops, the demo scenario in
 // internal/demo, the benchmarks in internal/bench. cmd/pelwarden is a thin
 // main around Execute; tests run the commands in-process through
 // ExecuteContext. The root package and driver never import this package

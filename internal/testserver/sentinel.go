@@ -101,7 +101,7 @@ func StartSentinel(ctx context.Context, image string, opts SentinelOptions) (*Se
 	}
 	primaryPort := ports[0]
 	base := []string{"--bind", "127.0.0.1", "--protected-mode", "no", "--save", ""}
-	n, err := startLoopback(ctx, image, primaryPort, append(append([]string{"--port", strconv.Itoa(primaryPort)}, base...), opts.Args...), nil)
+	n, err := startLoopback(ctx, image, primaryPort, append(append([]string{"--port", strconv.Itoa(primaryPort)}, base...), opts.Args...), nil, serverReady)
 	if n != nil {
 		s.Servers = append(s.Servers, n)
 	}
@@ -123,7 +123,7 @@ func StartSentinel(ctx context.Context, image string, opts SentinelOptions) (*Se
 		wg.Go(func() {
 			p := ports[1+i]
 			args := append(append([]string{"--port", strconv.Itoa(p), "--replicaof", "127.0.0.1", strconv.Itoa(primaryPort)}, base...), opts.Args...)
-			replicas[i], errs[i] = startLoopback(ctx, image, p, args, nil)
+			replicas[i], errs[i] = startLoopback(ctx, image, p, args, nil, serverReady)
 		})
 	}
 	wg.Wait()
@@ -152,7 +152,7 @@ func StartSentinel(ctx context.Context, image string, opts SentinelOptions) (*Se
 				return
 			}
 			files := []testcontainers.ContainerFile{{HostFilePath: conf, ContainerFilePath: "/sentinel/sentinel.conf", FileMode: 0o666}}
-			sentinels[i], errs[i] = startLoopback(ctx, image, p, []string{"/sentinel/sentinel.conf", "--sentinel"}, files)
+			sentinels[i], errs[i] = startLoopback(ctx, image, p, []string{"/sentinel/sentinel.conf", "--sentinel"}, files, sentinelReady)
 		})
 	}
 	wg.Wait()
@@ -170,14 +170,21 @@ func StartSentinel(ctx context.Context, image string, opts SentinelOptions) (*Se
 	return s, nil
 }
 
+// The log lines a server and a sentinel print once they accept
+// connections.
+const (
+	serverReady   = "Ready to accept connections"
+	sentinelReady = "Sentinel ID is"
+)
+
 // startLoopback starts image in host network mode with args, listening on
-// 127.0.0.1:port, and waits until it answers PING.
-func startLoopback(ctx context.Context, image string, port int, args []string, files []testcontainers.ContainerFile) (*ClusterNode, error) {
+// 127.0.0.1:port, waits for the log line ready, then until it answers PING.
+func startLoopback(ctx context.Context, image string, port int, args []string, files []testcontainers.ContainerFile, ready string) (*ClusterNode, error) {
 	ctr, err := testcontainers.Run(ctx, image,
 		testcontainers.WithCmd(args...),
 		testcontainers.WithFiles(files...),
 		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) { hc.NetworkMode = "host" }),
-		testcontainers.WithWaitStrategyAndDeadline(60*time.Second, wait.ForLog("Ready to accept connections")),
+		testcontainers.WithWaitStrategyAndDeadline(60*time.Second, wait.ForLog(ready)),
 	)
 	if err != nil {
 		if ctr != nil {
