@@ -221,6 +221,13 @@ func TestSentinelFailover(t *testing.T) {
 	require.EqualValues(t, 0, v["length"])
 	out.Reset()
 	errb.Reset()
+	code = cli.ExecuteContext(ctx, []string{"--sentinel", url, "load", "--json"}, &out, &errb)
+	require.Equal(t, cli.ExitOK, code, errb.String())
+	require.NoError(t, json.Unmarshal(out.Bytes(), &v), out.String())
+	require.Equal(t, []any{map[string]any{"addr": "primary " + dep.MasterName + " (via sentinels)", "before": pelwarden.LibraryVersion,
+		"after": pelwarden.LibraryVersion, "action": string(pelwarden.ActionCurrent)}}, v["nodes"])
+	out.Reset()
+	errb.Reset()
 	code = cli.ExecuteContext(ctx, []string{"--sentinel", "redis-sentinel://" + dep.SentinelAddrs()[0] + "/no-such-master", "status", k.Stream, k.Group}, &out, &errb)
 	require.Equal(t, cli.ExitFailure, code)
 	require.Contains(t, errb.String(), "check the sentinel addresses and the master name")
