@@ -103,8 +103,11 @@ func (a *app) runBench(cmd *cobra.Command, o benchOptions) error {
 	if o.suite != suiteReclaim && o.suite != suiteConsume && o.suite != suiteAll {
 		return usageErrorf("--suite must be reclaim, consume or all, got %q", o.suite)
 	}
-	if a.clusterURL != "" || a.sentinelURL != "" {
-		return usageErrorf("bench runs against one server; --cluster and --sentinel are not supported")
+	if a.clusterURL != "" {
+		return usageErrorf("bench runs against one server; --cluster is not supported")
+	}
+	if a.sentinelURL != "" {
+		return usageErrorf("bench runs against one server; --sentinel is not supported")
 	}
 	if a.json && o.suite != suiteReclaim {
 		return usageErrorf("--json prints the reclaim suite only; the consume suite prints its table")

@@ -39,14 +39,14 @@ type endpoint struct {
 // explicitOnly ignores $REDIS_URL and the default, returning nil when no flag
 // is given (the demo then starts a throwaway server).
 func (a *app) resolve(explicitOnly bool) (*endpoint, error) {
-	given := 0
-	for _, v := range []string{a.redisURL, a.clusterURL, a.sentinelURL} {
-		if v != "" {
-			given++
+	var given []string
+	for _, f := range []struct{ name, v string }{{"--redis", a.redisURL}, {"--cluster", a.clusterURL}, {"--sentinel", a.sentinelURL}} {
+		if f.v != "" {
+			given = append(given, f.name)
 		}
 	}
-	if given > 1 {
-		return nil, usageErrorf("--redis, --cluster and --sentinel exclude each other; give one")
+	if len(given) > 1 {
+		return nil, usageErrorf("%s exclude each other; give one", strings.Join(given, " and "))
 	}
 	for _, f := range []struct{ name, v string }{{"redis", a.redisURL}, {"cluster", a.clusterURL}, {"sentinel", a.sentinelURL},
 		{"cacert", a.caCert}, {"cert", a.cert}, {"key", a.key}} {

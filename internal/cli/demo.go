@@ -65,7 +65,7 @@ and deletes them at the end (--keep leaves them for status and dlq).`,
 				return err
 			}
 			if o.Keep && e == nil {
-				return usageErrorf("--keep needs --redis, --cluster or --sentinel: the throwaway server is removed at the end")
+				return usageErrorf("--keep needs --redis or --cluster or --sentinel: the throwaway server is removed at the end")
 			}
 			return a.runDemo(cmd.Context(), e, o)
 		}),
