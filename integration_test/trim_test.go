@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -356,17 +357,33 @@ func testTrimBoundedCalls(t *testing.T, f *pelwardentest.Fixture, _ trimEnv) {
 	res = trTrim(t, f, pelwarden.TrimArgs{Limit: pelwarden.MaxCount, DryRun: true})
 	require.Equal(t, []any{int64(250), false, ids[249]}, []any{res.Trimmed, res.More, res.LastID})
 
+	// Calls of 120 over stream nodes of 100 entries: whole nodes, then the
+	// rest exactly; the last call ends on a node boundary at the bound.
 	var got []int64
+	var spans [][2]string
 	for i := 0; ; i++ {
 		require.Less(t, i, 10, "trim calls converge")
 		res = trTrim(t, f, pelwarden.TrimArgs{Limit: 120})
 		got = append(got, res.Trimmed)
+		spans = append(spans, [2]string{res.FirstID, res.LastID})
 		if !res.More {
 			break
 		}
 	}
 	require.Equal(t, []int64{120, 120, 10}, got)
+	require.Equal(t, [][2]string{{ids[0], ids[119]}, {ids[120], ids[239]}, {ids[240], ids[249]}}, spans)
 	require.Empty(t, trIDs(t, f))
+	res = trTrim(t, f, pelwarden.TrimArgs{Limit: 120})
+	require.Equal(t, []any{int64(0), false, "", ""}, []any{res.Trimmed, res.More, res.FirstID, res.LastID})
+
+	// Limit 1: one entry per call, exactly.
+	ids = f.Produce(3, nil)
+	require.Len(t, trRead(t, f, "g", "c", 3), 3)
+	trAck(t, f, "g", ids...)
+	res = trTrim(t, f, pelwarden.TrimArgs{Limit: 1})
+	require.Equal(t, []any{int64(1), true, ids[0], ids[0]}, []any{res.Trimmed, res.More, res.FirstID, res.LastID})
+	res = trTrim(t, f, pelwarden.TrimArgs{Limit: 2})
+	require.Equal(t, []any{int64(2), false, ids[1], ids[2]}, []any{res.Trimmed, res.More, res.FirstID, res.LastID})
 
 	ids = f.Produce(30, nil)
 	require.Len(t, trRead(t, f, "g", "c", 30), 30)
@@ -683,4 +700,98 @@ func TestTrimUpgradesOlderLibrary(t *testing.T) {
 	lr, err := pelwarden.Load(ctx, rdb)
 	require.NoError(t, err)
 	require.Equal(t, pelwarden.NodeLoad{Addr: "testserver", Before: "1.0.4", After: pelwarden.LibraryVersion, Action: pelwarden.ActionUpgraded}, lr.Nodes[0])
+}
+
+// BenchmarkTrim measures the server time of trim calls of 1000 entries on a
+// stream every group (two of them) has acknowledged, from INFO
+// commandstats (cmdstat_fcall), for small (16-byte) and 1 KiB entries. Each
+// iteration trims 200,000 entries. Run it on one server:
+//
+//	PELWARDEN_IMAGES=pelwarden/redis:8.0 TESTCONTAINERS_RYUK_DISABLED=true \
+//	  TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 \
+//	  go test -run '^$' -bench '^BenchmarkTrim$' -benchtime 1x ./integration_test/
+func BenchmarkTrim(b *testing.B) {
+	s := servers[0]
+	ctx := context.Background()
+	for _, size := range []int{16, 1024} {
+		b.Run(fmt.Sprintf("entry=%dB", size), func(b *testing.B) {
+			stream := fmt.Sprintf("{bench-trim-%d}", size)
+			b.Cleanup(func() { s.rdb.Del(context.Background(), stream) })
+			const n = 200_000
+			var serverUs, entries, calls float64
+			for range b.N {
+				b.StopTimer()
+				s.rdb.Del(ctx, stream)
+				for _, g := range []string{"g", "h"} {
+					if err := s.rdb.XGroupCreateMkStream(ctx, stream, g, "0").Err(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				val := strings.Repeat("x", size)
+				for i := 0; i < n; i += 1000 {
+					p := s.rdb.Pipeline()
+					for range 1000 {
+						p.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []string{"v", val}})
+					}
+					if _, err := p.Exec(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+				last, err := s.rdb.XRevRangeN(ctx, stream, "+", "-", 1).Result()
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, g := range []string{"g", "h"} { // both groups read and acked everything
+					if err := s.rdb.XGroupSetID(ctx, stream, g, last[0].ID).Err(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				before := fcallStats(b, s.rdb)
+				b.StartTimer()
+				for {
+					res, err := s.lib.Trim(ctx, pelwarden.TrimArgs{Stream: stream, Limit: 1000})
+					if err != nil {
+						b.Fatal(err)
+					}
+					entries += float64(res.Trimmed)
+					if !res.More {
+						break
+					}
+				}
+				b.StopTimer()
+				after := fcallStats(b, s.rdb)
+				calls += after[0] - before[0]
+				serverUs += after[1] - before[1]
+			}
+			b.ReportMetric(serverUs/entries, "server-µs/entry")
+			b.ReportMetric(serverUs/calls, "server-µs/call")
+		})
+	}
+}
+
+// fcallStats returns the calls and microseconds of FCALL from INFO
+// commandstats.
+func fcallStats(b *testing.B, rdb redis.Cmdable) [2]float64 {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var out [2]float64
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_fcall:")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			x, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				out[0] = x
+			case "usec":
+				out[1] = x
+			}
+		}
+	}
+	return out
 }

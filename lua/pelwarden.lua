@@ -956,10 +956,13 @@ end
 -- pending in none: each group acknowledged it (or skipped it, with XGROUP
 -- SETID). An entry a group still needs (pending, or not yet delivered to
 -- it) is at or above the bound and never deleted. The oldest entries below
--- the bound are deleted, at most limit, in steps of TRIM_CHUNK: an XRANGE
--- finds the id where a step ends, XTRIM MINID = that id deletes the entries
--- below it (XTRIM's exact mode has no LIMIT). Everything is read and
--- deleted in one atomic call, so a group cannot move between the two.
+-- the bound are deleted, at most limit: first whole stream nodes with
+-- XTRIM MINID ~ bound LIMIT limit-1 (freed without reading an entry), then
+-- the rest exactly (XTRIM's exact mode has no LIMIT: an XRANGE of what is
+-- left below the bound, at most one node's worth or the budget left, finds
+-- where to cut, and XTRIM MINID = that id). A dry run counts in XRANGE
+-- steps of TRIM_CHUNK entries. Everything is read and deleted in one
+-- atomic call, so no group moves in between.
 -- A stream without consumer groups is refused (PWNOGROUP): nothing records
 -- what its readers have processed (XTRIM it directly if that is meant).
 -- Redis 8.2's XTRIM ... ACKED is not used: the bound above gives the same
@@ -1012,7 +1015,10 @@ local function trim(keys, args)
   local dry = argbool(args, 2, 'dry-run')
   local checks = {{'TYPE', stream}, {'XINFO', 'GROUPS', stream}, {'XPENDING', stream, 'group', '-', '+', '1'},
     {'XRANGE', stream, '-', '+'}, {'XLEN', stream}}
-  if not dry then checks[#checks + 1] = {'XTRIM', stream, 'MINID', '=', '0-1'} end
+  if not dry then
+    checks[#checks + 1] = {'XREVRANGE', stream, '+', '-'}
+    checks[#checks + 1] = {'XTRIM', stream, 'MINID', '=', '0-1'}
+  end
   allow(checks)
   if not streamkey(stream) then
     fail(ERRORS.NOGROUP, 'stream ' .. stream .. ' does not exist')
@@ -1049,25 +1055,51 @@ local function trim(keys, args)
   end
 
   local trimmed, first, last, more = 0, '', '', 0
-  local start, stop = '-', '(' .. bound
-  while trimmed < limit do
-    local k = math.min(TRIM_CHUNK, limit - trimmed)
-    local page = call('XRANGE', stream, start, stop, 'COUNT', k + 1)
-    if #page == 0 then break end
-    local n = math.min(#page, k)
-    if first == '' then first = page[1][1] end
-    last = page[n][1]
-    if not dry then
-      -- Entries below cut are exactly the n read (those before them were
-      -- deleted by the previous steps).
-      local cut = bound
-      if #page > k then cut = page[k + 1][1] end
-      n = call('XTRIM', stream, 'MINID', '=', cut)
+  local stop = '(' .. bound
+  if dry then
+    -- Count in steps of TRIM_CHUNK entries.
+    local start = '-'
+    while trimmed < limit do
+      local k = math.min(TRIM_CHUNK, limit - trimmed)
+      local page = call('XRANGE', stream, start, stop, 'COUNT', k + 1)
+      if #page == 0 then break end
+      local n = math.min(#page, k)
+      if first == '' then first = page[1][1] end
+      last = page[n][1]
+      trimmed = trimmed + n
+      if #page > k and trimmed >= limit then more = 1 end
+      if #page <= k then break end
+      start = '(' .. last
     end
-    trimmed = trimmed + n
-    if #page <= k then break end
-    if trimmed >= limit then more = 1 end
-    start = '(' .. last
+  else
+    local head = call('XRANGE', stream, '-', stop, 'COUNT', 1)
+    if #head > 0 then
+      first = head[1][1]
+      -- The greatest id below the bound: the last one trimmed when step 1
+      -- removes everything below the bound.
+      local greatest = call('XREVRANGE', stream, stop, '-', 'COUNT', 1)[1][1]
+      -- 1. Whole stream nodes (radix tree leaves of stream-node-max-entries
+      -- entries, 100 by default, or fewer when large) below the bound, at
+      -- most limit - 1 entries: freed without reading an entry. The approximate mode removes a node only when all of it is
+      -- below the bound, and LIMIT stops before a node that would exceed it.
+      if limit > 1 then
+        trimmed = call('XTRIM', stream, 'MINID', '~', bound, 'LIMIT', limit - 1)
+      end
+      -- 2. The rest, exactly, within the budget left (at least 1): what is
+      -- left below the bound is at most one node's worth, or the budget is
+      -- smaller than the next node. Reading it also names the last id.
+      local r = limit - trimmed
+      local page = call('XRANGE', stream, '-', stop, 'COUNT', r + 1)
+      if #page > r then
+        trimmed = trimmed + call('XTRIM', stream, 'MINID', '=', page[r + 1][1])
+        last, more = page[r][1], 1
+      elseif #page > 0 then
+        trimmed = trimmed + call('XTRIM', stream, 'MINID', '=', bound)
+        last = page[#page][1]
+      else
+        last = greatest
+      end
+    end
   end
   return {trimmed, bound, holder, more, first, last, redis.call('XLEN', stream), groups}
 end
