@@ -185,7 +185,9 @@ type Config struct {
 	// set trims; the calls are atomic, so several consumers trimming at
 	// once only repeat a cheap check. Deleted entries are counted as
 	// EventTrimmed; a failed trim is logged and counted as
-	// EventCommandError and tried again at the next interval.
+	// EventCommandError and tried again at the next interval. The
+	// consumer's ACL user needs +xtrim and +xrevrange besides its usual
+	// commands (a refusal stops the consumer, as for any command it needs).
 	TrimInterval time.Duration
 	// TrimLimit bounds the entries one trim call deletes, so no call
 	// blocks the server long however far behind the trimming is. Defaults
@@ -195,7 +197,9 @@ type Config struct {
 	// dead-letter records older than this (by their record id, the time
 	// they were dead-lettered, against the server's clock: XTRIM MINID).
 	// Zero, the default, keeps them until an operator removes them.
-	// Deleted records are counted as EventDeadLetterTrimmed.
+	// Deleted records are counted as EventDeadLetterTrimmed. The
+	// consumer's ACL user needs +xtrim (and +time) for this and for
+	// DeadLetterMaxLen.
 	DeadLetterMaxAge time.Duration
 	// DeadLetterMaxLen, when positive, keeps after each reclaim pass only
 	// the newest DeadLetterMaxLen dead-letter records (XTRIM MAXLEN); the
