@@ -74,6 +74,10 @@ func TestResolve(t *testing.T) {
 	require.Nil(t, e.failover.TLSConfig)
 	require.Equal(t, "redis-sentinel://u:xxxxx@10.0.0.5:26379,[::1]:26380,s3:26381/my%20master?db=3", e.shown)
 	require.Contains(t, a.secrets, "s@cret")
+	// A password written without escaping is taken whole.
+	e, err = (&app{sentinelURL: "redis-sentinel://u:a/b?c#d@h:1/m"}).resolve(false)
+	require.NoError(t, err)
+	require.Equal(t, []any{"a/b?c#d", []string{"h:1"}, "m"}, []any{e.failover.Password, e.failover.SentinelAddrs, e.failover.MasterName})
 	e, err = (&app{sentinelURL: "rediss-sentinel://h:1/m"}).resolve(false)
 	require.NoError(t, err)
 	require.NotNil(t, e.failover.TLSConfig)
@@ -93,6 +97,9 @@ func TestSentinelURLErrors(t *testing.T) {
 		{"redis-sentinel://h:99999/m", "bad port"},
 		{"redis-sentinel://u:topsecret@h:1/m?db=x", "db="},
 		{"redis-sentinel://h:1/m?password=x", "only db=N"},
+		{"redis-sentinel://u:topsecret%zz@h:1/m", "not URL-escaped"},
+		{"redis-sentinel://u:topsecret@h/m", `"h": want host:port`},
+		{"redis-sentinel://u:top/secret@/m", `"": want host:port`},
 	} {
 		out, errOut, code := run1("--sentinel", c.url, "status", "s", "g")
 		require.Equal(t, ExitUsage, code, "%s: %s", c.url, errOut)

@@ -185,8 +185,9 @@ func parseSentinelURL(raw string) (*redis.FailoverOptions, error) {
 	if !ok || (scheme != sentinelScheme && scheme != sentinelTLSScheme) {
 		return nil, errors.New("want " + sentinelScheme + "://[user:password@]host:port[,host:port...]/MASTER[?db=N] (" + sentinelTLSScheme + ":// for TLS)")
 	}
-	rest, query, _ := strings.Cut(rest, "?")
 	o := &redis.FailoverOptions{}
+	// The user information first, up to the last '@', so that a password
+	// written without escaping ('/', '?', '#') is taken whole.
 	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
 		user, pass, _ := strings.Cut(rest[:at], ":")
 		var err error
@@ -198,6 +199,7 @@ func parseSentinelURL(raw string) (*redis.FailoverOptions, error) {
 		}
 		rest = rest[at+1:]
 	}
+	rest, query, _ := strings.Cut(rest, "?")
 	hosts, master, _ := strings.Cut(rest, "/")
 	master, err := url.PathUnescape(master)
 	if err != nil || master == "" || strings.Contains(master, "/") {
