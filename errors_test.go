@@ -161,6 +161,18 @@ func TestArgumentsCheckedBeforeRoundTrip(t *testing.T) {
 			_, err := lib.Redrive(ctx, RedriveArgs{DeadLetterStream: "d", Stream: "s", Count: -5})
 			return err
 		}},
+		{"trim stream", "Stream", func() error {
+			_, err := lib.Trim(ctx, TrimArgs{})
+			return err
+		}},
+		{"trim negative limit", "Limit", func() error {
+			_, err := lib.Trim(ctx, TrimArgs{Stream: "s", Limit: -1})
+			return err
+		}},
+		{"trim huge limit", "Limit", func() error {
+			_, err := lib.Trim(ctx, TrimArgs{Stream: "s", Limit: MaxCount + 1, DryRun: true})
+			return err
+		}},
 		{"stats group", "Group", func() error {
 			_, err := lib.Stats(ctx, StatsArgs{Stream: "s", DeadLetterStream: "d"})
 			return err
@@ -228,11 +240,11 @@ func TestEmbeddedLibraryChecks(t *testing.T) {
 	require.NotContains(t, evalSource, "register_function")
 	// Every function the library registers is dispatched by the shim and
 	// named by a Go constant.
-	for _, fn := range []string{FunctionClaim, FunctionAck, FunctionDeadLetter, FunctionExtend, FunctionRelease, FunctionReap, FunctionRedrive, FunctionStats, FunctionVersion} {
+	for _, fn := range []string{FunctionClaim, FunctionAck, FunctionDeadLetter, FunctionExtend, FunctionRelease, FunctionReap, FunctionRedrive, FunctionStats, FunctionVersion, FunctionTrim, FunctionTrimPlan} {
 		require.Contains(t, librarySource, "name = '"+fn+"'")
 		require.Contains(t, shimSource, fn+" = ")
 	}
-	require.Equal(t, 9, strings.Count(librarySource, "{name = 'pelwarden_v1_"))
+	require.Equal(t, 11, strings.Count(librarySource, "{name = 'pelwarden_v1_"))
 }
 
 // The limits and names the Lua library and the Go side both state must

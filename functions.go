@@ -556,6 +556,105 @@ func (l *Library) Stats(ctx context.Context, a StatsArgs) (*Stats, error) {
 	return decodeStats(v)
 }
 
+// DefaultTrimLimit is the most entries one Trim call deletes when
+// TrimArgs.Limit is 0.
+const DefaultTrimLimit = 1000
+
+// TrimArgs are the arguments of Trim.
+type TrimArgs struct {
+	// Stream to trim. Required. It must have at least one consumer group.
+	Stream string
+	// Limit bounds the entries one call deletes (or, with DryRun, counts),
+	// 1 to MaxCount, so one call's work is bounded however far behind the
+	// trimming is; call again while TrimResult.More. Defaults to
+	// DefaultTrimLimit.
+	Limit int
+	// DryRun deletes nothing: the result says what the call would delete.
+	// It calls the read-only twin of the trim function with FCALL_RO, so a
+	// user with read-only access to the stream (the README's operator), or
+	// a replica, may ask.
+	DryRun bool
+}
+
+// GroupBound is one consumer group's part in a trim: the entries it still
+// needs start at Bound.
+type GroupBound struct {
+	// Name of the group.
+	Name string
+	// Pending is the size of the group's PEL.
+	Pending int64
+	// OldestPending is the group's lowest pending id, "" when none.
+	OldestPending string
+	// LastDelivered is the group's last-delivered id.
+	LastDelivered string
+	// Bound is the lower of OldestPending and the id right after
+	// LastDelivered: every entry below it was delivered to the group and
+	// acknowledged (or skipped with XGROUP SETID).
+	Bound string
+}
+
+// TrimResult is the outcome of Trim.
+type TrimResult struct {
+	// Trimmed is how many entries were deleted (with DryRun: would be).
+	Trimmed int64
+	// Bound: every entry strictly below it is acknowledged by every group;
+	// no entry at or above it is ever trimmed. It is the lowest of the
+	// groups' bounds.
+	Bound string
+	// Holder is the group whose bound is Bound: the one holding the
+	// trimming back (the most lagging, or the one with the oldest pending
+	// entry).
+	Holder string
+	// More reports that entries below Bound remain after this call (Limit
+	// stopped it): call again.
+	More bool
+	// FirstID and LastID are the first and the last id trimmed, "" when
+	// none.
+	FirstID, LastID string
+	// Length is the stream's length after the call.
+	Length int64
+	// Groups are every group's bounds, in XINFO GROUPS order.
+	Groups []GroupBound
+}
+
+// Trim deletes the oldest entries of a stream that every consumer group has
+// both delivered and acknowledged, at most Limit per call: the entries
+// strictly below the lowest, over the groups, of each group's oldest
+// pending id and the id right after its last-delivered id. An entry a group
+// still needs (pending there, or not yet delivered to it) is never deleted,
+// so a lagging group holds the trimming back at its position (Holder names
+// it). The groups are read and the entries deleted in one atomic call.
+//
+// A stream without consumer groups is refused with an error matching
+// ErrNoGroup: nothing records what its readers have processed. A group
+// created later at "0" only finds the entries not trimmed yet.
+func (l *Library) Trim(ctx context.Context, a TrimArgs) (*TrimResult, error) {
+	const fn = FunctionTrim
+	if err := checkName(fn, "Stream", a.Stream); err != nil {
+		return nil, err
+	}
+	limit := a.Limit
+	switch {
+	case limit == 0:
+		limit = DefaultTrimLimit
+	case limit < 0 || limit > MaxCount:
+		return nil, argError(fn, "Limit", "must be between 1 and %d, got %d", MaxCount, limit)
+	}
+	var v any
+	var err error
+	if a.DryRun {
+		// The read-only twin: FCALL_RO, so a read-only user or a replica
+		// may ask.
+		v, err = l.callRO(ctx, FunctionTrimPlan, []string{a.Stream}, limit)
+	} else {
+		v, err = l.call(ctx, fn, []string{a.Stream}, limit, flag(false))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return decodeTrim(v)
+}
+
 // Version returns the version of the library on the server (in ModeEval,
 // the embedded version the shim runs). It is read only (FCALL_RO).
 func (l *Library) Version(ctx context.Context) (string, error) {

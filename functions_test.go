@@ -80,3 +80,27 @@ func TestDecodeDeadLetterNotPending(t *testing.T) {
 	require.Equal(t, []string{"1-0"}, r.NotPending)
 	require.Equal(t, []string{"2-0"}, r.OwnedElsewhere())
 }
+
+// The trim reply decodes into its fields and every group's bounds; a reply
+// of the wrong shape is ErrMalformedReply.
+func TestDecodeTrim(t *testing.T) {
+	t.Parallel()
+	r, err := decodeTrim([]any{int64(3), "5-0", "slow", int64(1), "1-0", "3-0", int64(7),
+		[]any{[]any{"fast", int64(0), "", "9-0", "9-1"}, []any{"slow", int64(2), "5-0", "6-0", "5-0"}}, "a future field"})
+	require.NoError(t, err)
+	require.Equal(t, &TrimResult{Trimmed: 3, Bound: "5-0", Holder: "slow", More: true, FirstID: "1-0", LastID: "3-0", Length: 7,
+		Groups: []GroupBound{
+			{Name: "fast", LastDelivered: "9-0", Bound: "9-1"},
+			{Name: "slow", Pending: 2, OldestPending: "5-0", LastDelivered: "6-0", Bound: "5-0"},
+		}}, r)
+	for _, bad := range []any{
+		nil, []any{int64(0), "1-0", "g", int64(0), "", "", int64(0)},
+		[]any{"x", "1-0", "g", int64(0), "", "", int64(0), []any{}},
+		[]any{int64(0), "1-0", "g", int64(0), "", "", int64(0), []any{[]any{"g", int64(0), "", "1-0"}}},
+		[]any{int64(0), "1-0", "g", int64(0), "", "", int64(0), []any{[]any{"g", "x", "", "1-0", "1-1"}}},
+		[]any{int64(0), "1-0", "g", int64(0), "", "", int64(0), "groups"},
+	} {
+		_, err := decodeTrim(bad)
+		require.ErrorIs(t, err, ErrMalformedReply, "%#v", bad)
+	}
+}

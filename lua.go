@@ -12,7 +12,7 @@ const LibraryName = "pelwarden"
 
 // LibraryVersion is the version of the embedded library. Load never replaces
 // a newer version on a server with this one.
-const LibraryVersion = "1.0.4"
+const LibraryVersion = "1.1.0"
 
 // Function names of API version 1. A later library keeps these names working.
 const (
@@ -25,6 +25,10 @@ const (
 	FunctionRedrive    = "pelwarden_v1_redrive"
 	FunctionStats      = "pelwarden_v1_stats"
 	FunctionVersion    = "pelwarden_v1_version"
+	// FunctionTrim and FunctionTrimPlan (read only) were added in library
+	// 1.1.0.
+	FunctionTrim     = "pelwarden_v1_trim"
+	FunctionTrimPlan = "pelwarden_v1_trim_plan"
 )
 
 // Metadata fields appended to every dead-letter record after the entry's

@@ -344,3 +344,65 @@ func decodeStats(v any) (*Stats, error) {
 	}
 	return s, nil
 }
+
+func decodeTrim(v any) (*TrimResult, error) {
+	const fn = FunctionTrim
+	a, err := asArray(fn, "reply", v, 8)
+	if err != nil {
+		return nil, err
+	}
+	r := &TrimResult{}
+	if r.Trimmed, err = asInt(fn, "trimmed", a[0]); err != nil {
+		return nil, err
+	}
+	if r.Bound, err = asString(fn, "bound", a[1]); err != nil {
+		return nil, err
+	}
+	if r.Holder, err = asString(fn, "holder", a[2]); err != nil {
+		return nil, err
+	}
+	more, err := asInt(fn, "more", a[3])
+	if err != nil {
+		return nil, err
+	}
+	r.More = more != 0
+	if r.FirstID, err = asString(fn, "first", a[4]); err != nil {
+		return nil, err
+	}
+	if r.LastID, err = asString(fn, "last", a[5]); err != nil {
+		return nil, err
+	}
+	if r.Length, err = asInt(fn, "length", a[6]); err != nil {
+		return nil, err
+	}
+	groups, err := asArray(fn, "groups", a[7], 0)
+	if err != nil {
+		return nil, err
+	}
+	r.Groups = make([]GroupBound, 0, len(groups))
+	for i, g := range groups {
+		what := fmt.Sprintf("groups[%d]", i)
+		ga, err := asArray(fn, what, g, 5)
+		if err != nil {
+			return nil, err
+		}
+		var b GroupBound
+		if b.Name, err = asString(fn, what+".name", ga[0]); err != nil {
+			return nil, err
+		}
+		if b.Pending, err = asInt(fn, what+".pending", ga[1]); err != nil {
+			return nil, err
+		}
+		if b.OldestPending, err = asString(fn, what+".oldest-pending", ga[2]); err != nil {
+			return nil, err
+		}
+		if b.LastDelivered, err = asString(fn, what+".last-delivered", ga[3]); err != nil {
+			return nil, err
+		}
+		if b.Bound, err = asString(fn, what+".bound", ga[4]); err != nil {
+			return nil, err
+		}
+		r.Groups = append(r.Groups, b)
+	}
+	return r, nil
+}

@@ -69,6 +69,7 @@ func FuzzDecode(f *testing.F) {
 		func(v any) (any, error) { return decodeReap(v) },
 		func(v any) (any, error) { return decodeRedrive(v) },
 		func(v any) (any, error) { return decodeStats(v) },
+		func(v any) (any, error) { return decodeTrim(v) },
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		b := &treeBuilder{data: data}

@@ -187,6 +187,41 @@ type Config struct {
 	// consumers idle longer than this that own no pending entries.
 	ReapIdle time.Duration
 
+	// TrimInterval, when positive, trims the stream at start and every
+	// TrimInterval: the entries every consumer group of the stream (this
+	// one and any other) has delivered and acknowledged are deleted, in
+	// calls of at most TrimLimit entries, until none below the bound is
+	// left (pelwarden.Library.Trim). An entry some group still needs,
+	// pending there or not yet delivered to it, is never deleted, so a
+	// group that lags holds the trimming back at its position. Zero, the
+	// default, never trims: a stream can have readers the groups do not
+	// know about (XREAD, XRANGE, a group created later at "0"), and
+	// deleting their entries must be asked for. Each consumer that has it
+	// set trims; the calls are atomic, so several consumers trimming at
+	// once only repeat a cheap check. Deleted entries are counted as
+	// EventTrimmed; a failed trim is logged and counted as
+	// EventCommandError and tried again at the next interval. The
+	// consumer's ACL user needs +xtrim and +xrevrange besides its usual
+	// commands (a refusal stops the consumer, as for any command it needs).
+	TrimInterval time.Duration
+	// TrimLimit bounds the entries one trim call deletes, so no call
+	// blocks the server long however far behind the trimming is. Defaults
+	// to pelwarden.DefaultTrimLimit; at most pelwarden.MaxCount.
+	TrimLimit int
+	// DeadLetterMaxAge, when positive, deletes after each reclaim pass the
+	// dead-letter records older than this (by their record id, the time
+	// they were dead-lettered, against the server's clock: XTRIM MINID).
+	// Zero, the default, keeps them until an operator removes them.
+	// Deleted records are counted as EventDeadLetterTrimmed. The
+	// consumer's ACL user needs +xtrim (and +time) for this and for
+	// DeadLetterMaxLen.
+	DeadLetterMaxAge time.Duration
+	// DeadLetterMaxLen, when positive, keeps after each reclaim pass only
+	// the newest DeadLetterMaxLen dead-letter records (XTRIM MAXLEN); the
+	// older ones are deleted and counted as EventDeadLetterTrimmed. Zero,
+	// the default, sets no bound. Both bounds may be set; each applies.
+	DeadLetterMaxLen int64
+
 	// ShutdownTimeout: after Run's context is cancelled, in-flight handlers
 	// get this long to finish; then their contexts are cancelled and their
 	// entries stay pending. Pending acks are flushed within the same bound.
@@ -258,6 +293,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.TrimLimit == 0 {
+		c.TrimLimit = pelwarden.DefaultTrimLimit
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -435,6 +473,21 @@ func (c Config) validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		return bad("ShutdownTimeout", "must be positive, got %v", c.ShutdownTimeout)
+	}
+	if c.TrimInterval < 0 {
+		return bad("TrimInterval", "must not be negative, got %v", c.TrimInterval)
+	}
+	if c.TrimLimit < 0 || c.TrimLimit > pelwarden.MaxCount {
+		return bad("TrimLimit", "must be between 1 and %d, got %d", pelwarden.MaxCount, c.TrimLimit)
+	}
+	if c.DeadLetterMaxAge < 0 {
+		return bad("DeadLetterMaxAge", "must not be negative, got %v", c.DeadLetterMaxAge)
+	}
+	if c.DeadLetterMaxAge > 0 && c.DeadLetterMaxAge < time.Millisecond {
+		return bad("DeadLetterMaxAge", "must be at least 1ms, got %v", c.DeadLetterMaxAge)
+	}
+	if c.DeadLetterMaxLen < 0 {
+		return bad("DeadLetterMaxLen", "must not be negative, got %d", c.DeadLetterMaxLen)
 	}
 	return nil
 }

@@ -61,6 +61,12 @@ func TestNewValidatesAndNamesTheField(t *testing.T) {
 		{"Streams[0]", func(c *Config) { c.Stream, c.Streams = "", []string{"{a}", "{a}:dead"} }},
 		{"Streams[0]", func(c *Config) { c.Stream, c.Streams = "", []string{strings.Repeat("s", pelwarden.MaxNameBytes-2)} }},
 		{"Streams", func(c *Config) { c.Stream, c.Streams = "", make([]string, MaxStreams+1) }},
+		{"TrimInterval", func(c *Config) { c.TrimInterval = -time.Second }},
+		{"TrimLimit", func(c *Config) { c.TrimLimit = -1 }},
+		{"TrimLimit", func(c *Config) { c.TrimLimit = pelwarden.MaxCount + 1 }},
+		{"DeadLetterMaxAge", func(c *Config) { c.DeadLetterMaxAge = -time.Hour }},
+		{"DeadLetterMaxAge", func(c *Config) { c.DeadLetterMaxAge = time.Microsecond }},
+		{"DeadLetterMaxLen", func(c *Config) { c.DeadLetterMaxLen = -1 }},
 	}
 	for _, tc := range cases {
 		cfg := ok

@@ -59,7 +59,11 @@
 //	  - reclaim loop (reclaim.go): at start and every ReclaimInterval, when
 //	    something is idle, a pass of claim-function pages until the cursor
 //	    returns; the function dead-letters entries delivered MaxDeliveries
-//	    times. Also reaps dead consumers (ReapIdle).
+//	    times. Also reaps dead consumers (ReapIdle) and bounds the
+//	    dead-letter stream (DeadLetterMaxAge, DeadLetterMaxLen; retention.go).
+//	  - trim loop (retention.go), only with TrimInterval: at start and every
+//	    TrimInterval, trim-function calls of TrimLimit entries delete what
+//	    every consumer group of the stream has acknowledged.
 //	  - workers (work.go): run handlers from the job queue (jobqueue.go) and
 //	    settle each outcome: success to the ack queue (ackqueue.go), the
 //	    rest through the dead-letter or release functions.
@@ -72,4 +76,18 @@
 // (window.go) decides how many more the loops may fetch, and pauses them
 // while the server refuses writes for lack of memory. Every Redis call is
 // retried by one helper (retry.go) with its own give-up rule.
+//
+// # Retention
+//
+// A stream used as a work queue grows until it is trimmed, and a blind
+// XTRIM MAXLEN deletes entries a lagging group has not read (they then
+// show up as deleted while pending, or are never handled). With
+// TrimInterval the consumer trims only below what every consumer group of
+// the stream has both delivered and acknowledged, in bounded calls of the
+// library's trim function; a group that lags (a stopped service, a new
+// group reading history) holds the trimming back at its position, and
+// `pelwarden trim STREAM --dry-run` names it. The dead-letter stream has no
+// groups: DeadLetterMaxAge and DeadLetterMaxLen bound it with a plain XTRIM
+// after each reclaim pass. All three are off by default: deleting data is
+// asked for, never assumed.
 package driver

@@ -258,3 +258,62 @@ func Example_partitions() {
 	// Output:
 	// handled: 100 misplaced: 0
 }
+
+// Retention: with TrimInterval the consumer deletes what every group of the
+// stream has delivered and acknowledged. A second group that has not read
+// the entries yet ("audit") holds them; once it acknowledges them, the next
+// trim removes them.
+func ExampleConfig_trimInterval() {
+	rdb := redis.NewClient(serverOptions)
+	defer rdb.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const stream = "{example-trim}"
+	rdb.Del(ctx, stream)
+	rdb.XGroupCreateMkStream(ctx, stream, "billing", "0")
+	rdb.XGroupCreateMkStream(ctx, stream, "audit", "0")
+	for _, order := range []string{"a", "b", "c"} {
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []string{"order", order}})
+	}
+	var handled atomic.Int64
+	c, err := driver.New(rdb, driver.Config{
+		Stream: stream, Group: "billing", Consumer: "billing-1",
+		TrimInterval: 50 * time.Millisecond, // off by default: deleting data is asked for
+		Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error {
+			handled.Add(1)
+			return nil
+		}),
+	})
+	if err != nil {
+		panic(err)
+	}
+	stopped := make(chan error)
+	go func() { stopped <- c.Run(ctx) }()
+	waitFor := func(cond func() bool) {
+		for deadline := time.Now().Add(time.Minute); !cond() && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	lib := pelwarden.NewLibrary(rdb)
+	waitFor(func() bool { return handled.Load() == 3 })
+	plan, err := lib.Trim(ctx, pelwarden.TrimArgs{Stream: stream, DryRun: true}) // what a trim would do now
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("billing handled", handled.Load(), "- held back by", plan.Holder, "- length", plan.Length)
+
+	// The audit service reads and acknowledges everything.
+	msgs, _ := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "audit", Consumer: "audit-1", Streams: []string{stream, ">"}}).Result()
+	for _, m := range msgs[0].Messages {
+		rdb.XAck(ctx, stream, "audit", m.ID)
+	}
+	waitFor(func() bool { return rdb.XLen(ctx, stream).Val() == 0 })
+	fmt.Println("after the audit group acknowledged: length", rdb.XLen(ctx, stream).Val())
+	cancel()
+	if err := <-stopped; err != nil {
+		panic(err)
+	}
+	// Output:
+	// billing handled 3 - held back by audit - length 3
+	// after the audit group acknowledged: length 0
+}

@@ -40,13 +40,19 @@ const (
 	// the server refused a write for lack of memory (it resumes by itself
 	// once a refused call succeeds).
 	EventPaused
+	// EventTrimmed: entries deleted from the stream by the periodic trim
+	// (Config.TrimInterval), every group having acknowledged them.
+	EventTrimmed
+	// EventDeadLetterTrimmed: dead-letter records deleted by the
+	// dead-letter retention (Config.DeadLetterMaxAge, DeadLetterMaxLen).
+	EventDeadLetterTrimmed
 	numEvents
 )
 
 var eventNames = [numEvents]string{
 	"read", "handled", "handler_error", "handler_panic", "claimed", "deleted_from_pel",
 	"acked", "lost_ownership", "lease_extended", "reaped", "command_error", "too_large",
-	"paused",
+	"paused", "trimmed", "dead_letter_trimmed",
 }
 
 // String returns the event's snake_case name, e.g. "deleted_from_pel".

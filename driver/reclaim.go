@@ -39,6 +39,9 @@ func (r *run) reclaimLoop(ctx, handlerCtx context.Context) {
 		if r.cfg.ReapIdle > 0 && ctx.Err() == nil {
 			r.reap(ctx)
 		}
+		if (r.cfg.DeadLetterMaxAge > 0 || r.cfg.DeadLetterMaxLen > 0) && ctx.Err() == nil {
+			r.deadLetterRetention(ctx)
+		}
 		t.Reset(r.cfg.ReclaimInterval)
 	}
 }

@@ -149,6 +149,9 @@ func (s *shared) run(ctx context.Context, c *Consumer, lanes []*run) (lingering 
 		loops.Go(func() { r.readLoop(loopCtx, handlerCtx) })
 		loops.Go(func() { r.reclaimLoop(loopCtx, handlerCtx) })
 		loops.Go(func() { r.leaseLoop(loopCtx) })
+		if r.cfg.TrimInterval > 0 {
+			loops.Go(func() { r.trimLoop(loopCtx) })
+		}
 		go func() {
 			defer close(r.ackerGone)
 			r.ackLoop(flushCtx)

@@ -109,6 +109,10 @@ func TestCluster(t *testing.T) {
 			t.Parallel()
 			testClusterLeastPrivilege(t, t.Context(), c, rdb, usable[1])
 		})
+		t.Run("Trim", func(t *testing.T) {
+			t.Parallel()
+			trimSuite(t, clusterTrimEnv(c)) // trim_test.go
+		})
 		t.Run("DriverPerShard", func(t *testing.T) {
 			t.Parallel()
 			for i, s := range usable {

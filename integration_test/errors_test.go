@@ -90,6 +90,12 @@ func TestLibraryRejectsBadArguments(t *testing.T) {
 			{pelwarden.FunctionReap, []string{f.Stream}, []any{f.Group, "1.5"}, "PWBADARG"},
 			{pelwarden.FunctionRedrive, two, []any{"0-0", "10", "maybe"}, "PWBADARG"},
 			{pelwarden.FunctionStats, two, []any{}, "PWBADARG"},
+			{pelwarden.FunctionTrim, []string{f.Stream}, []any{"0", "0"}, "PWBADARG"},
+			{pelwarden.FunctionTrim, []string{f.Stream}, []any{"10", "maybe"}, "PWBADARG"},
+			{pelwarden.FunctionTrim, []string{f.Stream}, []any{"10001", "1"}, "PWBADARG"},
+			{pelwarden.FunctionTrim, []string{}, []any{"10", "0"}, "PWBADARG"},
+			{pelwarden.FunctionTrimPlan, []string{f.Stream}, []any{}, "PWBADARG"},
+			{pelwarden.FunctionTrimPlan, []string{f.Stream}, []any{"-1"}, "PWBADARG"},
 		}
 		for i, c := range cases {
 			err := s.rdb.FCall(ctx, c.fn, c.keys, c.args...).Err()

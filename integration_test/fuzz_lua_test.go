@@ -21,6 +21,7 @@ var fuzzFunctions = []string{
 	pelwarden.FunctionClaim, pelwarden.FunctionAck, pelwarden.FunctionDeadLetter,
 	pelwarden.FunctionExtend, pelwarden.FunctionRelease, pelwarden.FunctionReap,
 	pelwarden.FunctionRedrive, pelwarden.FunctionStats, pelwarden.FunctionVersion,
+	pelwarden.FunctionTrim, pelwarden.FunctionTrimPlan,
 }
 
 // fuzzCodes are the library's error codes: the only errors allowed back.

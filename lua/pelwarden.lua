@@ -28,7 +28,7 @@ Conventions
   field data.
 ]]
 
-local LIBRARY_VERSION = '1.0.4'
+local LIBRARY_VERSION = '1.1.0'
 
 -- @@errors-begin (parsed by errors_test.go: keep one code per line)
 local ERRORS = {
@@ -72,6 +72,9 @@ local SCAN_FACTOR = 10
 -- steps leave it where it is and report it as "too large". The margin keeps
 -- clear of the exact limit.
 local MAX_CALL_VALUES = 7900
+-- The trim function finds each cut with an XRANGE of at most this many
+-- entries (plus one), so its memory per step is bounded whatever its limit.
+local TRIM_CHUNK = 100
 
 ------------------------------------------------------------------------------
 -- helpers
@@ -940,7 +943,181 @@ local function stats(keys, args)
 end
 
 ------------------------------------------------------------------------------
--- pelwarden_v1_version: the library's version, e.g. "1.0.4" (read only).
+-- pelwarden_v1_trim: delete the entries every consumer group has
+-- acknowledged (added in 1.1.0).
+--
+-- KEYS[1] stream
+-- ARGV[1] limit      at most this many entries are deleted (in a dry run,
+--                    counted) per call, 1..10000
+-- ARGV[2] dry-run    "1": delete nothing, report what the call would delete
+-- The bound is the smallest, over the stream's consumer groups, of the
+-- group's oldest pending id and the id right after its last-delivered id.
+-- Every entry strictly below the bound was delivered to every group and is
+-- pending in none: each group acknowledged it (or skipped it, with XGROUP
+-- SETID). An entry a group still needs (pending, or not yet delivered to
+-- it) is at or above the bound and never deleted. The oldest entries below
+-- the bound are deleted, at most limit: first whole stream nodes with
+-- XTRIM MINID ~ bound LIMIT limit-1 (freed without reading an entry), then
+-- the rest exactly (XTRIM's exact mode has no LIMIT: an XRANGE of what is
+-- left below the bound, at most one node's worth or the budget left, finds
+-- where to cut, and XTRIM MINID = that id). A dry run counts in XRANGE
+-- steps of TRIM_CHUNK entries. Everything is read and deleted in one
+-- atomic call, so no group moves in between.
+-- A stream without consumer groups is refused (PWNOGROUP): nothing records
+-- what its readers have processed (XTRIM it directly if that is meant).
+-- Redis 8.2's XTRIM ... ACKED is not used: the bound above gives the same
+-- guarantee on every server.
+-- Reply: { trimmed (integer: entries deleted; in a dry run, that would be),
+--          bound (entries strictly below it are acknowledged by every group),
+--          holder (the group that sets the bound; the first in XINFO GROUPS
+--                  order on a tie),
+--          more (1: entries below the bound remain after this call),
+--          first, last (the first and the last id trimmed, "" when none),
+--          length (stream length after the call),
+--          { {name, pending, oldest pending id or "", last-delivered id,
+--             bound}, ... } one per group, in XINFO GROUPS order }
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWNOPERM, PWSERVER
+local function idless(a, b)
+  local am, as = string.match(a, '^(%d+)%-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)%-(%d+)$')
+  if am ~= bm then return numless(am, bm) end
+  return numless(as, bs)
+end
+
+-- n + 1 for a decimal string without leading zeros (exact beyond 2^53).
+local function decinc(n)
+  local digits, carry = {}, 1
+  for i = #n, 1, -1 do
+    local d = string.byte(n, i) - 48 + carry
+    carry = 0
+    if d == 10 then d, carry = 0, 1 end
+    digits[i] = string.char(48 + d)
+  end
+  local s = table.concat(digits)
+  if carry == 1 then s = '1' .. s end
+  return s
+end
+
+-- The id right after id (as the server writes ids: no leading zeros). The
+-- largest id has none: it is returned itself, which keeps that one entry
+-- (safe, and unreachable in practice).
+local function nextid(id)
+  local ms, seq = string.match(id, '^(%d+)%-(%d+)$')
+  if seq ~= UINT64_MAX then return ms .. '-' .. decinc(seq) end
+  if ms ~= UINT64_MAX then return decinc(ms) .. '-0' end
+  return id
+end
+
+local function trim(keys, args)
+  local stream = keys[1]
+  if stream == nil then fail(ERRORS.BADARG, 'trim needs 1 key: stream') end
+  local limit = argint(args, 1, 'limit', 1, MAX_COUNT)
+  local dry = argbool(args, 2, 'dry-run')
+  local checks = {{'TYPE', stream}, {'XINFO', 'GROUPS', stream}, {'XPENDING', stream, 'group', '-', '+', '1'},
+    {'XRANGE', stream, '-', '+'}, {'XLEN', stream}}
+  if not dry then
+    checks[#checks + 1] = {'XREVRANGE', stream, '+', '-'}
+    checks[#checks + 1] = {'XTRIM', stream, 'MINID', '=', '0-1'}
+  end
+  allow(checks)
+  if not streamkey(stream) then
+    fail(ERRORS.NOGROUP, 'stream ' .. stream .. ' does not exist')
+  end
+
+  local groups, bound, holder = {}, nil, ''
+  for _, g in ipairs(call('XINFO', 'GROUPS', stream)) do
+    local name, pending, delivered
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then name = g[i + 1]
+      elseif g[i] == 'pending' then pending = tonumber(g[i + 1])
+      elseif g[i] == 'last-delivered-id' then delivered = g[i + 1]
+      end
+    end
+    if name == nil or delivered == nil then
+      fail(ERRORS.SERVER, 'XINFO GROUPS: a group without name or last-delivered-id')
+    end
+    local gbound = nextid(delivered)
+    local oldest = ''
+    if pending ~= 0 then
+      local p = call('XPENDING', stream, name, '-', '+', 1)
+      if #p > 0 then
+        oldest = p[1][1]
+        if idless(oldest, gbound) then gbound = oldest end
+      end
+    end
+    groups[#groups + 1] = {name, pending or 0, oldest, delivered, gbound}
+    if bound == nil or idless(gbound, bound) then
+      bound, holder = gbound, name
+    end
+  end
+  if bound == nil then
+    fail(ERRORS.NOGROUP, 'stream ' .. stream .. ' has no consumer groups: nothing records what its readers have processed, so pelwarden trims nothing (use XTRIM to trim a stream without groups)')
+  end
+
+  local trimmed, first, last, more = 0, '', '', 0
+  local stop = '(' .. bound
+  if dry then
+    -- Count in steps of TRIM_CHUNK entries.
+    local start = '-'
+    while trimmed < limit do
+      local k = math.min(TRIM_CHUNK, limit - trimmed)
+      local page = call('XRANGE', stream, start, stop, 'COUNT', k + 1)
+      if #page == 0 then break end
+      local n = math.min(#page, k)
+      if first == '' then first = page[1][1] end
+      last = page[n][1]
+      trimmed = trimmed + n
+      if #page > k and trimmed >= limit then more = 1 end
+      if #page <= k then break end
+      start = '(' .. last
+    end
+  else
+    local head = call('XRANGE', stream, '-', stop, 'COUNT', 1)
+    if #head > 0 then
+      first = head[1][1]
+      -- The greatest id below the bound: the last one trimmed when step 1
+      -- removes everything below the bound.
+      local greatest = call('XREVRANGE', stream, stop, '-', 'COUNT', 1)[1][1]
+      -- 1. Whole stream nodes (radix tree leaves of stream-node-max-entries
+      -- entries, 100 by default, or fewer when large) below the bound, at
+      -- most limit - 1 entries: freed without reading an entry. The approximate mode removes a node only when all of it is
+      -- below the bound, and LIMIT stops before a node that would exceed it.
+      if limit > 1 then
+        trimmed = call('XTRIM', stream, 'MINID', '~', bound, 'LIMIT', limit - 1)
+      end
+      -- 2. The rest, exactly, within the budget left (at least 1): what is
+      -- left below the bound is at most one node's worth, or the budget is
+      -- smaller than the next node. Reading it also names the last id.
+      local r = limit - trimmed
+      local page = call('XRANGE', stream, '-', stop, 'COUNT', r + 1)
+      if #page > r then
+        trimmed = trimmed + call('XTRIM', stream, 'MINID', '=', page[r + 1][1])
+        last, more = page[r][1], 1
+      elseif #page > 0 then
+        trimmed = trimmed + call('XTRIM', stream, 'MINID', '=', bound)
+        last = page[#page][1]
+      else
+        last = greatest
+      end
+    end
+  end
+  return {trimmed, bound, holder, more, first, last, redis.call('XLEN', stream), groups}
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_trim_plan: what pelwarden_v1_trim would delete now (read
+-- only, so a user with read access to the stream, or a replica, may ask;
+-- added in 1.1.0).
+--
+-- KEYS[1] stream
+-- ARGV[1] limit      count at most this many entries, 1..10000
+-- Reply and errors: those of pelwarden_v1_trim with dry-run "1".
+local function trimplan(keys, args)
+  return trim(keys, {argstr(args, 1, 'limit'), '1'})
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_version: the library's version, e.g. "1.1.0" (read only).
 --
 -- KEYS: none. ARGV: none.
 -- Reply: the version string.
@@ -950,10 +1127,11 @@ end
 
 -- @@register (everything below is replaced by lua/shim.lua under EVALSHA)
 --
--- allow-oom (since 1.0.4): ack, extend, release and reap only acknowledge,
--- re-time or delete what is already there, so they run on a server at
--- maxmemory (noeviction) too: a full server must not keep a consumer from
--- settling the entries it holds. claim (it may dead-letter), deadletter and
+-- allow-oom (since 1.0.4): ack, extend, release, reap and trim (1.1.0)
+-- only acknowledge, re-time or delete what is already there, so they run
+-- on a server at maxmemory (noeviction) too: a full server must not keep a
+-- consumer from settling the entries it holds, nor an operator from
+-- trimming what every group is done with. claim (it may dead-letter), deadletter and
 -- redrive add entries and stay refused there. Under EVALSHA no script has
 -- flags: the server then refuses only commands that grow memory (XADD), so
 -- the same split holds.
@@ -966,6 +1144,8 @@ local FUNCTIONS = {
   {name = 'pelwarden_v1_reap', fn = reap, flags = {'allow-oom'}},
   {name = 'pelwarden_v1_redrive', fn = redrive, flags = {}},
   {name = 'pelwarden_v1_stats', fn = stats, flags = {'no-writes'}},
+  {name = 'pelwarden_v1_trim', fn = trim, flags = {'allow-oom'}},
+  {name = 'pelwarden_v1_trim_plan', fn = trimplan, flags = {'no-writes'}},
   {name = 'pelwarden_v1_version', fn = version, flags = {'no-writes'}},
 }
 -- The load-time environment is minimal (no ipairs on Redis 7.0): plain loop.

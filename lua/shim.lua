@@ -16,6 +16,8 @@ local FUNCTIONS = {
   pelwarden_v1_reap = reap,
   pelwarden_v1_redrive = redrive,
   pelwarden_v1_stats = stats,
+  pelwarden_v1_trim = trim,
+  pelwarden_v1_trim_plan = trimplan,
   pelwarden_v1_version = version,
 }
 local fn = FUNCTIONS[ARGV[1]]

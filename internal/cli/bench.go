@@ -106,6 +106,9 @@ func (a *app) runBench(cmd *cobra.Command, o benchOptions) error {
 	if a.clusterURL != "" {
 		return usageErrorf("bench runs against one server; --cluster is not supported")
 	}
+	if a.sentinelURL != "" {
+		return usageErrorf("bench runs against one server; --sentinel is not supported")
+	}
 	if a.json && o.suite != suiteReclaim {
 		return usageErrorf("--json prints the reclaim suite only; the consume suite prints its table")
 	}

@@ -60,6 +60,53 @@ func TestResolve(t *testing.T) {
 	a = &app{redisURL: "redis://h", clusterURL: "redis://h"}
 	_, err = a.resolve(false)
 	require.ErrorContains(t, err, "exclude each other")
+	a = &app{redisURL: "redis://h", sentinelURL: "redis-sentinel://h:1/m"}
+	_, err = a.resolve(false)
+	require.ErrorContains(t, err, "exclude each other")
+
+	a = &app{sentinelURL: "redis-sentinel://u:s%40cret@10.0.0.5:26379,[::1]:26380,s3:26381/my%20master?db=3"}
+	e, err = a.resolve(false)
+	require.NoError(t, err)
+	require.Equal(t, "--sentinel", e.source)
+	require.Equal(t, []string{"10.0.0.5:26379", "[::1]:26380", "s3:26381"}, e.failover.SentinelAddrs)
+	require.Equal(t, "my master", e.failover.MasterName)
+	require.Equal(t, []any{"u", "s@cret", 3}, []any{e.failover.Username, e.failover.Password, e.failover.DB})
+	require.Nil(t, e.failover.TLSConfig)
+	require.Equal(t, "redis-sentinel://u:xxxxx@10.0.0.5:26379,[::1]:26380,s3:26381/my%20master?db=3", e.shown)
+	require.Contains(t, a.secrets, "s@cret")
+	// A password written without escaping is taken whole.
+	e, err = (&app{sentinelURL: "redis-sentinel://u:a/b?c#d@h:1/m"}).resolve(false)
+	require.NoError(t, err)
+	require.Equal(t, []any{"a/b?c#d", []string{"h:1"}, "m"}, []any{e.failover.Password, e.failover.SentinelAddrs, e.failover.MasterName})
+	e, err = (&app{sentinelURL: "rediss-sentinel://h:1/m"}).resolve(false)
+	require.NoError(t, err)
+	require.NotNil(t, e.failover.TLSConfig)
+}
+
+// Malformed --sentinel URLs are usage errors that name what is wrong,
+// before anything is contacted, and never show the password.
+func TestSentinelURLErrors(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ url, msg string }{
+		{"redis://h:1/m", "redis-sentinel://"},
+		{"redis-sentinel://h:1", "master name"},
+		{"redis-sentinel://h:1/", "master name"},
+		{"redis-sentinel://h:1/a/b", "master name"},
+		{"redis-sentinel://h/m", `"h": want host:port`},
+		{"redis-sentinel://h:1,,h:2/m", `"": want host:port`},
+		{"redis-sentinel://h:99999/m", "bad port"},
+		{"redis-sentinel://u:topsecret@h:1/m?db=x", "db="},
+		{"redis-sentinel://h:1/m?password=x", "only db=N"},
+		{"redis-sentinel://u:topsecret%zz@h:1/m", "not URL-escaped"},
+		{"redis-sentinel://u:topsecret@h/m", `"h": want host:port`},
+		{"redis-sentinel://u:top/secret@/m", `"": want host:port`},
+	} {
+		out, errOut, code := run1("--sentinel", c.url, "status", "s", "g")
+		require.Equal(t, ExitUsage, code, "%s: %s", c.url, errOut)
+		require.Empty(t, out)
+		require.Contains(t, errOut, c.msg, c.url)
+		require.NotContains(t, errOut, "topsecret")
+	}
 }
 
 func run1(args ...string) (string, string, int) {

@@ -2,9 +2,13 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,19 +29,26 @@ type endpoint struct {
 	// shown is the URL with the password redacted, for messages.
 	shown string
 	// source says where the URL came from ("--redis", "$REDIS_URL", ...).
-	source  string
-	opts    *redis.Options        // single server
-	cluster *redis.ClusterOptions // Redis Cluster
+	source   string
+	opts     *redis.Options         // single server
+	cluster  *redis.ClusterOptions  // Redis Cluster
+	failover *redis.FailoverOptions // primary found through Redis Sentinel
 }
 
 // resolve parses --redis / --cluster / $REDIS_URL without connecting.
 // explicitOnly ignores $REDIS_URL and the default, returning nil when no flag
 // is given (the demo then starts a throwaway server).
 func (a *app) resolve(explicitOnly bool) (*endpoint, error) {
-	if a.redisURL != "" && a.clusterURL != "" {
-		return nil, usageErrorf("--redis and --cluster exclude each other; give one")
+	var given []string
+	for _, f := range []struct{ name, v string }{{"--redis", a.redisURL}, {"--cluster", a.clusterURL}, {"--sentinel", a.sentinelURL}} {
+		if f.v != "" {
+			given = append(given, f.name)
+		}
 	}
-	for _, f := range []struct{ name, v string }{{"redis", a.redisURL}, {"cluster", a.clusterURL},
+	if len(given) > 1 {
+		return nil, usageErrorf("%s exclude each other; give one", strings.Join(given, " and "))
+	}
+	for _, f := range []struct{ name, v string }{{"redis", a.redisURL}, {"cluster", a.clusterURL}, {"sentinel", a.sentinelURL},
 		{"cacert", a.caCert}, {"cert", a.cert}, {"key", a.key}} {
 		if f.v == "" && a.globalFlags != nil && a.globalFlags.Changed(f.name) {
 			return nil, usageErrorf("--%s must not be empty", f.name)
@@ -56,11 +67,24 @@ func (a *app) resolve(explicitOnly bool) (*endpoint, error) {
 		}
 		return &endpoint{shown: redact.URL(raw), source: "--cluster", cluster: o}, nil
 	}
+	if a.sentinelURL != "" {
+		raw := a.sentinelURL
+		a.addSecret(raw)
+		o, err := parseSentinelURL(raw)
+		if err != nil {
+			return nil, usageErrorf("--sentinel %s: %s", redact.URL(raw), scrub(err.Error(), raw))
+		}
+		a.secrets = append(a.secrets, o.Password)
+		if err := a.applyTLS(redact.URL(raw), o.TLSConfig); err != nil {
+			return nil, err
+		}
+		return &endpoint{shown: redact.URL(raw), source: "--sentinel", failover: o}, nil
+	}
 	raw, source := a.redisURL, "--redis"
 	if raw == "" {
 		if explicitOnly {
 			if f := a.tlsFlagGiven(); f != "" {
-				return nil, usageErrorf("%s needs --redis or --cluster with a rediss:// URL", f)
+				return nil, usageErrorf("%s needs --redis or --cluster with a rediss:// URL (or --sentinel with rediss-sentinel://)", f)
 			}
 			return nil, nil
 		}
@@ -85,9 +109,12 @@ func (a *app) resolve(explicitOnly bool) (*endpoint, error) {
 // client dials the endpoint and checks it answers PING.
 func (e *endpoint) client(ctx context.Context) (redis.UniversalClient, error) {
 	var rdb redis.UniversalClient
-	if e.cluster != nil {
+	switch {
+	case e.cluster != nil:
 		rdb = redis.NewClusterClient(e.cluster)
-	} else {
+	case e.failover != nil:
+		rdb = redis.NewFailoverClient(e.failover)
+	default:
 		rdb = redis.NewClient(e.opts)
 	}
 	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
@@ -98,8 +125,11 @@ func (e *endpoint) client(ctx context.Context) (redis.UniversalClient, error) {
 			return nil, failuref("interrupted while connecting to %s", e.shown)
 		}
 		hint := "check the address, or set --redis URL or $REDIS_URL"
-		if e.cluster != nil {
+		switch {
+		case e.cluster != nil:
 			hint = "check the seed address given with --cluster"
+		case e.failover != nil:
+			hint = "check the sentinel addresses and the master name given with --sentinel"
 		}
 		if h := tlsHint(err); h != "" {
 			hint = h
@@ -136,6 +166,74 @@ func (a *app) connectToStream(ctx context.Context, what, key string) (redis.Univ
 		return nil, err
 	}
 	return rdb, nil
+}
+
+// Sentinel URL schemes: plain and TLS.
+const (
+	sentinelScheme    = "redis-sentinel"
+	sentinelTLSScheme = "rediss-sentinel"
+)
+
+// parseSentinelURL parses --sentinel:
+// redis-sentinel://[user:password@]host:port[,host:port...]/MASTER[?db=N]
+// (rediss-sentinel:// for TLS to the sentinels and the servers). The
+// addresses are the sentinels'; MASTER is the name they monitor the
+// primary under; user and password authenticate to the primary (and its
+// replicas), not to the sentinels.
+func parseSentinelURL(raw string) (*redis.FailoverOptions, error) {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok || (scheme != sentinelScheme && scheme != sentinelTLSScheme) {
+		return nil, errors.New("want " + sentinelScheme + "://[user:password@]host:port[,host:port...]/MASTER[?db=N] (" + sentinelTLSScheme + ":// for TLS)")
+	}
+	o := &redis.FailoverOptions{}
+	// The user information first, up to the last '@', so that a password
+	// written without escaping ('/', '?', '#') is taken whole.
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		user, pass, _ := strings.Cut(rest[:at], ":")
+		var err error
+		if o.Username, err = url.PathUnescape(user); err != nil {
+			return nil, errors.New("the user name is not URL-escaped correctly")
+		}
+		if o.Password, err = url.PathUnescape(pass); err != nil {
+			return nil, errors.New("the password is not URL-escaped correctly")
+		}
+		rest = rest[at+1:]
+	}
+	rest, query, _ := strings.Cut(rest, "?")
+	hosts, master, _ := strings.Cut(rest, "/")
+	master, err := url.PathUnescape(master)
+	if err != nil || master == "" || strings.Contains(master, "/") {
+		return nil, errors.New("give the master name after the sentinel addresses: .../MASTER")
+	}
+	o.MasterName = master
+	for _, h := range strings.Split(hosts, ",") {
+		host, port, err := net.SplitHostPort(h)
+		if err != nil || host == "" {
+			return nil, fmt.Errorf("sentinel address %q: want host:port", h)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("sentinel address %q: bad port", h)
+		}
+		o.SentinelAddrs = append(o.SentinelAddrs, h)
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return nil, fmt.Errorf("query: %v", err)
+	}
+	for k, v := range q {
+		if k != "db" || len(v) != 1 {
+			return nil, fmt.Errorf("unknown or repeated parameter %q (only db=N)", k)
+		}
+		if o.DB, err = strconv.Atoi(v[0]); err != nil || o.DB < 0 {
+			return nil, fmt.Errorf("db=%q: want a database number", v[0])
+		}
+	}
+	if scheme == sentinelTLSScheme {
+		// No ServerName: crypto/tls takes it from each address dialled
+		// (the sentinels' and the primary's).
+		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return o, nil
 }
 
 // addSecret remembers the password of a URL given by the user, parsable or

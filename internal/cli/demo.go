@@ -76,7 +76,7 @@ $PELWARDEN_UI_PASSWORD.`,
 				return err
 			}
 			if o.Keep && e == nil {
-				return usageErrorf("--keep needs --redis or --cluster: the throwaway server is removed at the end")
+				return usageErrorf("--keep needs --redis or --cluster or --sentinel: the throwaway server is removed at the end")
 			}
 			var ui *dashboard.Options
 			if f.ui != "" {
@@ -95,7 +95,7 @@ $PELWARDEN_UI_PASSWORD.`,
 	fl.Float64Var(&f.poisonRate, "poison-rate", 0.02, "share of poison orders (0 to 0.5): half declined cards, half unsupported currencies")
 	fl.DurationVar(&f.o.Duration, "duration", 55*time.Second, "upper bound of the run; unsettled orders after it make the exit code 1")
 	fl.IntVar(&f.o.Rate, "rate", 250, "orders produced per second")
-	fl.BoolVar(&f.o.Keep, "keep", false, "keep the demo's stream and dead-letter stream (needs --redis or --cluster)")
+	fl.BoolVar(&f.o.Keep, "keep", false, "keep the demo's stream and dead-letter stream (needs --redis, --cluster or --sentinel)")
 	fl.BoolVar(&f.o.Verbose, "verbose", false, "show the driver's warnings and errors")
 	fl.StringVar(&f.ui, "ui", "", "serve the dashboard (read-only) on `ADDR` during the run, such as 127.0.0.1:8080")
 	return cmd
@@ -139,6 +139,11 @@ func (a *app) runDemo(ctx context.Context, e *endpoint, o demo.Options, uiAddr s
 				o := *e.cluster
 				o.PoolSize = max(o.PoolSize, 128)
 				return redis.NewClusterClient(&o)
+			}
+			if e.failover != nil {
+				o := *e.failover
+				o.PoolSize = max(o.PoolSize, 128)
+				return redis.NewFailoverClient(&o)
 			}
 			o := *e.opts
 			o.PoolSize = max(o.PoolSize, 128)

@@ -39,7 +39,7 @@ runs through EVALSHA instead and the mode says so.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			rdb, _, err := a.connect(ctx)
+			rdb, e, err := a.connect(ctx)
 			if err != nil {
 				return err
 			}
@@ -50,7 +50,13 @@ runs through EVALSHA instead and the mode says so.`,
 			}
 			out := loadJSON{Embedded: pelwarden.LibraryVersion, Mode: res.Mode.String(), Nodes: []nodeLoadJSON{}}
 			for _, n := range res.Nodes {
-				out.Nodes = append(out.Nodes, nodeLoadJSON{Addr: n.Addr, Before: n.Before, After: n.After, Action: string(n.Action)})
+				addr := n.Addr
+				if e.failover != nil {
+					// A failover client has no fixed address: name the
+					// primary the sentinels know.
+					addr = "primary " + e.failover.MasterName + " (via sentinels)"
+				}
+				out.Nodes = append(out.Nodes, nodeLoadJSON{Addr: addr, Before: n.Before, After: n.After, Action: string(n.Action)})
 			}
 			if a.json {
 				return a.printJSON(out)

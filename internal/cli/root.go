@@ -1,8 +1,8 @@
 // Package cli is the pelwarden command line, built with cobra: it owns the
-// flags, the connection to the server (--redis, --cluster, TLS, secrets
-// kept out of messages), the output (tables, --json, progress) and the exit
-// codes. The work is done elsewhere: the operator actions (poison, dlq
-// redrive and purge, reap) in internal/ops, the demo scenario in
+// flags, the connection to the server (--redis, --cluster, --sentinel, TLS,
+// secrets kept out of messages), the output (tables, --json, progress) and
+// the exit codes. The work is done elsewhere: the operator actions (poison,
+// dlq redrive and purge, reap, trim) in internal/ops, the demo scenario in
 // internal/demo, the benchmarks in internal/bench. cmd/pelwarden is a thin
 // main around Execute; tests run the commands in-process through
 // ExecuteContext. The root package and driver never import this package
@@ -45,9 +45,10 @@ const (
 type app struct {
 	stdout, stderr io.Writer
 
-	redisURL   string
-	clusterURL string
-	json       bool
+	redisURL    string
+	clusterURL  string
+	sentinelURL string
+	json        bool
 
 	// TLS files (tls.go): --cacert, --cert, --key.
 	caCert, cert, key string
@@ -76,7 +77,11 @@ claim, dead-letter and acknowledge run inside the server, atomically.
 
 Connecting: --redis URL (redis://[user:password@]host:port/db, rediss:// for
 TLS), else $REDIS_URL, else redis://127.0.0.1:6379. --cluster URL connects to
-a Redis Cluster through one seed node. Passwords never appear in output;
+a Redis Cluster through one seed node. --sentinel URL finds the primary
+through Redis Sentinel:
+redis-sentinel://[user:password@]host:port[,host:port...]/MASTER[?db=N]
+lists the sentinels and the name they monitor the primary under (the user
+and password are the primary's; rediss-sentinel:// for TLS). Passwords never appear in output;
 $REDIS_URL keeps them out of process listings too. TLS always verifies the
 server's certificate: --cacert FILE (else $REDIS_CACERT) is the CA that
 signed it (default: the system's CAs); --cert and --key (else $REDIS_CERT,
@@ -102,6 +107,7 @@ demo lost entries.`,
 	a.globalFlags = pf
 	pf.StringVar(&a.redisURL, "redis", "", "server `URL`: redis://[user:password@]host:port/db, rediss:// for TLS (default $REDIS_URL, then "+defaultURL+")")
 	pf.StringVar(&a.clusterURL, "cluster", "", "Redis Cluster seed node `URL`: redis://[user:password@]host:port (instead of --redis)")
+	pf.StringVar(&a.sentinelURL, "sentinel", "", "Redis Sentinel `URL`: redis-sentinel://[user:password@]host:port[,host:port...]/MASTER[?db=N] (instead of --redis)")
 	pf.BoolVar(&a.json, "json", false, "print machine-readable JSON on stdout")
 	pf.StringVar(&a.caCert, "cacert", "", "PEM `FILE` of the CA that signed the server's TLS certificate, for rediss:// (default $"+envCACert+", else the system's CAs)")
 	pf.StringVar(&a.cert, "cert", "", "PEM `FILE` of a TLS client certificate, for servers that require one (default $"+envCert+")")
@@ -113,6 +119,7 @@ demo lost entries.`,
 		a.poisonCommand(),
 		a.dlqCommand(),
 		a.reapCommand(),
+		a.trimCommand(),
 		a.loadCommand(),
 		a.benchCommand(),
 		a.uiCommand(),

@@ -1,8 +1,9 @@
 // Package ops holds the operator actions and the paged reads behind both of
 // pelwarden's front ends: the command line (internal/cli) and the web
 // dashboard (internal/dashboard). One implementation, two front ends: a
-// redrive, a purge, a poison pass or a reap does the same thing, in the same
-// pages and through the same library functions, whichever of them asked.
+// redrive, a purge, a poison pass, a reap or a trim does the same thing, in
+// the same pages and through the same library functions, whichever of them
+// asked.
 //
 // Every function takes the caller's go-redis client (never closed here) and
 // a context; long actions report progress through a callback called on the

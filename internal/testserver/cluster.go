@@ -77,7 +77,9 @@ type Cluster struct {
 	nodes []*ClusterNode
 }
 
-// ClusterNode is one node of a Cluster.
+// ClusterNode is one node of a Cluster, or one server or sentinel of a
+// Sentinel deployment (ID and BusPort then unset): a container in host
+// network mode listening on 127.0.0.1:Port.
 type ClusterNode struct {
 	// ID is the node's cluster id (CLUSTER MYID). It survives Stop and
 	// Start: the node keeps its nodes-<port>.conf in the container.

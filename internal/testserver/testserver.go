@@ -1,6 +1,8 @@
 // Package testserver starts Redis and Valkey servers in containers for
-// pelwarden's own tests (testcontainers-go). It is internal: the root package
-// and driver never import it.
+// pelwarden's own tests (testcontainers-go): single servers (Start), Redis
+// Clusters (StartCluster) and a primary with replicas watched by sentinels
+// (StartSentinel). It is internal: the root package and driver never import
+// it.
 //
 // Image names come from PELWARDEN_IMAGES (comma separated). The defaults are
 // the images scripts/images.sh builds from Debian's packages, because no
