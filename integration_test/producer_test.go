@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden"
@@ -66,5 +67,44 @@ func TestProducer(t *testing.T) {
 			require.NotEqual(t, first[0].ID, again[0].ID)
 			require.Equal(t, before+2, n, "without IDMP a retried publish adds a second entry")
 		}
+	})
+}
+
+// With TrimEvery the producer trims safely: nothing while the group has
+// not read the entries; after the group acknowledges the first 30 of 50,
+// the next trim removes exactly those, and never an entry the group still
+// needs.
+func TestProducerTrims(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		f := s.fixture(t)
+		p, err := producer.New(s.rdb, producer.Config{Stream: f.Stream, TrimEvery: 10})
+		require.NoError(t, err)
+		publish := func(n int) []string {
+			ids := make([]string, n)
+			for i := range n {
+				r, err := p.Publish(ctx, "", "n", strconv.Itoa(i))
+				require.NoError(t, err)
+				ids[i] = r.ID
+			}
+			return ids
+		}
+		ids := publish(50)
+		require.EqualValues(t, 50, s.rdb.XLen(ctx, f.Stream).Val(), "nothing delivered: nothing trimmed")
+
+		got, err := s.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: f.Group, Consumer: "c", Streams: []string{f.Stream, ">"}, Count: 30}).Result()
+		require.NoError(t, err)
+		require.Len(t, got[0].Messages, 30)
+		require.NoError(t, s.rdb.XAck(ctx, f.Stream, f.Group, ids[:30]...).Err())
+		more := publish(10)
+		left, err := s.rdb.XRange(ctx, f.Stream, "-", "+").Result()
+		require.NoError(t, err)
+		var leftIDs []string
+		for _, m := range left {
+			leftIDs = append(leftIDs, m.ID)
+		}
+		require.Equal(t, append(append([]string(nil), ids[30:]...), more...), leftIDs,
+			"the acknowledged entries went, every entry the group still needs stayed")
 	})
 }

@@ -24,14 +24,22 @@
 //   - Elsewhere (older Redis, Valkey), put an application key in the fields
 //     and make handlers idempotent on it.
 //
-// Retention is the consumers' side: trimming a stream a consumer group has
-// not fully read loses entries, so this package never trims.
+// # Retention
+//
+// A stream used as a work queue grows until something trims it, and a
+// blind XADD MAXLEN trims entries a lagging group has not read yet. With
+// Config.TrimEvery the producer trims safely instead: every so many entries
+// published to a stream, it calls the library's trim function
+// (pelwarden.Library.Trim), which deletes only what every consumer group of
+// the stream has delivered and acknowledged. The consumers can do the same
+// (driver.Config.TrimInterval), and `pelwarden trim` shows it first.
 package producer
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -79,6 +87,16 @@ type Config struct {
 	// MaxBatch bounds the entries of one pipeline (default 500, at most
 	// pelwarden.MaxCount).
 	MaxBatch int
+	// TrimEvery, when positive, trims a stream safely after every
+	// TrimEvery entries published to it: one call of the library's trim
+	// function (at most pelwarden.DefaultTrimLimit entries), which deletes
+	// only entries every consumer group has delivered and acknowledged. A
+	// stream without groups is left alone. A failed trim does not fail the
+	// publish; it is logged on Logger. Off by default.
+	TrimEvery int
+	// Logger receives what trimming did and its errors (default
+	// slog.Default()).
+	Logger *slog.Logger
 }
 
 // Message is one entry to publish.
@@ -128,6 +146,10 @@ type Producer struct {
 	idmpMu    sync.Mutex
 	idmpKnown bool // the server was asked
 	idmp      bool
+
+	lib       *pelwarden.Library
+	trimMu    sync.Mutex
+	sinceTrim map[string]int // entries published per stream since its last trim
 }
 
 // New returns a Producer on rdb (any go-redis client). It validates cfg and
@@ -159,11 +181,17 @@ func New(rdb redis.UniversalClient, cfg Config) (*Producer, error) {
 	if cfg.MaxBatch < 1 || cfg.MaxBatch > pelwarden.MaxCount {
 		return nil, &Error{Field: "Config.MaxBatch", Reason: fmt.Sprintf("must be 1 to %d, got %d", pelwarden.MaxCount, cfg.MaxBatch)}
 	}
+	if cfg.TrimEvery < 0 {
+		return nil, &Error{Field: "Config.TrimEvery", Reason: fmt.Sprintf("must not be negative, got %d", cfg.TrimEvery)}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	if cfg.ProducerID == "" {
 		host, _ := os.Hostname()
 		cfg.ProducerID = host + "-" + strconv.Itoa(os.Getpid())
 	}
-	return &Producer{rdb: rdb, cfg: cfg}, nil
+	return &Producer{rdb: rdb, cfg: cfg, lib: pelwarden.NewLibrary(rdb), sinceTrim: map[string]int{}}, nil
 }
 
 // StreamFor returns the stream a message with key goes to.
@@ -221,7 +249,39 @@ func (p *Producer) PublishBatch(ctx context.Context, msgs []Message) ([]Result, 
 			first = err
 		}
 	}
+	if p.cfg.TrimEvery > 0 {
+		p.trimDue(ctx, out)
+	}
 	return out, first
+}
+
+// trimDue counts the published entries per stream and trims each stream
+// that reached TrimEvery since its last trim.
+func (p *Producer) trimDue(ctx context.Context, published []Result) {
+	var due []string
+	p.trimMu.Lock()
+	for _, r := range published {
+		if r.Err != nil {
+			continue
+		}
+		p.sinceTrim[r.Stream]++
+		if p.sinceTrim[r.Stream] == p.cfg.TrimEvery {
+			p.sinceTrim[r.Stream] = 0
+			due = append(due, r.Stream)
+		}
+	}
+	p.trimMu.Unlock()
+	for _, stream := range due {
+		res, err := p.lib.Trim(ctx, pelwarden.TrimArgs{Stream: stream})
+		switch {
+		case errors.Is(err, pelwarden.ErrNoGroup):
+			p.cfg.Logger.Debug("pelwarden producer: not trimming a stream without consumer groups", "stream", stream)
+		case err != nil:
+			p.cfg.Logger.Warn("pelwarden producer: trim failed; the stream keeps its entries", "stream", stream, "err", err)
+		case res.Trimmed > 0:
+			p.cfg.Logger.Debug("pelwarden producer: trimmed", "stream", stream, "entries", res.Trimmed, "held_by", res.Holder)
+		}
+	}
 }
 
 // send pipelines one batch.

@@ -27,6 +27,7 @@ func TestNewValidates(t *testing.T) {
 		{"Config.Partitions", Config{Partitions: []string{"{a}", ""}}},
 		{"Config.Partitions", Config{Partitions: make([]string, pelwarden.MaxPartitions+1)}},
 		{"Config.MaxBatch", Config{Stream: "{a}", MaxBatch: -1}},
+		{"Config.TrimEvery", Config{Stream: "{a}", TrimEvery: -1}},
 	} {
 		_, err := New(rdb, c.cfg)
 		var pe *Error
