@@ -140,7 +140,8 @@ func Label(image string) string {
 }
 
 // Addr returns the host:port the server is reachable at now (it changes
-// when the container is restarted).
+// when the container is restarted). While the container is stopped it
+// fails at once, saying what state the container is in.
 func (s *Server) Addr(ctx context.Context) (string, error) {
 	host, err := s.container.Host(ctx)
 	if err != nil {
@@ -148,7 +149,11 @@ func (s *Server) Addr(ctx context.Context) (string, error) {
 	}
 	port, err := s.container.MappedPort(ctx, "6379/tcp")
 	if err != nil {
-		return "", fmt.Errorf("testserver: mapped port: %w", err)
+		state := "state unknown"
+		if st, serr := s.container.State(context.WithoutCancel(ctx)); serr == nil && st != nil {
+			state = fmt.Sprintf("%s, exit code %d, error %q", st.Status, st.ExitCode, st.Error)
+		}
+		return "", fmt.Errorf("testserver: mapped port (container %s): %w", state, err)
 	}
 	return net.JoinHostPort(host, port.Port()), nil
 }
