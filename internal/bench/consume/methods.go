@@ -535,11 +535,9 @@ func (b *bench) runClaimLoop(ctx context.Context) (*Result, error) {
 	method := fmt.Sprintf("Claim+Ack loop, page %d", b.cfg.ClaimCount)
 	k := b.keys("claimloop")
 	defer b.cleanup(ctx, k)
-	n := b.cfg.ReclaimEntries
-	b.cfg.logf("%s: preparing a PEL of %d entries", method, n)
-	poison, err := b.poisonPEL(ctx, k.stream, n)
+	n, poison, err := b.prepareReclaim(ctx, method, k)
 	if err != nil {
-		return nil, fmt.Errorf("consume: %s: %w", method, err)
+		return nil, err
 	}
 	r := &Result{Method: method, Part: PartReclaim, Sample: measure.Sample{Entries: n}, PEL: n, Poison: poison, Concurrency: 1}
 	rdb, h, lib, err := b.oneConnection(ctx)
@@ -547,10 +545,6 @@ func (b *bench) runClaimLoop(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	defer rdb.Close()
-	if !ctxwait.Sleep(ctx, reclaimMinIdle+10*time.Millisecond) {
-		return nil, ctx.Err()
-	}
-	b.cfg.logf("%s: reclaiming", method)
 	var settled atomic.Int64 // acked and dead-lettered, readable by the heap sampler
 	p, err := b.begin(ctx, h, settled.Load)
 	if err != nil {
@@ -598,6 +592,24 @@ func (b *bench) runClaimLoop(ctx context.Context) (*Result, error) {
 	return b.finish(ctx, r, rerr, func() error { return b.checkReclaimed(ctx, k, poison) })
 }
 
+// prepareReclaim builds PartReclaim's scenario for method on k: a dead
+// consumer's PEL of ReclaimEntries entries with its poison entries
+// (poisonPEL), then waits until they are idle past reclaimMinIdle. It
+// returns the PEL size and how many entries are poison; the caller cleans
+// k up.
+func (b *bench) prepareReclaim(ctx context.Context, method string, k keys) (n, poison int, err error) {
+	n = b.cfg.ReclaimEntries
+	b.cfg.logf("%s: preparing a PEL of %d entries", method, n)
+	if poison, err = b.poisonPEL(ctx, k.stream, n); err != nil {
+		return 0, 0, fmt.Errorf("consume: %s: %w", method, err)
+	}
+	if !ctxwait.Sleep(ctx, reclaimMinIdle+10*time.Millisecond) {
+		return 0, 0, ctx.Err()
+	}
+	b.cfg.logf("%s: reclaiming", method)
+	return n, poison, nil
+}
+
 // checkSettled verifies the counts of a PartReclaim method: every poison
 // entry dead-lettered, every other one acked.
 func checkSettled(r *Result) error {
@@ -614,16 +626,10 @@ func (b *bench) runDriverReclaim(ctx context.Context) (*Result, error) {
 	method := fmt.Sprintf("driver defaults, MinIdle %v, ReclaimInterval %v", reclaimMinIdle, reclaimInterval)
 	k := b.keys("driverreclaim")
 	defer b.cleanup(ctx, k)
-	n := b.cfg.ReclaimEntries
-	b.cfg.logf("%s: preparing a PEL of %d entries", method, n)
-	poison, err := b.poisonPEL(ctx, k.stream, n)
+	n, poison, err := b.prepareReclaim(ctx, method, k)
 	if err != nil {
-		return nil, fmt.Errorf("consume: %s: %w", method, err)
+		return nil, err
 	}
-	if !ctxwait.Sleep(ctx, reclaimMinIdle+10*time.Millisecond) {
-		return nil, ctx.Err()
-	}
-	b.cfg.logf("%s: reclaiming", method)
 	r, err := b.measureDriver(ctx, driverSpec{method: method, part: PartReclaim, k: k,
 		minIdle: reclaimMinIdle, reclaimInterval: reclaimInterval, target: int64(n)})
 	if r != nil {
@@ -643,11 +649,9 @@ func (b *bench) runTextbook(ctx context.Context) (*Result, error) {
 	method := fmt.Sprintf("textbook loop, XAUTOCLAIM %d", textbook.DefaultPageSize)
 	k := b.keys("textbook")
 	defer b.cleanup(ctx, k)
-	n := b.cfg.ReclaimEntries
-	b.cfg.logf("%s: preparing a PEL of %d entries", method, n)
-	poison, err := b.poisonPEL(ctx, k.stream, n)
+	n, poison, err := b.prepareReclaim(ctx, method, k)
 	if err != nil {
-		return nil, fmt.Errorf("consume: %s: %w", method, err)
+		return nil, err
 	}
 	r := &Result{Method: method, Part: PartReclaim, Sample: measure.Sample{Entries: n}, PEL: n, Poison: poison, Concurrency: 1}
 	rdb, h, _, err := b.oneConnection(ctx)
@@ -655,10 +659,6 @@ func (b *bench) runTextbook(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	defer rdb.Close()
-	if !ctxwait.Sleep(ctx, reclaimMinIdle+10*time.Millisecond) {
-		return nil, ctx.Err()
-	}
-	b.cfg.logf("%s: reclaiming", method)
 	var acked, dead atomic.Int64
 	p, err := b.begin(ctx, h, func() int64 { return acked.Load() + dead.Load() })
 	if err != nil {
