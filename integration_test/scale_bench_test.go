@@ -14,6 +14,7 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/internal/bench/measure"
 	"github.com/pelwarden/pelwarden/internal/testserver"
 	"github.com/pelwarden/pelwarden/producer"
 )
@@ -160,12 +161,12 @@ func primaryCPU(b *testing.B, ctx context.Context, shards []testserver.Shard) []
 	out := make([]time.Duration, len(shards))
 	for i, sh := range shards {
 		c := sh.Primary.Client()
-		info, err := c.Info(ctx, "cpu").Result()
+		cpu, err := measure.ServerCPU(ctx, c)
 		_ = c.Close()
 		if err != nil {
 			b.Fatal(err)
 		}
-		out[i] = cpuOfInfo(info)
+		out[i] = cpu
 	}
 	return out
 }
@@ -197,43 +198,6 @@ func reportScale(b *testing.B, shards []testserver.Shard, before, after []time.D
 	b.ReportMetric(perPrimary, "ceiling-entries/s/primary")
 }
 
-// cpuOfInfo is used_cpu_user + used_cpu_sys of an INFO cpu reply.
-func cpuOfInfo(info string) time.Duration {
-	var sum float64
-	for _, k := range []string{"used_cpu_user", "used_cpu_sys"} {
-		if v := infoValue(info, k); v != "" {
-			f, _ := strconv.ParseFloat(v, 64)
-			sum += f
-		}
-	}
-	return time.Duration(sum * float64(time.Second))
-}
-
-func infoValue(info, key string) string {
-	for _, line := range splitLines(info) {
-		if len(line) > len(key) && line[:len(key)] == key && line[len(key)] == ':' {
-			return line[len(key)+1:]
-		}
-	}
-	return ""
-}
-
-func splitLines(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\n' {
-			line := s[start:i]
-			if len(line) > 0 && line[len(line)-1] == '\r' {
-				line = line[:len(line)-1]
-			}
-			out = append(out, line)
-			start = i + 1
-		}
-	}
-	return append(out, s[start:])
-}
-
 // BenchmarkIdlePartitions measures what a consumer over 64 idle partitions
 // costs the server: its CPU over a minute with the consumer running, less
 // the server's own idle CPU measured before it starts, as a share of one
@@ -263,11 +227,11 @@ func BenchmarkIdlePartitions(b *testing.B) {
 			}
 		}
 		cpu := func() time.Duration {
-			info, err := s.rdb.Info(ctx, "cpu").Result()
+			d, err := measure.ServerCPU(ctx, s.rdb)
 			if err != nil {
 				b.Fatal(err)
 			}
-			return cpuOfInfo(info)
+			return d
 		}
 		c0 := cpu()
 		time.Sleep(window / 4)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/internal/bench/measure"
 	"github.com/pelwarden/pelwarden/internal/testserver"
 )
 
@@ -284,10 +285,10 @@ func TestPartitionsOnCluster(t *testing.T) {
 		out := map[string]time.Duration{}
 		for _, sh := range shards {
 			c := sh.Primary.Client()
-			info, err := c.Info(ctx, "cpu").Result()
+			cpu, err := measure.ServerCPU(ctx, c)
 			_ = c.Close()
 			require.NoError(t, err)
-			out[sh.Primary.Addr()] = cpuOfInfo(info)
+			out[sh.Primary.Addr()] = cpu
 		}
 		return out
 	}
