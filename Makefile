@@ -1,5 +1,7 @@
 # pelwarden's tasks. `make test` is the command CI runs (.ci/run) and the
-# README gives; it builds the server images it needs first.
+# README gives; it installs what it needs first (chromium as root, through
+# scripts/test-tools.sh; debootstrap and the server images through
+# scripts/images.sh).
 
 export TESTCONTAINERS_RYUK_DISABLED ?= true
 export TESTCONTAINERS_HOST_OVERRIDE ?= 127.0.0.1
@@ -8,20 +10,51 @@ export PELWARDEN_REQUIRE_DOCKER ?= 1
 # The dashboard's browser tests fail (rather than skip) without chromium.
 export PELWARDEN_REQUIRE_BROWSER ?= 1
 
+# pelwardentest's servers, where a package's tests use the kit's defaults.
+export PELWARDEN_TEST_IMAGE ?= pelwarden/redis:8.0
+export PELWARDEN_TEST_VALKEY_IMAGE ?= pelwarden/valkey:8.1
+
 GO ?= go
 
 ## The repository's Go modules (go.work ties them for development): the
-## core module (the library and the driver: go-redis and nothing heavy) and
-## one module per heavy dependency set.
+## core module (the library, the driver and the producer: go-redis and
+## nothing heavy), one module per heavy dependency a user chooses
+## (prommetrics, pelwardenotel, pelwardentest with its test servers), the CLI
+## with its internals (cmd), and the integration tests (never published).
 CORE_MODULE := .
-MODULES := driver/prommetrics pelwardenotel internal/testserver internal/bench internal/dashboard internal/cli pelwardentest cmd integration_test
+MODULES := driver/prommetrics pelwardenotel pelwardentest cmd integration_test
 
-.PHONY: test images lint deps unit integration chaos soak fuzz fuzz-lua bench bench-drain demo ui-scale ui-screenshots
+.PHONY: test tools release-check release tidy images lint deps unit integration chaos soak fuzz fuzz-lua bench bench-drain demo ui-scale ui-screenshots
 
 ## test: everything CI checks: formatting, vet of every module, the core
-## module's dependency promise, unit tests with -race, and the integration
-## matrix against real servers in containers.
-test: images lint deps unit integration
+## module's dependency promise, unit tests with -race, the release check,
+## and the integration matrix against real servers in containers.
+test: tools images lint deps unit release-check integration
+
+## tools: install what the tests need and the machine lacks (as root), or
+## say what to install.
+tools:
+	./scripts/test-tools.sh
+
+## release-check: the modules as a user gets them: served from the checkout
+## through a file-based module proxy, required at the release version by a
+## module outside the repository, built, tested against a server, and the
+## CLI installed with go install (internal/release).
+release-check:
+	./scripts/with-server.sh $(GO) run ./internal/release check
+
+## release: prepare release VERSION: every sibling required at VERSION (and
+## go.work's lines), go.sum tidied, the check run, the tags printed.
+release:
+	@test -n "$(VERSION)" || { echo "usage: make release VERSION=vX.Y.Z"; exit 2; }
+	$(GO) run ./internal/release set-version $(VERSION)
+	$(GO) run ./internal/release tidy
+	./scripts/with-server.sh $(GO) run ./internal/release check
+	$(GO) run ./internal/release tags
+
+## tidy: go mod tidy in every module, siblings resolved from the checkout.
+tidy:
+	$(GO) run ./internal/release tidy
 
 ## demo: the README's first command: three consumers, one killed, poison
 ## orders and a slow handler on a throwaway server, then the invariant check.
@@ -117,10 +150,10 @@ fuzz-lua:
 ## page's server time (INFO commandstats); fails past 300 ms.
 ui-scale:
 	./scripts/images.sh pelwarden/redis:8.0
-	cd internal/dashboard && PELWARDEN_UI_SCALE=1 $(GO) test -count=1 -v -run '^TestScale$$' -timeout 10m .
+	cd cmd/internal/dashboard && PELWARDEN_UI_SCALE=1 $(GO) test -count=1 -v -run '^TestScale$$' -timeout 10m .
 
 ## ui-screenshots: regenerates docs/screenshots/*.png (the README's) in
 ## headless chromium.
 ui-screenshots:
 	./scripts/images.sh pelwarden/redis:8.0
-	cd internal/dashboard && PELWARDEN_UI_SCREENSHOTS=$(abspath docs/screenshots) $(GO) test -count=1 -v -run '^TestScreenshots$$' -timeout 5m .
+	cd cmd/internal/dashboard && PELWARDEN_UI_SCREENSHOTS=$(abspath docs/screenshots) $(GO) test -count=1 -v -run '^TestScreenshots$$' -timeout 5m .

@@ -324,6 +324,19 @@ func evalFallback(ctx context.Context, c redis.Cmdable, n NodeLoad, cause error)
 	}
 }
 
+// LoadedVersion returns the version of the pelwarden library loaded on the
+// server c talks to, "" when none is (FUNCTION LOAD never ran there, or
+// FUNCTION FLUSH removed it). Unlike Library.Version it never loads the
+// library, and it does not see the EVALSHA shim: only a loaded library
+// counts. On a Redis Cluster, ask each primary (ClusterClient.ForEachMaster).
+func LoadedVersion(ctx context.Context, c redis.Cmdable) (string, error) {
+	v, err := serverLibraryVersion(ctx, c)
+	if err != nil {
+		return "", translate(FunctionVersion, nil, err)
+	}
+	return v, nil
+}
+
 // serverLibraryVersion returns the version of the library on the server, ""
 // when it is not loaded.
 func serverLibraryVersion(ctx context.Context, c redis.Cmdable) (string, error) {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
-	"github.com/pelwarden/pelwarden/internal/cli"
 	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
@@ -247,12 +246,12 @@ func TestACLOperator(t *testing.T) {
 		before := snap(t, ctx, s.rdb, f.Keys)
 
 		r := op("status", f.Stream, f.Group, "--json")
-		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		require.Equal(t, exitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, `"pending": 3`)
 		require.Contains(t, r.stdout, `"dead_letter_length": 1`)
 		require.Contains(t, r.stdout, `"library_version": "`+pelwarden.LibraryVersion+`"`)
 		r = op("dlq", "list", f.DeadLetterStream, "--json")
-		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		require.Equal(t, exitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, ids[0])
 		var recID string
 		for _, line := range strings.Split(r.stdout, "\n") {
@@ -263,10 +262,10 @@ func TestACLOperator(t *testing.T) {
 		}
 		require.NotEmpty(t, recID)
 		r = op("dlq", "show", f.DeadLetterStream, recID)
-		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		require.Equal(t, exitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, "original id       "+ids[0])
 		r = op("load", "--json")
-		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		require.Equal(t, exitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, `"action": "current"`)
 
 		for _, c := range []struct {
@@ -281,7 +280,7 @@ func TestACLOperator(t *testing.T) {
 			{[]string{"dlq", "purge", f.DeadLetterStream, "--older-than", "1ms", "--yes"}, "'xtrim'"},
 		} {
 			r := op(c.args...)
-			requireError(t, r, cli.ExitFailure, "NOPERM")
+			requireError(t, r, exitFailure, "NOPERM")
 			require.Contains(t, r.stderr, c.says, "%v", c.args)
 		}
 		require.Equal(t, before, snap(t, ctx, s.rdb, f.Keys), "the operator changed nothing")
@@ -298,10 +297,10 @@ func TestACLDeployer(t *testing.T) {
 		_, user, pass := aclUser(t, s, f.Keys, "deployer", nil)
 		url := userURL(t, s, user, pass)
 		r := pwRaw(t, "--redis", url, "load", "--json")
-		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		require.Equal(t, exitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, `"after": "`+pelwarden.LibraryVersion+`"`)
 		r = pwRaw(t, "--redis", url, "status", f.Stream, f.Group)
-		requireError(t, r, cli.ExitFailure, "may not access key "+f.Stream+" (FCALL_RO needs read access")
+		requireError(t, r, exitFailure, "may not access key "+f.Stream+" (FCALL_RO needs read access")
 		for _, d := range aclDenials(t, ctx, s, user) {
 			require.True(t, strings.HasPrefix(d, "key "), "only pelwardentest.Keys were refused: %v", d)
 		}

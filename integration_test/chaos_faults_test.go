@@ -12,7 +12,7 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/internal/ctxwait"
-	"github.com/pelwarden/pelwarden/internal/testserver"
+	"github.com/pelwarden/pelwarden/pelwardentest/testserver"
 )
 
 // chaosFault is a set of fault kinds a scenario injects. Poison entries and

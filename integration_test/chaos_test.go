@@ -18,7 +18,7 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/internal/ctxwait"
-	"github.com/pelwarden/pelwarden/internal/testserver"
+	"github.com/pelwarden/pelwarden/pelwardentest/testserver"
 )
 
 // The chaos suite runs producers and consumer subprocesses (the real driver)

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden"
-	"github.com/pelwarden/pelwarden/internal/cli"
 	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
@@ -73,10 +72,10 @@ func cliHostileCases() map[string]cliHostileCase {
 		return func(hostileKeys) []string { return args }
 	}
 	usage := func(says string, args func(hostileKeys) []string) cliHostileCase {
-		return cliHostileCase{args: args, code: cli.ExitUsage, says: says}
+		return cliHostileCase{args: args, code: exitUsage, says: says}
 	}
 	target := func(says string, args func(hostileKeys) []string) cliHostileCase {
-		return cliHostileCase{args: args, code: cli.ExitBadTarget, says: says}
+		return cliHostileCase{args: args, code: exitBadTarget, says: says}
 	}
 	const maxID = "18446744073709551615-18446744073709551615"
 	return map[string]cliHostileCase{

@@ -15,12 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden"
-	"github.com/pelwarden/pelwarden/internal/cli"
-	"github.com/pelwarden/pelwarden/internal/testserver"
 	"github.com/pelwarden/pelwarden/pelwardentest"
+	"github.com/pelwarden/pelwarden/pelwardentest/testserver"
 )
 
-// The pelwarden command line, run in-process through cli.ExecuteContext
+// The pelwarden command line, run as a binary (cli_exec_test.go)
 // against the matrix servers with --redis. Most commands run on the first
 // server only; the demo's invariant and status run on every server.
 
@@ -48,7 +47,7 @@ func pw(t *testing.T, s *target, args ...string) cliResult {
 func pwRaw(t *testing.T, args ...string) cliResult {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := cli.ExecuteContext(t.Context(), args, &out, &errb)
+	code := executeCLI(t.Context(), args, &out, &errb)
 	return cliResult{stdout: out.String(), stderr: errb.String(), code: code}
 }
 
@@ -56,7 +55,7 @@ func pwRaw(t *testing.T, args ...string) cliResult {
 func pwJSON(t *testing.T, s *target, args ...string) map[string]any {
 	t.Helper()
 	r := pw(t, s, append(args, "--json")...)
-	require.Equal(t, cli.ExitOK, r.code, "pelwarden %v: stderr: %s", args, r.stderr)
+	require.Equal(t, exitOK, r.code, "pelwarden %v: stderr: %s", args, r.stderr)
 	var v map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &v), "stdout: %s", r.stdout)
 	return v
@@ -99,7 +98,7 @@ func obj(t *testing.T, v any) map[string]any {
 func TestCLIDemoInvariant(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		r := pw(t, s, "demo", "--orders", "300", "--duration", "30s", "--rate", "500", "--json")
-		require.Equal(t, cli.ExitOK, r.code, "stderr:\n%s\nstdout:\n%s", r.stderr, r.stdout)
+		require.Equal(t, exitOK, r.code, "stderr:\n%s\nstdout:\n%s", r.stderr, r.stdout)
 		var rep map[string]any
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep))
 		inv := obj(t, rep["invariant"])
@@ -156,7 +155,7 @@ func TestCLIDemoReport(t *testing.T) {
 	t.Parallel()
 	s := servers[0]
 	r := pw(t, s, "demo", "--orders", "100", "--duration", "30s", "--rate", "500")
-	require.Equal(t, cli.ExitOK, r.code, "stderr:\n%s", r.stderr)
+	require.Equal(t, exitOK, r.code, "stderr:\n%s", r.stderr)
 	for _, want := range []string{"CONSUMER", "consumer-b", "killed at", "Dead-letter stream", "max_deliveries", "handler", "Invariant: 100 produced", "OK: nothing lost."} {
 		require.Contains(t, r.stdout, want)
 	}
@@ -205,7 +204,7 @@ func TestCLIStatus(t *testing.T) {
 		require.EqualValues(t, 3, num(t, v["stalled_pending"]))
 
 		r := pw(t, s, "status", f.Stream, f.Group, "--min-idle", "0s")
-		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		require.Equal(t, exitOK, r.code, r.stderr)
 		require.Contains(t, r.stdout, "3 entries, oldest "+ids[0])
 		require.Contains(t, r.stdout, "stalled")
 		require.Contains(t, r.stdout, f.DeadLetterStream+": 1 record")
@@ -245,18 +244,18 @@ func TestCLIErrors(t *testing.T) {
 		code     int
 		contains string
 	}{
-		{"status unknown stream", []string{"status", missing, "g"}, cli.ExitBadTarget, `stream "` + missing + `" does not exist`},
-		{"status unknown group", []string{"status", f.Stream, "nope"}, cli.ExitBadTarget, `group "nope" does not exist on stream "` + f.Stream + `" (its groups: ` + f.Group + `)`},
-		{"status wrong type", []string{"status", str, "g"}, cli.ExitBadTarget, "holds a string, not a stream"},
-		{"status dlq wrong type", []string{"status", f.Stream, f.Group, "--dlq", str}, cli.ExitBadTarget, `dead-letter stream "` + str + `" holds a string`},
-		{"poison unknown group", []string{"poison", f.Stream, "nope", "--max-deliveries", "1"}, cli.ExitBadTarget, `group "nope" does not exist`},
-		{"poison wrong type", []string{"poison", str, "g", "--max-deliveries", "1"}, cli.ExitBadTarget, "not a stream"},
-		{"reap unknown stream", []string{"reap", missing, "g", "--idle", "1s"}, cli.ExitBadTarget, "does not exist"},
-		{"dlq list unknown", []string{"dlq", "list", missing}, cli.ExitBadTarget, `dead-letter stream "` + missing + `" does not exist`},
-		{"dlq list wrong type", []string{"dlq", "list", str}, cli.ExitBadTarget, "holds a string"},
-		{"dlq show unknown record", []string{"dlq", "show", f.Stream, "1-1"}, cli.ExitBadTarget, "no record 1-1"},
-		{"dlq redrive to unknown", []string{"dlq", "redrive", f.Stream, "--to", missing}, cli.ExitBadTarget, `--to stream "` + missing + `" does not exist`},
-		{"dlq purge a work stream", []string{"dlq", "purge", f.Stream, "--yes"}, cli.ExitBadTarget, "has consumer groups (" + f.Group + ")"},
+		{"status unknown stream", []string{"status", missing, "g"}, exitBadTarget, `stream "` + missing + `" does not exist`},
+		{"status unknown group", []string{"status", f.Stream, "nope"}, exitBadTarget, `group "nope" does not exist on stream "` + f.Stream + `" (its groups: ` + f.Group + `)`},
+		{"status wrong type", []string{"status", str, "g"}, exitBadTarget, "holds a string, not a stream"},
+		{"status dlq wrong type", []string{"status", f.Stream, f.Group, "--dlq", str}, exitBadTarget, `dead-letter stream "` + str + `" holds a string`},
+		{"poison unknown group", []string{"poison", f.Stream, "nope", "--max-deliveries", "1"}, exitBadTarget, `group "nope" does not exist`},
+		{"poison wrong type", []string{"poison", str, "g", "--max-deliveries", "1"}, exitBadTarget, "not a stream"},
+		{"reap unknown stream", []string{"reap", missing, "g", "--idle", "1s"}, exitBadTarget, "does not exist"},
+		{"dlq list unknown", []string{"dlq", "list", missing}, exitBadTarget, `dead-letter stream "` + missing + `" does not exist`},
+		{"dlq list wrong type", []string{"dlq", "list", str}, exitBadTarget, "holds a string"},
+		{"dlq show unknown record", []string{"dlq", "show", f.Stream, "1-1"}, exitBadTarget, "no record 1-1"},
+		{"dlq redrive to unknown", []string{"dlq", "redrive", f.Stream, "--to", missing}, exitBadTarget, `--to stream "` + missing + `" does not exist`},
+		{"dlq purge a work stream", []string{"dlq", "purge", f.Stream, "--yes"}, exitBadTarget, "has consumer groups (" + f.Group + ")"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			requireError(t, pw(t, s, tc.args...), tc.code, tc.contains)
@@ -312,11 +311,11 @@ func TestCLIBadFlags(t *testing.T) {
 		{[]string{"status", "s", "g", "--frob"}, "unknown flag: --frob"},
 	} {
 		t.Run(strings.Join(tc.args, "_"), func(t *testing.T) {
-			requireError(t, pwRaw(t, append([]string{"--redis", nowhere}, tc.args...)...), cli.ExitUsage, tc.contains)
+			requireError(t, pwRaw(t, append([]string{"--redis", nowhere}, tc.args...)...), exitUsage, tc.contains)
 		})
 	}
-	requireError(t, pwRaw(t, "--redis", nowhere, "--cluster", nowhere, "load"), cli.ExitUsage, "--redis and --cluster exclude each other")
-	requireError(t, pwRaw(t, "--redis", "http://127.0.0.1:1", "load"), cli.ExitUsage, "invalid URL scheme")
+	requireError(t, pwRaw(t, "--redis", nowhere, "--cluster", nowhere, "load"), exitUsage, "--redis and --cluster exclude each other")
+	requireError(t, pwRaw(t, "--redis", "http://127.0.0.1:1", "load"), exitUsage, "invalid URL scheme")
 }
 
 // Passwords never appear in messages, and connection failures exit 1.
@@ -326,10 +325,10 @@ func TestCLIConnect(t *testing.T) {
 	ctx := t.Context()
 
 	r := pwRaw(t, "--redis", "redis://alice:hunter2secret@127.0.0.1:1", "load")
-	requireError(t, r, cli.ExitFailure, "cannot reach redis://alice:xxxxx@127.0.0.1:1")
+	requireError(t, r, exitFailure, "cannot reach redis://alice:xxxxx@127.0.0.1:1")
 	require.NotContains(t, r.stderr, "hunter2secret")
 	r = pwRaw(t, "--redis", "redis://alice:hunter2secret@127.0.0.1:bad", "load")
-	requireError(t, r, cli.ExitUsage, "redis://alice:xxxxx@127.0.0.1:bad")
+	requireError(t, r, exitUsage, "redis://alice:xxxxx@127.0.0.1:bad")
 	require.NotContains(t, r.stderr, "hunter2secret")
 
 	// A user with a password, over redis:// with user:password.
@@ -347,13 +346,13 @@ func TestCLIConnect(t *testing.T) {
 	f := s.fixture(t)
 	f.Produce(1, order)
 	r = pwRaw(t, "--redis", fmt.Sprintf("redis://%s:%s@%s", user, pass, addr), "status", f.Stream, f.Group)
-	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, exitOK, r.code, r.stderr)
 	r = pwRaw(t, "--redis", fmt.Sprintf("redis://%s:wrong-%s@%s", user, pass, addr), "status", f.Stream, f.Group)
-	requireError(t, r, cli.ExitFailure, "cannot reach redis://"+user+":xxxxx@")
+	requireError(t, r, exitFailure, "cannot reach redis://"+user+":xxxxx@")
 	require.NotContains(t, r.stderr, pass)
 	// A bare host:port works too.
 	r = pwRaw(t, "--redis", addr, "status", f.Stream, f.Group)
-	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, exitOK, r.code, r.stderr)
 }
 
 // poison moves only entries delivered N times, and leaves the others with
@@ -403,7 +402,7 @@ func TestCLIPoison(t *testing.T) {
 	require.Len(t, cons, 1)
 
 	r := pw(t, s, "poison", f.Stream, f.Group, "--max-deliveries", "3")
-	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "moved 0 entries delivered at least 3 times")
 	require.Contains(t, r.stdout, "3 entries still pending, left with their owners")
 }
@@ -460,7 +459,7 @@ func TestCLIDLQ(t *testing.T) {
 	require.Equal(t, recs[2], rest[0])
 
 	r := pw(t, s, "dlq", "list", k.DeadLetterStream)
-	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "boom in "+k.Stream)
 	require.Contains(t, r.stdout, "(no pelwarden metadata)")
 	require.Contains(t, r.stdout, "6 of 6 records")
@@ -469,7 +468,7 @@ func TestCLIDLQ(t *testing.T) {
 	id := first["id"].(string)
 	require.Equal(t, first, pwJSON(t, s, "dlq", "show", k.DeadLetterStream, id))
 	r = pw(t, s, "dlq", "show", k.DeadLetterStream, id)
-	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "original id       "+ids[0])
 	require.Contains(t, r.stdout, "error:\n  boom in "+k.Stream)
 	require.Contains(t, r.stdout, "payload  order-0")
@@ -505,14 +504,14 @@ func TestCLIDLQ(t *testing.T) {
 	target := k.Stream + ":retry"
 	require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: target, Values: []string{"seed", "1"}}).Err())
 	r = pw(t, s, "dlq", "redrive", k.DeadLetterStream, "--to", target, "--rate", "1000")
-	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "moved 1 record from "+k.DeadLetterStream+" to "+target+" (1)")
 	require.Contains(t, r.stdout, "left 1 record without pelwarden metadata")
 	require.Contains(t, r.stdout, "1 record left in "+k.DeadLetterStream)
 
 	// purge: refused without --yes (nothing deleted), then by age, then all.
 	require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DeadLetterStream, Values: []string{"another", "one"}}).Err())
-	requireError(t, pw(t, s, "dlq", "purge", k.DeadLetterStream), cli.ExitUsage, "without --yes")
+	requireError(t, pw(t, s, "dlq", "purge", k.DeadLetterStream), exitUsage, "without --yes")
 	n, err = s.rdb.XLen(ctx, k.DeadLetterStream).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
@@ -536,7 +535,7 @@ func TestCLIDLQPurgeOlderThan(t *testing.T) {
 	}
 	require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.DeadLetterStream, Values: []string{"a", "b"}}).Err())
 	r := pw(t, s, "dlq", "purge", k.DeadLetterStream, "--older-than", "1h", "--yes")
-	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Equal(t, "deleted 3 records from "+k.DeadLetterStream+"; 1 left\n", r.stdout)
 }
 
@@ -575,7 +574,7 @@ func TestCLIReap(t *testing.T) {
 	require.ElementsMatch(t, []string{"busy", "protected"}, names)
 
 	r := pw(t, s, "reap", f.Stream, f.Group, "--idle", "50ms", "--keep", "protected")
-	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "deleted 0 consumers")
 	require.Contains(t, r.stdout, "kept 1 consumer idle that long that still own entries")
 	require.Contains(t, r.stdout, "busy")
@@ -597,7 +596,7 @@ func TestCLILoad(t *testing.T) {
 	require.NotEmpty(t, node["addr"])
 
 	r := pw(t, s, "load")
-	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "SERVER")
 	require.Contains(t, r.stdout, pelwarden.LibraryVersion)
 	require.Contains(t, r.stdout, "mode: function")
@@ -609,7 +608,7 @@ func TestCLIBench(t *testing.T) {
 	t.Parallel()
 	s := servers[0]
 	r := pw(t, s, "bench", "--entries", "300", "--links", "loopback", "--methods", "pelwarden,textbook", "--page-size", "100")
-	require.Equal(t, cli.ExitOK, r.code, "stderr: %s\nstdout: %s", r.stderr, r.stdout)
+	require.Equal(t, exitOK, r.code, "stderr: %s\nstdout: %s", r.stderr, r.stdout)
 	require.Contains(t, r.stdout, "pelwarden vs textbook")
 	require.NotContains(t, r.stdout, "FAILED")
 }
@@ -625,7 +624,7 @@ func testCLICluster(t *testing.T, ctx context.Context, c *testserver.Cluster, rd
 	run := func(args ...string) cliResult { return pwRaw(t, append([]string{"--cluster", seed}, args...)...) }
 
 	r := run("load", "--json")
-	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, exitOK, r.code, r.stderr)
 	var v map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &v))
 	nodes := list(t, v["nodes"])
@@ -647,16 +646,64 @@ func testCLICluster(t *testing.T, ctx context.Context, c *testserver.Cluster, rd
 	f.LeavePending("c1", 3)
 	require.NoError(t, rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", Messages: ids[:1]}).Err())
 	r = run("status", f.Stream, f.Group, "--json")
-	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, exitOK, r.code, r.stderr)
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &v))
 	require.EqualValues(t, 3, num(t, v["pending"]))
 
 	other := clusterKeys(t, func(slot int) bool { return slot != pelwarden.Slot(f.Stream) && !newPrimarySlots.Contains(slot) })
-	requireError(t, run("poison", f.Stream, f.Group, "--max-deliveries", "2", "--dlq", other.DeadLetterStream), cli.ExitUsage, "hash tag")
+	requireError(t, run("poison", f.Stream, f.Group, "--max-deliveries", "2", "--dlq", other.DeadLetterStream), exitUsage, "hash tag")
 	require.EqualValues(t, 3, f.PendingCount(), "nothing changed")
 
 	r = run("poison", f.Stream, f.Group, "--max-deliveries", "2", "--json")
-	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, exitOK, r.code, r.stderr)
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &v))
 	require.Equal(t, []any{ids[0]}, v["dead_lettered"])
+}
+
+// `pelwarden version`: the binary's versions; with --redis, the library on
+// the server, or that none is loaded there (version never loads it).
+func TestCLIVersion(t *testing.T) {
+	t.Parallel()
+	r := pwRaw(t, "version", "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var v struct {
+		Version, Module, Core, Library, Go string
+		Server                             *struct {
+			Library string
+			Nodes   []struct{ Addr, Library string }
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &v), r.stdout)
+	require.Equal(t, "(devel)", v.Version, "built from the checkout")
+	require.Equal(t, "github.com/pelwarden/pelwarden/cmd", v.Module)
+	require.Equal(t, pelwarden.LibraryVersion, v.Library)
+	require.True(t, strings.HasPrefix(v.Go, "go1."), v.Go)
+	require.Nil(t, v.Server, "no connection flag: no server")
+
+	r = pwRaw(t, "--version")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, "pelwarden (devel) (library "+pelwarden.LibraryVersion+", "+v.Go+" ", r.stdout[:len("pelwarden (devel) (library "+pelwarden.LibraryVersion+", "+v.Go+" ")])
+
+	s := servers[0]
+	r = pw(t, s, "version", "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &v), r.stdout)
+	require.NotNil(t, v.Server)
+	require.Equal(t, pelwarden.LibraryVersion, v.Server.Library)
+	require.Len(t, v.Server.Nodes, 1)
+
+	// A server of its own with no library: version says so and leaves it so.
+	fresh, err := testserver.Start(t.Context(), s.srv.Image, testserver.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, fresh.Close()) })
+	addr, err := fresh.Addr(t.Context())
+	require.NoError(t, err)
+	r = pwRaw(t, "--redis", "redis://"+addr, "version")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "server "+addr+": no pelwarden library loaded (pelwarden load installs "+pelwarden.LibraryVersion+")")
+	rdb := fresh.Client()
+	defer rdb.Close()
+	loaded, err := pelwarden.LoadedVersion(t.Context(), rdb)
+	require.NoError(t, err)
+	require.Empty(t, loaded, "version loaded nothing")
 }

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/pelwarden/pelwarden/internal/cli"
 )
 
 // `pelwarden ui` serves the dashboard on every interface with basic
@@ -37,7 +35,7 @@ func TestCLIUI(t *testing.T) {
 	var out, errb lockedBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- cli.ExecuteContext(runCtx, []string{"--redis", serverURL(t, s), "ui", "--listen", listen, "--base-path", "/pw",
+		done <- executeCLI(runCtx, []string{"--redis", serverURL(t, s), "ui", "--listen", listen, "--base-path", "/pw",
 			"--streams", f.Stream}, &out, &errb)
 	}()
 	base := "http://127.0.0.1:" + itoa(port) + "/pw"
@@ -82,7 +80,7 @@ func TestCLIUI(t *testing.T) {
 	cancel()
 	select {
 	case c := <-done:
-		require.Equal(t, cli.ExitOK, c, "stderr: %s", errb.String())
+		require.Equal(t, exitOK, c, "stderr: %s", errb.String())
 	case <-time.After(30 * time.Second):
 		t.Fatal("ui did not stop within 30s of its interruption")
 	}
@@ -102,7 +100,7 @@ func TestCLIDemoUI(t *testing.T) {
 	var out, errb lockedBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- cli.ExecuteContext(ctx, []string{"--redis", serverURL(t, s), "demo", "--orders", "400", "--rate", "100",
+		done <- executeCLI(ctx, []string{"--redis", serverURL(t, s), "demo", "--orders", "400", "--rate", "100",
 			"--duration", "60s", "--ui", "127.0.0.1:0"}, &out, &errb)
 	}()
 	var url string
@@ -125,7 +123,7 @@ func TestCLIDemoUI(t *testing.T) {
 	require.NotContains(t, strings.ToLower(string(body)), `method="post"`, "read-only: no actions")
 	select {
 	case code := <-done:
-		require.Equal(t, cli.ExitOK, code, "stderr: %s", errb.String())
+		require.Equal(t, exitOK, code, "stderr: %s", errb.String())
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the demo did not end")
 	}

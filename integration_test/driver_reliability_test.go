@@ -18,8 +18,8 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
-	"github.com/pelwarden/pelwarden/internal/testserver"
 	"github.com/pelwarden/pelwarden/pelwardentest"
+	"github.com/pelwarden/pelwarden/pelwardentest/testserver"
 )
 
 // ledger records, per entry id, successful handler runs.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -360,9 +361,10 @@ func TestDriverAckModes(t *testing.T) {
 				taken := ids[n/2]
 				release := make(chan struct{})
 				var xacks, fenced atomic.Int64
+				var fencedArgs syncStrings
 				rdb := s.srv.Client()
 				defer rdb.Close()
-				rdb.AddHook(commandCounter{fn: pelwarden.FunctionAck, n: &fenced})
+				rdb.AddHook(commandCounter{fn: pelwarden.FunctionAck, n: &fenced, args: &fencedArgs})
 				rdb.AddHook(commandCounter{name: "xack", n: &xacks})
 				m := &pelwardentest.Metrics{}
 				cfg := driver.Config{Consumer: "worker", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
@@ -388,11 +390,15 @@ func TestDriverAckModes(t *testing.T) {
 					require.NoError(t, c.Stop())
 					f.RequirePending(taken, pelwardentest.Pending{Consumer: "other", Deliveries: 2})
 					// Entries acked well within MinIdle of their delivery cannot
-					// have changed hands: one XACK acks them; only the one held
-					// past MinIdle/2 went through the fenced function.
+					// have changed hands: XACK acks them; the one held past
+					// MinIdle went through the fenced function. How many others
+					// were held past MinIdle/2 (and so fenced too) depends on
+					// the machine's load, so it is not asserted here; what the
+					// fence costs is measured (BENCHMARKS.md, the ack part).
 					require.Positive(t, xacks.Load(), "quick acks go out as XACK")
 					require.Less(t, xacks.Load(), int64(n/5), "acks are batched")
-					require.EqualValues(t, 1, fenced.Load(), "the entry held long went through the fence")
+					require.Positive(t, fenced.Load())
+					require.True(t, fencedArgs.contains(taken), "the entry held long went through the fence")
 				} else {
 					f.Eventually("every entry acked", func() bool { return m.Total(driver.EventAcked) == n })
 					require.NoError(t, c.Stop())
@@ -585,6 +591,28 @@ func TestDriverRetriedAckIsNotLostOwnership(t *testing.T) {
 type commandCounter struct {
 	name, fn string
 	n        *atomic.Int64
+	// args, when set, collects the arguments of every call counted.
+	args *syncStrings
+}
+
+// syncStrings is a list of strings safe for concurrent appends.
+type syncStrings struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (s *syncStrings) add(v ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range v {
+		s.list = append(s.list, fmt.Sprint(a))
+	}
+}
+
+func (s *syncStrings) contains(v string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Contains(s.list, v)
 }
 
 func (h commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -593,9 +621,15 @@ func (h commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if h.fn != "" {
 			if a := cmd.Args(); len(a) > 1 && cmd.Name() == "fcall" && a[1] == h.fn {
 				h.n.Add(1)
+				if h.args != nil {
+					h.args.add(a...)
+				}
 			}
 		} else if cmd.Name() == h.name {
 			h.n.Add(1)
+			if h.args != nil {
+				h.args.add(cmd.Args()...)
+			}
 		}
 		return next(ctx, cmd)
 	}

@@ -2,23 +2,11 @@ module github.com/pelwarden/pelwarden/integration_test
 
 go 1.26.0
 
-replace (
-	github.com/pelwarden/pelwarden => ..
-	github.com/pelwarden/pelwarden/driver/prommetrics => ../driver/prommetrics
-	github.com/pelwarden/pelwarden/internal/bench => ../internal/bench
-	github.com/pelwarden/pelwarden/internal/cli => ../internal/cli
-	github.com/pelwarden/pelwarden/internal/testserver => ../internal/testserver
-	github.com/pelwarden/pelwarden/pelwardentest => ../pelwardentest
-)
-
 require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
-	github.com/pelwarden/pelwarden v0.0.0-00010101000000-000000000000
-	github.com/pelwarden/pelwarden/internal/bench v0.0.0-00010101000000-000000000000
-	github.com/pelwarden/pelwarden/internal/cli v0.0.0-00010101000000-000000000000
-	github.com/pelwarden/pelwarden/internal/testserver v0.0.0-00010101000000-000000000000
-	github.com/pelwarden/pelwarden/pelwardenotel v0.0.0-00010101000000-000000000000
-	github.com/pelwarden/pelwarden/pelwardentest v0.0.0-00010101000000-000000000000
+	github.com/pelwarden/pelwarden v0.1.0
+	github.com/pelwarden/pelwarden/pelwardenotel v0.1.0
+	github.com/pelwarden/pelwarden/pelwardentest v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/rs/zerolog v1.35.1
@@ -32,9 +20,6 @@ require (
 	dario.cat/mergo v1.0.2 // indirect
 	github.com/Azure/go-ansiterm v0.0.0-20261006220739-8c912ac31dd4 // indirect
 	github.com/Microsoft/go-winio v0.6.2 // indirect
-	github.com/Rican7/retry v0.3.1 // indirect
-	github.com/ThreeDotsLabs/watermill v1.5.1 // indirect
-	github.com/ThreeDotsLabs/watermill-redisstream v1.4.5 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -51,12 +36,9 @@ require (
 	github.com/go-logr/logr v1.4.3 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-ole/go-ole v1.3.0 // indirect
-	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/mux v1.8.0 // indirect
-	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/klauspost/compress v1.20.1 // indirect
-	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
 	github.com/lufia/plan9stats v0.0.0-20260330125221-c963978e514e // indirect
 	github.com/magiconair/properties v1.18.12 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect
@@ -71,11 +53,8 @@ require (
 	github.com/moby/sys/userns v0.1.0 // indirect
 	github.com/moby/term v0.5.2 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	github.com/oklog/ulid v1.3.1 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
-	github.com/pelwarden/pelwarden/internal/dashboard v0.0.0-00010101000000-000000000000 // indirect
-	github.com/pkg/errors v0.9.1 // indirect
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
@@ -83,12 +62,9 @@ require (
 	github.com/rs/xid v1.6.0 // indirect
 	github.com/shirou/gopsutil/v4 v4.26.6 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
-	github.com/spf13/cobra v1.10.2 // indirect
-	github.com/spf13/pflag v1.1.0 // indirect
 	github.com/testcontainers/testcontainers-go v0.45.0 // indirect
 	github.com/tklauser/go-sysconf v0.4.0 // indirect
 	github.com/tklauser/numcpus v0.12.0 // indirect
-	github.com/vmihailenco/msgpack v4.0.4+incompatible // indirect
 	github.com/yusufpapurcu/wmi v1.2.4 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.69.0 // indirect
@@ -98,11 +74,6 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
-	google.golang.org/appengine v1.6.8 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
-
-replace github.com/pelwarden/pelwarden/internal/dashboard => ../internal/dashboard
-
-replace github.com/pelwarden/pelwarden/pelwardenotel => ../pelwardenotel

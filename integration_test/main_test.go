@@ -1,7 +1,7 @@
 // Package integration_test runs pelwarden against real servers in
 // containers: every test runs on each server of the matrix (Redis 7.0,
 // Redis 8.0, Redis 8.6, Valkey 8.1, Valkey 9.1 by default; see
-// internal/testserver). Tests use the public test kit, pelwardentest, as users do: a fixture per
+// pelwardentest/testserver). Tests use the public test kit, pelwardentest, as users do: a fixture per
 // test (s.fixture, or FixtureFor on keys the test chose), its arrange, act
 // and assert helpers, and its test timings.
 //
@@ -29,8 +29,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pelwarden/pelwarden"
-	"github.com/pelwarden/pelwarden/internal/testserver"
 	"github.com/pelwarden/pelwarden/pelwardentest"
+	"github.com/pelwarden/pelwarden/pelwardentest/testserver"
 )
 
 // servers is the matrix, one shared server per image, started in TestMain.
@@ -56,6 +56,7 @@ func run(m *testing.M) int {
 	if testserver.SkipWithoutDocker(ctx, "integration_test") {
 		return 0
 	}
+	defer removeCLIBinary() // cli_exec_test.go
 	srvs, err := testserver.StartAll(ctx, testserver.Images())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "integration_test:", err)

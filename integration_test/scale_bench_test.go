@@ -14,8 +14,8 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
-	"github.com/pelwarden/pelwarden/internal/bench/measure"
-	"github.com/pelwarden/pelwarden/internal/testserver"
+	"github.com/pelwarden/pelwarden/internal/measure"
+	"github.com/pelwarden/pelwarden/pelwardentest/testserver"
 	"github.com/pelwarden/pelwarden/producer"
 )
 

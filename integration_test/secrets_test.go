@@ -15,7 +15,6 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
-	"github.com/pelwarden/pelwarden/internal/cli"
 )
 
 // Passwords never reach the command line's output (stdout, stderr, --json,
@@ -55,29 +54,29 @@ func TestSecretsNeverPrinted(t *testing.T) {
 			args []string
 			code int
 		}{
-			{opURL, []string{"status", f.Stream, f.Group}, cli.ExitOK},
-			{opURL, []string{"status", f.Stream, f.Group, "--json"}, cli.ExitOK},
-			{opURL, []string{"status", f.Stream, "nope", "--json"}, cli.ExitBadTarget},
-			{opURL, []string{"dlq", "list", f.DeadLetterStream}, cli.ExitOK},
-			{opURL, []string{"dlq", "show", f.DeadLetterStream, rec[0].ID, "--json"}, cli.ExitOK},
-			{opURL, []string{"dlq", "show", f.DeadLetterStream, "1-1"}, cli.ExitBadTarget},
-			{opURL, []string{"load"}, cli.ExitOK},
-			{opURL, []string{"poison", f.Stream, f.Group, "--max-deliveries", "1", "--json"}, cli.ExitFailure},
-			{opURL, []string{"dlq", "purge", f.DeadLetterStream, "--yes"}, cli.ExitFailure},
-			{opURL, []string{"dlq", "redrive", f.DeadLetterStream}, cli.ExitFailure},
-			{opURL, []string{"demo", "--orders", "10"}, cli.ExitFailure},
-			{opURL, []string{"bench", "--entries", "10", "--links", "loopback", "--methods", "pelwarden"}, cli.ExitFailure},
-			{badURL, []string{"status", f.Stream, f.Group}, cli.ExitFailure},
-			{badURL, []string{"load", "--json"}, cli.ExitFailure},
-			{nowhere, []string{"status", f.Stream, f.Group}, cli.ExitFailure},
-			{unparsable, []string{"status", f.Stream, f.Group}, cli.ExitUsage},
+			{opURL, []string{"status", f.Stream, f.Group}, exitOK},
+			{opURL, []string{"status", f.Stream, f.Group, "--json"}, exitOK},
+			{opURL, []string{"status", f.Stream, "nope", "--json"}, exitBadTarget},
+			{opURL, []string{"dlq", "list", f.DeadLetterStream}, exitOK},
+			{opURL, []string{"dlq", "show", f.DeadLetterStream, rec[0].ID, "--json"}, exitOK},
+			{opURL, []string{"dlq", "show", f.DeadLetterStream, "1-1"}, exitBadTarget},
+			{opURL, []string{"load"}, exitOK},
+			{opURL, []string{"poison", f.Stream, f.Group, "--max-deliveries", "1", "--json"}, exitFailure},
+			{opURL, []string{"dlq", "purge", f.DeadLetterStream, "--yes"}, exitFailure},
+			{opURL, []string{"dlq", "redrive", f.DeadLetterStream}, exitFailure},
+			{opURL, []string{"demo", "--orders", "10"}, exitFailure},
+			{opURL, []string{"bench", "--entries", "10", "--links", "loopback", "--methods", "pelwarden"}, exitFailure},
+			{badURL, []string{"status", f.Stream, f.Group}, exitFailure},
+			{badURL, []string{"load", "--json"}, exitFailure},
+			{nowhere, []string{"status", f.Stream, f.Group}, exitFailure},
+			{unparsable, []string{"status", f.Stream, f.Group}, exitUsage},
 		} {
 			r := pwRaw(t, append([]string{"--redis", c.url}, c.args...)...)
 			require.Equal(t, c.code, r.code, "%v: %s", c.args, r.stderr)
 			seen(strings.Join(c.args, " "), r.stdout, r.stderr)
 		}
 		r := pwRaw(t, "--cluster", opURL, "status", f.Stream, f.Group)
-		require.Equal(t, cli.ExitFailure, r.code, r.stderr)
+		require.Equal(t, exitFailure, r.code, r.stderr)
 		seen("--cluster", r.stdout, r.stderr)
 
 		// The driver, logging everything: a run that works, a consumer

@@ -17,9 +17,8 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
-	"github.com/pelwarden/pelwarden/internal/cli"
-	"github.com/pelwarden/pelwarden/internal/testserver"
 	"github.com/pelwarden/pelwarden/pelwardentest"
+	"github.com/pelwarden/pelwarden/pelwardentest/testserver"
 )
 
 // sentinelWait bounds each wait of the Sentinel test: a failover takes the
@@ -206,30 +205,30 @@ func TestSentinelFailover(t *testing.T) {
 	// The command line finds the new primary through the sentinels.
 	url := "redis-sentinel://" + strings.Join(dep.SentinelAddrs(), ",") + "/" + dep.MasterName
 	var out, errb bytes.Buffer
-	code := cli.ExecuteContext(ctx, []string{"--sentinel", url, "status", k.Stream, k.Group, "--json"}, &out, &errb)
-	require.Equal(t, cli.ExitOK, code, errb.String())
+	code := executeCLI(ctx, []string{"--sentinel", url, "status", k.Stream, k.Group, "--json"}, &out, &errb)
+	require.Equal(t, exitOK, code, errb.String())
 	var v map[string]any
 	require.NoError(t, json.Unmarshal(out.Bytes(), &v), out.String())
 	require.EqualValues(t, len(entries), v["length"])
 	require.EqualValues(t, 0, v["pending"])
 	out.Reset()
 	errb.Reset()
-	code = cli.ExecuteContext(ctx, []string{"--sentinel", url, "trim", k.Stream, "--json"}, &out, &errb)
-	require.Equal(t, cli.ExitOK, code, errb.String())
+	code = executeCLI(ctx, []string{"--sentinel", url, "trim", k.Stream, "--json"}, &out, &errb)
+	require.Equal(t, exitOK, code, errb.String())
 	require.NoError(t, json.Unmarshal(out.Bytes(), &v), out.String())
 	require.EqualValues(t, len(entries), v["trimmed"], "every entry was acknowledged")
 	require.EqualValues(t, 0, v["length"])
 	out.Reset()
 	errb.Reset()
-	code = cli.ExecuteContext(ctx, []string{"--sentinel", url, "load", "--json"}, &out, &errb)
-	require.Equal(t, cli.ExitOK, code, errb.String())
+	code = executeCLI(ctx, []string{"--sentinel", url, "load", "--json"}, &out, &errb)
+	require.Equal(t, exitOK, code, errb.String())
 	require.NoError(t, json.Unmarshal(out.Bytes(), &v), out.String())
 	require.Equal(t, []any{map[string]any{"addr": "primary " + dep.MasterName + " (via sentinels)", "before": pelwarden.LibraryVersion,
 		"after": pelwarden.LibraryVersion, "action": string(pelwarden.ActionCurrent)}}, v["nodes"])
 	out.Reset()
 	errb.Reset()
-	code = cli.ExecuteContext(ctx, []string{"--sentinel", "redis-sentinel://" + dep.SentinelAddrs()[0] + "/no-such-master", "status", k.Stream, k.Group}, &out, &errb)
-	require.Equal(t, cli.ExitFailure, code)
+	code = executeCLI(ctx, []string{"--sentinel", "redis-sentinel://" + dep.SentinelAddrs()[0] + "/no-such-master", "status", k.Stream, k.Group}, &out, &errb)
+	require.Equal(t, exitFailure, code)
 	require.Contains(t, errb.String(), "check the sentinel addresses and the master name")
 }
 

@@ -16,9 +16,8 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
-	"github.com/pelwarden/pelwarden/internal/cli"
-	"github.com/pelwarden/pelwarden/internal/testserver"
 	"github.com/pelwarden/pelwarden/pelwardentest"
+	"github.com/pelwarden/pelwarden/pelwardentest/testserver"
 )
 
 // TLS: on every image of the matrix, a server that speaks TLS only, with a
@@ -69,7 +68,7 @@ func TestTLS(t *testing.T) {
 
 			// The deployer loads it over rediss://, verifying the server.
 			r := pwRaw(t, "--redis", tlsURL(t, srv, duser, dpass), "--cacert", ca.CAFile, "load", "--json")
-			require.Equal(t, cli.ExitOK, r.code, r.stderr)
+			require.Equal(t, exitOK, r.code, r.stderr)
 			var load map[string]any
 			require.NoError(t, json.Unmarshal([]byte(r.stdout), &load))
 			node := obj(t, list(t, load["nodes"])[0])
@@ -98,7 +97,7 @@ func TestTLS(t *testing.T) {
 				{"--redis", opURL, "status", f.Stream, f.Group},
 			} {
 				r := pwRaw(t, args...)
-				requireError(t, r, cli.ExitFailure, "certificate")
+				requireError(t, r, exitFailure, "certificate")
 				require.Contains(t, r.stderr, "could not be verified; pass the CA that signed it with --cacert", "%v", args)
 			}
 			err = runUntilError(t, f.WithClient(tlsClient(t, consumerURL, untrusted.Pool())), cfg)
@@ -107,7 +106,7 @@ func TestTLS(t *testing.T) {
 			require.Contains(t, err.Error(), "failed to verify certificate")
 			// Plain redis:// to a TLS-only server fails too (not silently).
 			r = pwRaw(t, "--redis", strings.Replace(opURL, "rediss://", "redis://", 1), "status", f.Stream, f.Group)
-			requireError(t, r, cli.ExitFailure, "cannot reach")
+			requireError(t, r, exitFailure, "cannot reach")
 		})
 	}
 }
@@ -133,9 +132,9 @@ func TestTLSClientCertificates(t *testing.T) {
 	url := tlsURL(t, srv, "", "")
 
 	r := pwRaw(t, "--redis", url, "--cacert", ca.CAFile, "--cert", clientCert, "--key", clientKey, "status", f.Stream, f.Group)
-	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	require.Equal(t, exitOK, r.code, r.stderr)
 	r = pwRaw(t, "--redis", url, "--cacert", ca.CAFile, "status", f.Stream, f.Group)
-	requireError(t, r, cli.ExitFailure, "pass --cert and --key")
+	requireError(t, r, exitFailure, "pass --cert and --key")
 
 	pair, err := tls.LoadX509KeyPair(clientCert, clientKey)
 	require.NoError(t, err)
@@ -190,7 +189,7 @@ func tlsClient(t *testing.T, url string, pool *x509.CertPool, certs ...tls.Certi
 func pwJSONRaw(t *testing.T, args ...string) map[string]any {
 	t.Helper()
 	r := pwRaw(t, append(args, "--json")...)
-	require.Equal(t, cli.ExitOK, r.code, "pelwarden %v: stderr: %s", args, r.stderr)
+	require.Equal(t, exitOK, r.code, "pelwarden %v: stderr: %s", args, r.stderr)
 	var v map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &v), "stdout: %s", r.stdout)
 	return v

@@ -19,10 +19,9 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
-	"github.com/pelwarden/pelwarden/internal/cli"
 	"github.com/pelwarden/pelwarden/internal/ops"
-	"github.com/pelwarden/pelwarden/internal/testserver"
 	"github.com/pelwarden/pelwarden/pelwardentest"
+	"github.com/pelwarden/pelwarden/pelwardentest/testserver"
 )
 
 // The retention tests (issue 13 §5): the library's trim function, the
@@ -72,13 +71,13 @@ func testTrimReadOnlyPlan(t *testing.T, s *target, addr string) {
 	env := trimEnv{conn: []string{"--redis", "redis://" + user + ":op-pw@" + addr}}
 
 	out, errOut, code := trimCLI(t, env, "trim", f.Stream, "--dry-run", "--json")
-	require.Equal(t, cli.ExitOK, code, errOut)
+	require.Equal(t, exitOK, code, errOut)
 	var v map[string]any
 	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
 	require.Equal(t, []any{3.0, true}, []any{v["would_trim"], v["would_trim_exact"]})
 
 	out, errOut, code = trimCLI(t, env, "trim", f.Stream)
-	require.Equal(t, cli.ExitFailure, code, "stdout: %s", out)
+	require.Equal(t, exitFailure, code, "stdout: %s", out)
 	require.Contains(t, errOut, "ACL")
 	require.Equal(t, ids, trIDs(t, f), "nothing deleted")
 }
@@ -581,11 +580,11 @@ func testTrimDeadLetterRetention(t *testing.T, f *pelwardentest.Fixture, _ trimE
 	})
 }
 
-// trimCLI runs `pelwarden <conn> args...` in-process.
+// trimCLI runs `pelwarden <conn> args...`.
 func trimCLI(t *testing.T, env trimEnv, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = cli.ExecuteContext(t.Context(), append(slices.Clone(env.conn), args...), &out, &errb)
+	code = executeCLI(t.Context(), append(slices.Clone(env.conn), args...), &out, &errb)
 	return out.String(), errb.String(), code
 }
 
@@ -601,14 +600,14 @@ func testTrimCLI(t *testing.T, f *pelwardentest.Fixture, env trimEnv) {
 	trAck(t, f, "g2", ids[:5]...) // g2: 5..7 pending, 8..11 not delivered
 
 	out, errOut, code := trimCLI(t, env, "trim", f.Stream, "--dry-run")
-	require.Equal(t, cli.ExitOK, code, errOut)
+	require.Equal(t, exitOK, code, errOut)
 	for _, want := range []string{"bound " + ids[5], `held back by group "g2"`, "<- holds the bound", "would trim 5 entries (" + ids[0] + " .. " + ids[4] + ")", "dry run: nothing deleted"} {
 		require.Contains(t, out, want)
 	}
 	require.Len(t, trIDs(t, f), 12)
 
 	out, errOut, code = trimCLI(t, env, "trim", f.Stream, "--dry-run", "--limit", "2", "--json")
-	require.Equal(t, cli.ExitOK, code, errOut)
+	require.Equal(t, exitOK, code, errOut)
 	var v map[string]any
 	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
 	require.Equal(t, map[string]any{"stream": f.Stream, "dry_run": true, "bound": ids[5], "holder": "g2",
@@ -620,19 +619,19 @@ func testTrimCLI(t *testing.T, f *pelwardentest.Fixture, env trimEnv) {
 		"length": 12.0, "calls": 1.0}, v)
 
 	out, errOut, code = trimCLI(t, env, "trim", f.Stream, "--limit", "3", "--batch", "2", "--json")
-	require.Equal(t, cli.ExitOK, code, errOut)
+	require.Equal(t, exitOK, code, errOut)
 	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
 	require.Equal(t, []any{3.0, ids[0], ids[2], true, 9.0, 3.0}, []any{v["trimmed"], v["first_id"], v["last_id"], v["more"], v["length"], v["calls"]})
 	require.Equal(t, ids[3:], trIDs(t, f))
 
 	out, errOut, code = trimCLI(t, env, "trim", f.Stream)
-	require.Equal(t, cli.ExitOK, code, errOut)
+	require.Equal(t, exitOK, code, errOut)
 	require.Contains(t, out, "would trim 2 entries")
 	require.Contains(t, out, "trimmed 2 entries ("+ids[3]+" .. "+ids[4]+") in 1 call; 7 entries left in the stream\n")
 	require.Equal(t, ids[5:], trIDs(t, f))
 
 	out, errOut, code = trimCLI(t, env, "trim", f.Stream)
-	require.Equal(t, cli.ExitOK, code, errOut)
+	require.Equal(t, exitOK, code, errOut)
 	require.Contains(t, out, "nothing below the bound")
 	require.Contains(t, out, "nothing to trim; 7 entries in the stream")
 
@@ -641,11 +640,11 @@ func testTrimCLI(t *testing.T, f *pelwardentest.Fixture, env trimEnv) {
 		code int
 		msg  string
 	}{
-		{[]string{"trim", f.Stream + ":missing"}, cli.ExitBadTarget, "does not exist"},
-		{[]string{"trim", f.DeadLetterStream}, cli.ExitBadTarget, "does not exist"},
-		{[]string{"trim", f.Stream, "--limit", "0"}, cli.ExitUsage, "--limit"},
-		{[]string{"trim", f.Stream, "--batch", "10001"}, cli.ExitUsage, "--batch"},
-		{[]string{"trim"}, cli.ExitUsage, "STREAM"},
+		{[]string{"trim", f.Stream + ":missing"}, exitBadTarget, "does not exist"},
+		{[]string{"trim", f.DeadLetterStream}, exitBadTarget, "does not exist"},
+		{[]string{"trim", f.Stream, "--limit", "0"}, exitUsage, "--limit"},
+		{[]string{"trim", f.Stream, "--batch", "10001"}, exitUsage, "--batch"},
+		{[]string{"trim"}, exitUsage, "STREAM"},
 	} {
 		out, errOut, code := trimCLI(t, env, c.args...)
 		require.Equal(t, c.code, code, "%v: %s", c.args, errOut)
@@ -654,7 +653,7 @@ func testTrimCLI(t *testing.T, f *pelwardentest.Fixture, env trimEnv) {
 	}
 	require.NoError(t, f.Client().XAdd(f.Context(), &redis.XAddArgs{Stream: f.DeadLetterStream, Values: []string{"a", "b"}}).Err())
 	out, errOut, code = trimCLI(t, env, "trim", f.DeadLetterStream)
-	require.Equal(t, cli.ExitBadTarget, code, errOut)
+	require.Equal(t, exitBadTarget, code, errOut)
 	require.Empty(t, out)
 	require.Contains(t, errOut, "has no consumer groups")
 }

@@ -2,10 +2,8 @@ module github.com/pelwarden/pelwarden/pelwardenotel
 
 go 1.26.0
 
-replace github.com/pelwarden/pelwarden => ../
-
 require (
-	github.com/pelwarden/pelwarden v0.0.0-00010101000000-000000000000
+	github.com/pelwarden/pelwarden v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.44.0
 	go.opentelemetry.io/otel/sdk v1.44.0

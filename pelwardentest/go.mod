@@ -2,17 +2,10 @@ module github.com/pelwarden/pelwarden/pelwardentest
 
 go 1.26.0
 
-replace (
-	github.com/pelwarden/pelwarden => ..
-	github.com/pelwarden/pelwarden/driver/prommetrics => ../driver/prommetrics
-	github.com/pelwarden/pelwarden/internal/cli => ../internal/cli
-	github.com/pelwarden/pelwarden/internal/bench => ../internal/bench
-	github.com/pelwarden/pelwarden/internal/testserver => ../internal/testserver
-)
-
 require (
-	github.com/pelwarden/pelwarden v0.0.0-00010101000000-000000000000
-	github.com/pelwarden/pelwarden/internal/testserver v0.0.0-00010101000000-000000000000
+	github.com/moby/moby/api v1.57.0
+	github.com/moby/moby/client v0.6.3
+	github.com/pelwarden/pelwarden v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	github.com/testcontainers/testcontainers-go v0.45.0
@@ -44,8 +37,6 @@ require (
 	github.com/magiconair/properties v1.18.12 // indirect
 	github.com/moby/docker-image-spec v1.3.1 // indirect
 	github.com/moby/go-archive v0.3.3 // indirect
-	github.com/moby/moby/api v1.57.0 // indirect
-	github.com/moby/moby/client v0.6.3 // indirect
 	github.com/moby/patternmatcher v0.6.1 // indirect
 	github.com/moby/sys/sequential v0.7.0 // indirect
 	github.com/moby/sys/user v0.4.1 // indirect

@@ -9,8 +9,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/pelwarden/pelwarden/internal/testserver"
 	"github.com/pelwarden/pelwarden/pelwardentest"
+	"github.com/pelwarden/pelwarden/pelwardentest/testserver"
 )
 
 // TestMain points the package's tests at the images pelwarden's own test

@@ -16,7 +16,7 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/internal/redact"
-	"github.com/pelwarden/pelwarden/internal/testserver"
+	"github.com/pelwarden/pelwarden/pelwardentest/testserver"
 )
 
 // T is the subset of testing.TB the helpers of this package use. *testing.T

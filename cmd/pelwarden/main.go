@@ -1,13 +1,13 @@
 // Command pelwarden runs the pelwarden demo and the operator commands for
 // Redis Streams consumer groups: status, poison, dlq, reap, load and bench.
 // Run `pelwarden --help` for the list; the commands live in package
-// internal/cli.
+// cmd/internal/cli.
 package main
 
 import (
 	"os"
 
-	"github.com/pelwarden/pelwarden/internal/cli"
+	"github.com/pelwarden/pelwarden/cmd/internal/cli"
 )
 
 func main() {

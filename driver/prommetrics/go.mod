@@ -2,16 +2,8 @@ module github.com/pelwarden/pelwarden/driver/prommetrics
 
 go 1.26.0
 
-replace (
-	github.com/pelwarden/pelwarden => ../..
-	github.com/pelwarden/pelwarden/internal/cli => ../../internal/cli
-	github.com/pelwarden/pelwarden/internal/bench => ../../internal/bench
-	github.com/pelwarden/pelwarden/internal/testserver => ../../internal/testserver
-	github.com/pelwarden/pelwarden/pelwardentest => ../../pelwardentest
-)
-
 require (
-	github.com/pelwarden/pelwarden v0.0.0-00010101000000-000000000000
+	github.com/pelwarden/pelwarden v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0

@@ -4,7 +4,7 @@
 // reclaim its entries; poison orders are dead-lettered; slow orders keep
 // their lease. Run returns a Report with an invariant check (every order
 // handled and acknowledged, or dead-lettered; the PEL empty), which
-// Report.WriteText prints for people. `pelwarden demo` (internal/cli) is
+// Report.WriteText prints for people. `pelwarden demo` (cmd/internal/cli) is
 // its front end: it picks the server and maps the outcome to exit codes.
 package demo
 

@@ -1,6 +1,6 @@
 // Package ops holds the operator actions and the paged reads behind both of
-// pelwarden's front ends: the command line (internal/cli) and the web
-// dashboard (internal/dashboard). One implementation, two front ends: a
+// pelwarden's front ends: the command line (cmd/internal/cli) and the web
+// dashboard (cmd/internal/dashboard). One implementation, two front ends: a
 // redrive, a purge, a poison pass, a reap or a trim does the same thing, in
 // the same pages and through the same library functions, whichever of them
 // asked.
