@@ -247,7 +247,12 @@ func (in *chaosInjector) restartServer(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("restart: state before: %w", err)
 	}
-	if err := in.srv.Restart(ctx); err != nil {
+	// A restart is done whole: the end of the faults cancels ctx, and a
+	// restart it cut short between the container's stop and its start
+	// left the server down (its mapped port gone at the next lookup).
+	restartCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if err := in.srv.Restart(restartCtx); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(time.Minute)

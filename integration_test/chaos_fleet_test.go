@@ -309,14 +309,30 @@ func (f *chaosFleet) dumpStacks(timeout time.Duration) []string {
 			out = append(out, err.Error())
 			continue
 		}
-		out = append(out, fmt.Sprintf("consumer %s, driver goroutines at the failed drain:\n%s", p.name, driverStacks(string(b))))
+		kept := keepLog(p.name, b)
+		out = append(out, fmt.Sprintf("consumer %s, driver goroutines at the failed drain (whole log kept at %s):\n%s", p.name, kept, driverStacks(string(b))))
 	}
 	return out
 }
 
+// keepLog copies a consumer's log out of the test's temporary directory,
+// which is removed at the end, so that a failed drain can be studied.
+func keepLog(name string, b []byte) string {
+	f, err := os.CreateTemp("", "pelwarden-chaos-"+name+"-*.log")
+	if err != nil {
+		return "nowhere (" + err.Error() + ")"
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		return "nowhere (" + err.Error() + ")"
+	}
+	return f.Name()
+}
+
 // driverStacks summarises a goroutine dump: for each goroutine running
-// pelwarden's driver, its state, its top frame and its outermost driver
-// frame, counted.
+// pelwarden's driver, its state, its top frame and its driver frames
+// (innermost first, so a loop blocked in the window reads
+// "window.reserve < run.reclaimPass < run.reclaimLoop"), counted.
 func driverStacks(dump string) string {
 	counts := map[string]int{}
 	for _, g := range strings.Split(dump, "\n\n") {
@@ -324,15 +340,27 @@ func driverStacks(dump string) string {
 		if len(lines) < 2 || !strings.HasPrefix(lines[0], "goroutine ") {
 			continue
 		}
-		var driverFrame string
+		var frames []string
 		for _, l := range lines[1:] {
-			if strings.Contains(l, "pelwarden/driver.") && !strings.HasPrefix(l, "\t") {
-				driverFrame = l // the outermost one wins
+			if i := strings.Index(l, "pelwarden/driver."); i >= 0 && !strings.HasPrefix(l, "\t") {
+				fn := l[i+len("pelwarden/driver."):]
+				if j := strings.IndexByte(fn, '('); j > 0 && !strings.HasPrefix(fn, "(") {
+					fn = fn[:j]
+				} else if j := strings.Index(fn, ")."); j > 0 {
+					// "(*run).reclaimPass(0xc0...)" -> "run.reclaimPass"
+					rest := fn[j+2:]
+					if k := strings.IndexByte(rest, '('); k > 0 {
+						rest = rest[:k]
+					}
+					fn = strings.Trim(fn[:j], "(*") + "." + rest
+				}
+				frames = append(frames, fn)
 			}
 		}
-		if driverFrame == "" {
+		if len(frames) == 0 {
 			continue
 		}
+		driverFrame := strings.Join(frames, " < ")
 		state := lines[0]
 		if i, j := strings.Index(state, "["), strings.Index(state, "]"); i >= 0 && j > i {
 			state = state[i : j+1] // "[select]", "[chan receive, 3 minutes]"

@@ -10,11 +10,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden/pelwardentest/testserver"
 )
@@ -82,8 +85,15 @@ func (t toxic) String() string {
 }
 
 // startLocked starts a new proxy to the server's current address with the
-// current toxics. p.mu is held.
+// current toxics. p.mu is held. Once the old proxy is stopped a new one
+// must start, or every client is cut off for the rest of the scenario: the
+// end of the faults cancels ctx, and a change it cut short between the stop
+// and the start once left the proxy down (a drain failure: entries idle for
+// minutes that no consumer, none of them able to connect, reclaimed). So
+// ctx's cancellation is ignored here; a minute bounds the start instead.
 func (p *chaosProxy) startLocked(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
 	upstream, err := p.srv.Addr(ctx)
 	if err != nil {
 		return err
@@ -192,4 +202,27 @@ func proxyListenAddr() string {
 		}
 	}
 	return "127.0.0.1:0"
+}
+
+// A change of toxics completes even when its context is already
+// cancelled: the end of the faults cancels the injector's context, and a
+// change cut short between stopping the old proxy and starting the new one
+// left every client cut off for the rest of the scenario.
+func TestChaosProxyChangeOutlivesItsContext(t *testing.T) {
+	t.Parallel()
+	s := servers[0]
+	p, err := newChaosProxy(t.Context(), s.srv)
+	require.NoError(t, err)
+	t.Cleanup(p.close)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	require.NoError(t, rdb.Ping(t.Context()).Err())
+
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	require.NoError(t, p.setToxics(cancelled, []toxic{{Name: "slow", Type: "latency", Stream: "downstream", Toxicity: 1,
+		Attributes: map[string]any{"latency": 1}}}))
+	require.NoError(t, rdb.Ping(t.Context()).Err(), "the proxy runs with the new toxics")
+	require.NoError(t, p.setToxics(cancelled, nil))
+	require.NoError(t, rdb.Ping(t.Context()).Err(), "the proxy runs without toxics")
 }
