@@ -40,7 +40,7 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = "usage: release check|lint|tidy|tags [-version V] | release set-version V"
+const usage = "usage: release check|lint|tidy|tags [-version V] [-root DIR] | release set-version V [-root DIR]"
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -53,11 +53,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	version := fs.String("version", "", "the release version (default: the version the modules require each other at)")
 	root := fs.String("root", "", "the repository (default: the git work tree holding the current directory)")
 	if cmd == "set-version" {
-		if len(args) != 1 {
+		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 			fmt.Fprintln(stderr, usage)
 			return 2
 		}
-		*version, args = args[0], nil
+		*version, args = args[0], args[1:]
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -233,3 +233,45 @@ func TestEscapePath(t *testing.T) {
 		t.Fatalf("%q, %v", got, err)
 	}
 }
+
+// set-version moves every sibling requirement and go.work's replace lines
+// to the new version, and the result lints clean at it.
+func TestSetVersion(t *testing.T) {
+	t.Parallel()
+	root := writeRepo(t, goodRepo())
+	code, out := release(t, root, "set-version", "v0.2.0")
+	if code != 0 {
+		t.Fatalf("set-version: exit %d:\n%s", code, out)
+	}
+	for _, f := range []string{"pelwardentest/go.mod", "integration_test/go.mod", "go.work"} {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "v0.1.0") || !strings.Contains(string(b), "v0.2.0") {
+			t.Errorf("%s after set-version v0.2.0:\n%s", f, b)
+		}
+	}
+	if code, out := release(t, root, "lint"); code != 0 || !strings.Contains(out, "every sibling required at v0.2.0") {
+		t.Fatalf("lint after set-version: exit %d:\n%s", code, out)
+	}
+	if code, out := release(t, root, "set-version", "2.0"); code != 1 || !strings.Contains(out, `"2.0" is not a release version`) {
+		t.Fatalf("set-version 2.0: exit %d:\n%s", code, out)
+	}
+}
+
+func TestTags(t *testing.T) {
+	t.Parallel()
+	code, out := release(t, writeRepo(t, goodRepo()), "tags")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	for _, want := range []string{"  git tag v0.1.0\n", "  git tag pelwardentest/v0.1.0\n", "  git push origin v0.1.0 pelwardentest/v0.1.0\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "integration_test/v0.1.0") {
+		t.Errorf("the unpublished module is tagged:\n%s", out)
+	}
+}
