@@ -338,9 +338,10 @@ func (fs *failoverStream) createGroup(ctx context.Context) error {
 }
 
 // durable runs cmds then WAIT 1 in one pipeline on the node that serves the
-// stream, so WAIT covers them; it reports whether a replica has them.
-func (fs *failoverStream) durable(ctx context.Context, cmds func(redis.Pipeliner)) (bool, error) {
-	node, err := fs.app.MasterForKey(ctx, fs.k.Stream)
+// stream (as app sees the cluster), so WAIT covers them; it reports whether
+// a replica has them.
+func (fs *failoverStream) durable(ctx context.Context, app *redis.ClusterClient, cmds func(redis.Pipeliner)) (bool, error) {
+	node, err := app.MasterForKey(ctx, fs.k.Stream)
 	if err != nil {
 		return false, err
 	}
@@ -350,18 +351,24 @@ func (fs *failoverStream) durable(ctx context.Context, cmds func(redis.Pipeliner
 	_, err = pipe.Exec(ctx)
 	if err != nil {
 		// A stale slot map (MOVED, a dead node): ask the client to reload.
-		fs.app.ReloadState(ctx)
+		app.ReloadState(ctx)
 		return false, err
 	}
 	n, err := wait.Int64()
 	return err == nil && n >= 1, err
 }
 
-// produce adds batches of 10 entries until stop is closed; an entry counts
-// as produced once WAIT 1 confirmed a replica has it.
+// produce adds batches of 10 entries through fs.app until stop is closed.
 func (fs *failoverStream) produce(ctx context.Context, stop <-chan struct{}) {
+	fs.produceWith(ctx, fs.app, stop, 0)
+}
+
+// produceWith adds batches of 10 entries through app until stop is closed;
+// an entry counts as produced once WAIT 1 confirmed a replica has it. Its
+// "n" fields start at first (so two producers write distinct ones).
+func (fs *failoverStream) produceWith(ctx context.Context, app *redis.ClusterClient, stop <-chan struct{}, first int) {
 	const batch = 10
-	for n := 0; ; {
+	for n := first; ; {
 		select {
 		case <-stop:
 			return
@@ -370,7 +377,7 @@ func (fs *failoverStream) produce(ctx context.Context, stop <-chan struct{}) {
 		case <-time.After(20 * time.Millisecond):
 		}
 		adds := make([]*redis.StringCmd, batch)
-		ok, err := fs.durable(ctx, func(p redis.Pipeliner) {
+		ok, err := fs.durable(ctx, app, func(p redis.Pipeliner) {
 			for i := range adds {
 				poison := (n+i)%poisonEvery == poisonEvery-1
 				adds[i] = p.XAdd(ctx, &redis.XAddArgs{Stream: fs.k.Stream,
@@ -397,9 +404,14 @@ func (fs *failoverStream) produce(ctx context.Context, stop <-chan struct{}) {
 
 var errPoison = errors.New("poison entry")
 
-// handle records the success durably (HINCRBY runs, then WAIT 1) before
-// returning nil; poison entries are dead-lettered.
+// handle is handleWith(fs.app).
 func (fs *failoverStream) handle(ctx context.Context, m *driver.Message) error {
+	return fs.handleWith(ctx, fs.app, m)
+}
+
+// handleWith records the success durably through app (HINCRBY runs, then
+// WAIT 1) before returning nil; poison entries are dead-lettered.
+func (fs *failoverStream) handleWith(ctx context.Context, app *redis.ClusterClient, m *driver.Message) error {
 	acked, deadLettered := fs.settled.has(fs.k.Stream, m.ID)
 	fs.mu.Lock()
 	fs.calls++
@@ -413,7 +425,7 @@ func (fs *failoverStream) handle(ctx context.Context, m *driver.Message) error {
 	if p, _ := m.Value("poison"); p == "true" {
 		return driver.DeadLetter(errPoison)
 	}
-	ok, err := fs.durable(ctx, func(p redis.Pipeliner) { p.HIncrBy(ctx, fs.runs, m.ID, 1) })
+	ok, err := fs.durable(ctx, app, func(p redis.Pipeliner) { p.HIncrBy(ctx, fs.runs, m.ID, 1) })
 	if err != nil {
 		return err
 	}

@@ -653,6 +653,23 @@ func (c *Cluster) Close() error {
 	return errors.Join(errs...)
 }
 
+// ContainerID is the id of the node's container.
+func (n *ClusterNode) ContainerID() string { return n.container.GetContainerID() }
+
+// PID is the host process id of the node's server (its container's main
+// process), for tools that act on it from the host: its cgroup (a firewall
+// rule matching the node's traffic), its network namespace.
+func (n *ClusterNode) PID(ctx context.Context) (int, error) {
+	st, err := n.container.State(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("testserver: state of node %s: %w", n.Addr(), err)
+	}
+	if !st.Running || st.Pid == 0 {
+		return 0, fmt.Errorf("testserver: node %s is not running (%s)", n.Addr(), st.Status)
+	}
+	return st.Pid, nil
+}
+
 // Addr returns the node's address, 127.0.0.1:Port.
 func (n *ClusterNode) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.Port)) }
 
