@@ -183,8 +183,9 @@ type Config struct {
 	// in the stream) or "$" (only new ones). Defaults to DefaultGroupStartID.
 	GroupStartID string
 
-	// ReapIdle, when positive, deletes after each reclaim pass the group's
-	// consumers idle longer than this that own no pending entries.
+	// ReapIdle, when positive, deletes at start and every ReclaimInterval
+	// the group's consumers idle longer than this that own no pending
+	// entries.
 	ReapIdle time.Duration
 
 	// TrimInterval, when positive, trims the stream at start and every
@@ -208,17 +209,18 @@ type Config struct {
 	// blocks the server long however far behind the trimming is. Defaults
 	// to pelwarden.DefaultTrimLimit; at most pelwarden.MaxCount.
 	TrimLimit int
-	// DeadLetterMaxAge, when positive, deletes after each reclaim pass the
-	// dead-letter records older than this (by their record id, the time
-	// they were dead-lettered, against the server's clock: XTRIM MINID).
+	// DeadLetterMaxAge, when positive, deletes at start and every
+	// ReclaimInterval the dead-letter records older than this (by their
+	// record id, the time they were dead-lettered, against the server's
+	// clock: XTRIM MINID).
 	// Zero, the default, keeps them until an operator removes them.
 	// Deleted records are counted as EventDeadLetterTrimmed. The
 	// consumer's ACL user needs +xtrim (and +time) for this and for
 	// DeadLetterMaxLen.
 	DeadLetterMaxAge time.Duration
-	// DeadLetterMaxLen, when positive, keeps after each reclaim pass only
-	// the newest DeadLetterMaxLen dead-letter records (XTRIM MAXLEN); the
-	// older ones are deleted and counted as EventDeadLetterTrimmed. Zero,
+	// DeadLetterMaxLen, when positive, keeps at start and every
+	// ReclaimInterval only the newest DeadLetterMaxLen dead-letter records
+	// (XTRIM MAXLEN); the older ones are deleted and counted as EventDeadLetterTrimmed. Zero,
 	// the default, sets no bound. Both bounds may be set; each applies.
 	DeadLetterMaxLen int64
 
@@ -307,8 +309,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// MaxStreams bounds Config.Streams: one Consumer runs four goroutines per
-// stream.
+// MaxStreams bounds Config.Streams: one Consumer runs a lane per stream,
+// of four to six goroutines (read, reclaim and lease loops, the acker,
+// and the upkeep and trim loops when configured; see the package doc).
 const MaxStreams = 1024
 
 // validateStreams checks Stream or Streams (defaults applied: Streams

@@ -18,8 +18,8 @@ import (
 // was promoted. The reload is lazy (in the background, coalesced by
 // go-redis, with a 200 ms cooldown) and the driver's retries are spaced by
 // backoff, so it costs at most a few CLUSTER SLOTS per second.
-func (c *Consumer) followTopology(err error) {
-	if cc, ok := c.rdb.(*redis.ClusterClient); ok && staleTopology(err) {
+func followTopology(rdb redis.UniversalClient, err error) {
+	if cc, ok := rdb.(*redis.ClusterClient); ok && staleTopology(err) {
 		cc.ReloadState(context.Background())
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -15,12 +14,15 @@ import (
 	"github.com/pelwarden/pelwarden"
 )
 
-// shared is the state of one Run that its streams share: the window, the
+// session is the state of one Run that its lanes share: the window, the
 // handler workers' job queue, the shutdown and the pause. Everything one
-// Run creates lives in shared and its lanes, so a Consumer run again
+// Run creates lives in its session and lanes, so a Consumer run again
 // starts afresh (doc.go has the map of the goroutines).
-type shared struct {
+type session struct {
+	cfg Config       // the consumer's
 	log *slog.Logger // the consumer's, without a stream
+	m   Metrics
+	lib loader
 
 	flow      *window     // how many more to fetch, for every stream
 	jobs      *jobQueue   // dispatched entries of every stream, to the handler workers
@@ -37,77 +39,59 @@ type shared struct {
 	// handlersDone is closed when the shutdown cancels the handlers.
 	handlersDone <-chan struct{}
 
-	fatalOnce sync.Once
-	fatalMu   sync.Mutex
-	fatalErr  error
-	fatal     chan struct{}
+	// stopped is closed by stop, with stopErr, the error Run returns.
+	stopOnce sync.Once
+	stopMu   sync.Mutex
+	stopErr  error
+	stopped  chan struct{}
 }
 
-// run is one stream's lane of a Run: the loops that read, reclaim, extend
-// and ack entries of that stream, and the entries of it in hand. A Run has
-// one lane per stream; they share the window and the handler workers.
-type run struct {
-	*Consumer
-	*shared
-
-	// cfg is the consumer's configuration with this lane's Stream and
-	// DeadLetterStream; log names the stream. They shadow the Consumer's.
-	cfg Config
-	log *slog.Logger
-
-	held *tracker  // the entries of this stream in hand
-	acks *ackQueue // ids to ack, from handlers to the ack loop
-
-	// inHand counts entries dispatched and not yet settled (queued or
-	// running); readIdle is set while the last read found nothing new.
-	// Together they tell the ack loop when to flush without waiting for
-	// a full batch (see drained).
-	inHand   atomic.Int64
-	readIdle atomic.Bool
-
-	ackStop   chan struct{} // closed: no more acks are coming, flush and exit
-	ackerGone chan struct{} // closed when the ack loop has exited
+// loader loads the function library (a *pelwarden.Library).
+type loader interface {
+	Load(ctx context.Context) (*pelwarden.LoadResult, error)
+	Mode() pelwarden.Mode
 }
 
-// newRun returns the shared state of a Run of c and one lane per stream.
-func newRun(c *Consumer) (*shared, []*run) {
-	ceil := c.cfg.MaxInHand
-	if c.cfg.Prefetch > 0 {
-		ceil = c.cfg.Concurrency + c.cfg.Prefetch
+// newSession returns the state of a Run of cfg (defaults applied): its
+// session and one lane per stream, each on the server laneOf returns for
+// the lane's configuration, reading clk. log is the consumer's.
+func newSession(cfg Config, log *slog.Logger, lib loader, laneOf func(Config) laneServer, clk clock) (*session, []*lane) {
+	ceil := cfg.MaxInHand
+	if cfg.Prefetch > 0 {
+		ceil = cfg.Concurrency + cfg.Prefetch
 	}
-	s := &shared{
-		log:       c.log,
-		flow:      newWindow(min(c.cfg.Concurrency, ceil), ceil, c.cfg.Prefetch > 0, c.cfg.MaxInHandBytes, c.cfg.MinIdle),
+	s := &session{
+		cfg:       cfg,
+		log:       log,
+		m:         cfg.Metrics,
+		lib:       lib,
+		flow:      newWindow(min(cfg.Concurrency, ceil), ceil, cfg.Prefetch > 0, cfg.MaxInHandBytes, cfg.MinIdle),
 		entryLogs: newLogLimiter(entryLogBurst, entryLogRate),
-		fatal:     make(chan struct{}),
+		stopped:   make(chan struct{}),
 	}
-	lanes := make([]*run, len(c.cfg.Streams))
-	for i, stream := range c.cfg.Streams {
-		cfg := c.cfg
-		cfg.Stream, cfg.DeadLetterStream = stream, c.cfg.deadLetterStreamOf(stream)
-		log := c.log
-		if len(c.cfg.Streams) > 1 {
-			log = log.With("stream", stream)
+	s.jobs = newJobQueue(cfg.Concurrency, &s.flow.starved)
+	lanes := make([]*lane, len(cfg.Streams))
+	for i, stream := range cfg.Streams {
+		lcfg := cfg
+		lcfg.Stream, lcfg.DeadLetterStream = stream, cfg.deadLetterStreamOf(stream)
+		llog := log
+		if len(cfg.Streams) > 1 {
+			llog = log.With("stream", stream)
 		}
-		lanes[i] = &run{
-			Consumer: c, shared: s, cfg: cfg, log: log,
-			held: newTracker(),
-			// Room for every held entry's ack plus two batches: a finished
-			// handler hands its ack over and frees its place at once, even
-			// while the ack loop waits for a call in flight.
-			acks:      newAckQueue(c.cfg.AckBatch, 2*c.cfg.AckBatch+ceil),
-			ackStop:   make(chan struct{}),
-			ackerGone: make(chan struct{}),
-		}
+		// Room for every held entry's ack plus two batches: a finished
+		// handler hands its ack over and frees its place at once, even
+		// while the ack loop waits for a call in flight.
+		lanes[i] = newLane(s, laneOf(lcfg), clk, lcfg, llog, len(cfg.Streams) == 1, 2*cfg.AckBatch+ceil)
 	}
 	return s, lanes
 }
 
-// run is Run's body. It returns a channel closed once a Redis call and
+// serve is Run's body. It returns a channel closed once a Redis call and
 // handlers still in progress after the shutdown have returned (nil when
 // none is), and Run's error.
-func (s *shared) run(ctx context.Context, c *Consumer, lanes []*run) (lingering <-chan struct{}, err error) {
-	if err := s.start(ctx, c, lanes); err != nil {
+func (s *session) serve(ctx context.Context, lanes []*lane) (lingering <-chan struct{}, err error) {
+	cfg := s.cfg
+	if err := s.start(ctx, lanes); err != nil {
 		if ctx.Err() != nil && !permanent(err) {
 			// Stopped while still starting (loading the library or checking
 			// the group, retried while the server is unreachable): nothing
@@ -117,8 +101,8 @@ func (s *shared) run(ctx context.Context, c *Consumer, lanes []*run) (lingering 
 		}
 		return nil, err
 	}
-	s.log.Info("pelwarden consumer started", "streams", len(lanes), "concurrency", c.cfg.Concurrency, "max_in_hand", s.flow.ceil,
-		"min_idle", c.cfg.MinIdle, "max_deliveries", c.cfg.MaxDeliveries, "library_mode", c.lib.Mode().String())
+	s.log.Info("pelwarden consumer started", "streams", len(lanes), "concurrency", cfg.Concurrency, "max_in_hand", s.flow.ceil,
+		"min_idle", cfg.MinIdle, "max_deliveries", cfg.MaxDeliveries, "library_mode", s.lib.Mode().String())
 
 	// loopCtx stops the readers, reclaimers and lease loops; handlerCtx is
 	// independent of ctx so handlers can finish during the shutdown.
@@ -126,7 +110,7 @@ func (s *shared) run(ctx context.Context, c *Consumer, lanes []*run) (lingering 
 	defer stopLoops()
 	go func() {
 		select {
-		case <-s.fatal:
+		case <-s.stopped:
 			stopLoops()
 		case <-loopCtx.Done():
 		}
@@ -137,25 +121,16 @@ func (s *shared) run(ctx context.Context, c *Consumer, lanes []*run) (lingering 
 
 	// Concurrency long-lived handler workers, fed by the job queue with the
 	// entries of every stream.
-	s.jobs = newJobQueue(c.cfg.Concurrency, &s.flow.starved)
 	var handlers sync.WaitGroup
-	for range c.cfg.Concurrency {
+	for range cfg.Concurrency {
 		handlers.Go(s.worker)
 	}
 	var loops sync.WaitGroup
 	flushCtx, cancelFlush := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelFlush()
-	for _, r := range lanes {
-		loops.Go(func() { r.readLoop(loopCtx, handlerCtx) })
-		loops.Go(func() { r.reclaimLoop(loopCtx, handlerCtx) })
-		loops.Go(func() { r.leaseLoop(loopCtx) })
-		if r.cfg.TrimInterval > 0 {
-			loops.Go(func() { r.trimLoop(loopCtx) })
-		}
-		go func() {
-			defer close(r.ackerGone)
-			r.ackLoop(flushCtx)
-		}()
+	for _, l := range lanes {
+		l.startLoops(loopCtx, handlerCtx, &loops)
+		l.acks.start(flushCtx)
 	}
 	loopsDone := make(chan struct{})
 	go func() { loops.Wait(); close(loopsDone) }()
@@ -165,14 +140,14 @@ func (s *shared) run(ctx context.Context, c *Consumer, lanes []*run) (lingering 
 	// honours context deadlines only with Options.ContextTimeoutEnabled)
 	// is not waited for beyond ShutdownTimeout; nothing it reads from now
 	// on is dispatched (such entries stay pending).
-	if !waitOrTimeout(loopsDone, c.cfg.ShutdownTimeout) {
+	if !waitOrTimeout(loopsDone, cfg.ShutdownTimeout) {
 		s.log.Warn("shutdown: a Redis call is still in progress; continuing without it")
 	}
 	s.closed.Store(true) // queued jobs are not started
 	// No more dispatch: every tracker refuses adds, then the queue closes;
 	// the workers skip the queued jobs, then exit.
-	for _, r := range lanes {
-		r.held.close()
+	for _, l := range lanes {
+		l.held.close()
 	}
 	s.jobs.close()
 
@@ -180,27 +155,27 @@ func (s *shared) run(ctx context.Context, c *Consumer, lanes []*run) (lingering 
 	// the ack loops keep sending their acks meanwhile.
 	done := make(chan struct{})
 	go func() { handlers.Wait(); close(done) }()
-	if !waitOrTimeout(done, c.cfg.ShutdownTimeout) {
+	if !waitOrTimeout(done, cfg.ShutdownTimeout) {
 		// Phase 2: cancel them; their entries stay pending. They get another
 		// ShutdownTimeout to return.
 		s.log.Warn("shutdown timeout: cancelling handlers; their entries stay pending", "in_flight", heldCount(lanes))
 		cancelHandlers()
-		waitOrTimeout(done, c.cfg.ShutdownTimeout)
+		waitOrTimeout(done, cfg.ShutdownTimeout)
 	}
 	// Queued entries no handler started (all of them, should every worker
 	// be stuck) go back to the group at once rather than after MinIdle.
 	for _, j := range s.jobs.drain() {
 		j.lane.skip(j)
 	}
-	for _, r := range lanes {
-		r.releaseUnstarted(flushCtx)
+	for _, l := range lanes {
+		l.releaseUnstarted(flushCtx)
 	}
 	// Phase 3: flush the remaining acks, bounded by ShutdownTimeout.
-	for _, r := range lanes {
-		close(r.ackStop)
+	for _, l := range lanes {
+		l.acks.stop()
 	}
-	for _, r := range lanes {
-		<-r.ackerGone
+	for _, l := range lanes {
+		<-l.acks.done()
 	}
 	if !waitOrTimeout(done, time.Second) {
 		s.log.Error("handlers ignored their cancelled context; abandoned (their outcome is discarded, entries stay pending)", "in_flight", heldCount(lanes))
@@ -211,75 +186,37 @@ func (s *shared) run(ctx context.Context, c *Consumer, lanes []*run) (lingering 
 		lingering = ch
 	}
 
-	s.fatalMu.Lock()
-	fatalErr := s.fatalErr // a lingering Redis call may still report one
-	s.fatalMu.Unlock()
-	if fatalErr != nil {
-		return lingering, fatalErr
+	s.stopMu.Lock()
+	stopErr := s.stopErr // a lingering Redis call may still report one
+	s.stopMu.Unlock()
+	if stopErr != nil {
+		return lingering, stopErr
 	}
 	s.log.Info("pelwarden consumer stopped")
 	return lingering, nil
 }
 
 // heldCount is how many entries the lanes hold.
-func heldCount(lanes []*run) int {
+func heldCount(lanes []*lane) int {
 	n := 0
-	for _, r := range lanes {
-		n += r.held.count()
+	for _, l := range lanes {
+		n += l.held.count()
 	}
 	return n
 }
 
-// groupMissing handles a NOGROUP seen while running: recreate the group with
-// CreateGroup, else stop with an error. It reports whether to go on.
-func (r *run) groupMissing(ctx context.Context, err error) bool {
-	if !r.cfg.CreateGroup {
-		r.stop(fmt.Errorf("pelwarden/driver: group %q on stream %q disappeared: %w", r.cfg.Group, r.cfg.Stream, err))
-		return false
-	}
-	r.log.Warn("consumer group disappeared; creating it again", "err", err)
-	cerr := r.ensureGroup(ctx)
-	if cerr != nil && permanent(cerr) {
-		r.stop(cerr)
-		return false
-	}
-	if cerr == nil {
-		r.memoryFreed("create group") // a write the server accepted
-	}
-	return true
-}
-
 // stopping reports whether stop was called.
-func (s *shared) stopping() bool { return closedNow(s.fatal) }
+func (s *session) stopping() bool { return closedNow(s.stopped) }
 
 // stop ends Run with err (the first one wins).
-func (s *shared) stop(err error) {
-	s.fatalOnce.Do(func() {
+func (s *session) stop(err error) {
+	s.stopOnce.Do(func() {
 		s.log.Error("pelwarden consumer stopping", "err", err)
-		s.fatalMu.Lock()
-		s.fatalErr = err
-		s.fatalMu.Unlock()
-		close(s.fatal)
+		s.stopMu.Lock()
+		s.stopErr = err
+		s.stopMu.Unlock()
+		close(s.stopped)
 	})
-}
-
-// commandError counts and logs a failed Redis call. A fatal error (see
-// fatal) also stops the consumer: Run returns it. On a cluster client, an
-// error that suggests a failover refreshes the slot map (see
-// followTopology), so the retry reaches the promoted replica. A refusal
-// for lack of memory pauses the consumer instead (see outOfMemory).
-func (r *run) commandError(what string, err error, attempt int) {
-	r.m.Count(EventCommandError, 1)
-	if outOfMemory(err) {
-		r.memoryFull(what, err)
-		return
-	}
-	r.log.Error("redis call failed", "op", what, "attempt", attempt+1, "err", err)
-	if fatal(err) {
-		r.stop(fmt.Errorf("pelwarden/driver: %s: %w", what, err))
-		return
-	}
-	r.followTopology(err)
 }
 
 // memoryFull pauses the taking of new entries: the server refused a write
@@ -288,26 +225,26 @@ func (r *run) commandError(what string, err error, attempt int) {
 // functions may run when the server is full), so the entries in hand
 // settle; reading more would only grow the PEL of a full server. It logs
 // once per pause, with the server's message.
-func (r *run) memoryFull(what string, err error) {
-	if r.flow.pause() {
-		r.m.Count(EventPaused, 1)
-		r.oomMu.Lock()
-		r.oom = err
-		r.oomMu.Unlock()
-		r.shared.log.Error("server out of memory: stopped taking new entries until a refused call succeeds; entries in hand are still handled and acked",
+func (s *session) memoryFull(what string, err error) {
+	if s.flow.pause() {
+		s.m.Count(EventPaused, 1)
+		s.oomMu.Lock()
+		s.oom = err
+		s.oomMu.Unlock()
+		s.log.Error("server out of memory: stopped taking new entries until a refused call succeeds; entries in hand are still handled and acked",
 			"op", what, "err", err)
 	}
 }
 
 // memoryFreed ends a pause of memoryFull: a call the full server refused
 // has succeeded.
-func (r *run) memoryFreed(what string) {
-	if r.flow.resume() {
-		r.oomMu.Lock()
-		err := r.oom
-		r.oom = nil
-		r.oomMu.Unlock()
-		r.shared.log.Warn("server accepts writes again: taking new entries", "op", what, "refused_with", err)
+func (s *session) memoryFreed(what string) {
+	if s.flow.resume() {
+		s.oomMu.Lock()
+		err := s.oom
+		s.oom = nil
+		s.oomMu.Unlock()
+		s.log.Warn("server accepts writes again: taking new entries", "op", what, "refused_with", err)
 	}
 }
 
