@@ -157,8 +157,18 @@ func compareFakeIDs(a, b string) int {
 	return x - y
 }
 
-func (f *fakeServer) read(_ context.Context, count int, _ bool) ([]*Message, error) {
+func (f *fakeServer) read(ctx context.Context, count int, block bool) ([]*Message, error) {
 	f.mu.Lock()
+	if block && f.next == len(f.order) {
+		// A blocked read of an idle stream: wait a little, as the server
+		// would for ReadBlock (the harness's loops need not spin).
+		f.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Millisecond):
+		}
+		f.mu.Lock()
+	}
 	defer f.mu.Unlock()
 	if err := f.call("read"); err != nil {
 		return nil, err
@@ -577,6 +587,18 @@ func (h *harness) read(handlerCtx context.Context, n int) []job {
 	require.NoError(h.t, err)
 	require.Len(h.t, msgs, n)
 	return h.dispatched(handlerCtx, msgs...)
+}
+
+// loopUntil runs loop until cond holds, then cancels it and waits for it
+// to return.
+func loopUntil(t *testing.T, what string, loop func(ctx context.Context), cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); loop(ctx) }()
+	eventually(t, what, cond)
+	cancel()
+	<-done
 }
 
 // eventually waits up to 10s for cond.
