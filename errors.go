@@ -172,28 +172,6 @@ func isFunctionMissing(err error) bool {
 	return redis.HasErrorPrefix(err, "Function not found")
 }
 
-// transient reports errors that say nothing about what the server can do:
-// no reply at all (connection refused, reset or cut, timeout, cancelled
-// context), or a reply asking to retry later (loading its data after a
-// restart, busy running a script, failing over, out of memory or clients).
-// Load never concludes ErrServerUnsupported from them.
-func transient(err error) bool {
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return true
-	}
-	for _, p := range transientReplies {
-		if redis.HasErrorPrefix(err, p) {
-			return true
-		}
-	}
-	return false
-}
-
-// transientReplies are the first words of replies that ask to retry later.
-var transientReplies = []string{"LOADING", "BUSY ", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY",
-	"OOM", "NOREPLICAS", "MISCONF", "max number of clients reached"}
-
 // isNoPermission reports an ACL refusal.
 func isNoPermission(err error) bool {
 	return redis.HasErrorPrefix(err, "NOPERM")

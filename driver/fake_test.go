@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -66,7 +65,7 @@ func (e replyErr) Error() string { return string(e) }
 func (replyErr) RedisError()     {}
 
 // errNoGroup is a missing group, the way redisLane reports it.
-var errNoGroup = fmt.Errorf("pelwarden/driver: XREADGROUP: %w: %w", pelwarden.ErrNoGroup, replyErr("NOGROUP No such key 's' or consumer group 'g'"))
+var errNoGroup error = &pelwarden.CommandError{Command: "XREADGROUP GROUP g me", Key: "{s}", Err: replyErr("NOGROUP No such key '{s}' or consumer group 'g'")}
 
 // add appends n entries with one field each and returns their ids.
 func (f *fakeServer) add(n int) []string {

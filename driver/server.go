@@ -6,7 +6,6 @@ package driver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -85,7 +84,7 @@ func (s *redisLane) read(ctx context.Context, count int, block bool) ([]*Message
 		return nil, nil
 	}
 	if err != nil {
-		return nil, replyError(err, fmt.Sprintf("XREADGROUP GROUP %s %s on stream %s", s.group, s.consumer, s.stream))
+		return nil, &pelwarden.CommandError{Command: "XREADGROUP GROUP " + s.group + " " + s.consumer, Key: s.stream, Err: err}
 	}
 	return decodeRead(v, s.stream, s.group, s.consumer)
 }
@@ -94,7 +93,7 @@ func (s *redisLane) anyIdle(ctx context.Context, minIdle time.Duration) (bool, e
 	p, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.stream, Group: s.group,
 		Idle: minIdle, Start: "-", End: "+", Count: 1}).Result()
 	if err != nil {
-		return false, replyError(err, "XPENDING "+s.stream)
+		return false, &pelwarden.CommandError{Command: "XPENDING", Key: s.stream, Err: err}
 	}
 	return len(p) > 0, nil
 }
@@ -107,7 +106,7 @@ func (s *redisLane) claim(ctx context.Context, a pelwarden.ClaimArgs) (*pelwarde
 func (s *redisLane) ack(ctx context.Context, ids []string) (int64, error) {
 	n, err := s.rdb.XAck(ctx, s.stream, s.group, ids...).Result()
 	if err != nil {
-		return 0, replyError(err, "XACK on stream "+s.stream)
+		return 0, &pelwarden.CommandError{Command: "XACK", Key: s.stream, Err: err}
 	}
 	return n, nil
 }
@@ -141,7 +140,7 @@ func (s *redisLane) reap(ctx context.Context, idle time.Duration) (*pelwarden.Re
 func (s *redisLane) time(ctx context.Context) (time.Time, error) {
 	t, err := s.rdb.Time(ctx).Result()
 	if err != nil {
-		return time.Time{}, replyError(err, "TIME")
+		return time.Time{}, &pelwarden.CommandError{Command: "TIME", Err: err}
 	}
 	return t, nil
 }
@@ -150,13 +149,13 @@ func (s *redisLane) trimDeadLetters(ctx context.Context, minID string, maxLen in
 	if minID != "" {
 		n, err := s.rdb.XTrimMinID(ctx, s.deadLetterStream, minID).Result()
 		if err != nil {
-			return 0, replyError(err, "XTRIM "+s.deadLetterStream+" MINID")
+			return 0, &pelwarden.CommandError{Command: "XTRIM MINID", Key: s.deadLetterStream, Err: err}
 		}
 		return n, nil
 	}
 	n, err := s.rdb.XTrimMaxLen(ctx, s.deadLetterStream, maxLen).Result()
 	if err != nil {
-		return 0, replyError(err, "XTRIM "+s.deadLetterStream+" MAXLEN")
+		return 0, &pelwarden.CommandError{Command: "XTRIM MAXLEN", Key: s.deadLetterStream, Err: err}
 	}
 	return n, nil
 }
@@ -171,19 +170,6 @@ func (s *redisLane) checkGroup(ctx context.Context) error {
 }
 
 func (s *redisLane) stale(err error) { followTopology(s.rdb, err) }
-
-// replyError wraps an error of a plain command named by what: a missing
-// group matches pelwarden.ErrNoGroup and an ACL refusal
-// pelwarden.ErrNoPermission.
-func replyError(err error, what string) error {
-	switch {
-	case redis.HasErrorPrefix(err, "NOGROUP"):
-		return fmt.Errorf("pelwarden/driver: %s: %w: %w", what, pelwarden.ErrNoGroup, err)
-	case redis.HasErrorPrefix(err, "NOPERM"):
-		return fmt.Errorf("pelwarden/driver: %s: %w: %w", what, pelwarden.ErrNoPermission, err)
-	}
-	return fmt.Errorf("pelwarden/driver: %s: %w", what, err)
-}
 
 // minIDBefore is the XTRIM MINID bound of records older than age at now.
 func minIDBefore(now time.Time, age time.Duration) string {

@@ -2,14 +2,10 @@ package driver
 
 import (
 	"context"
-	"crypto/tls"
-	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/pelwarden/pelwarden"
 )
@@ -248,33 +244,18 @@ func (s *session) memoryFreed(what string) {
 	}
 }
 
-// outOfMemory reports the server's refusal of a write at maxmemory.
-func outOfMemory(err error) bool {
-	if redis.HasErrorPrefix(err, "OOM") {
-		return true
-	}
-	var e *pelwarden.Error
-	return errors.As(err, &e) && e.Code == "OOM"
-}
-
-// permanent reports errors that retrying cannot fix.
-func permanent(err error) bool {
-	return fatal(err) || errors.Is(err, pelwarden.ErrNoGroup) || errors.Is(err, pelwarden.ErrWrongType) ||
-		errors.Is(err, pelwarden.ErrInvalidArgument) || errors.Is(err, pelwarden.ErrServerUnsupported) ||
-		errors.Is(err, pelwarden.ErrCrossSlot) || redis.HasErrorPrefix(err, "WRONGTYPE")
-}
-
-// fatal reports errors of the deployment, not of one entry or one moment,
-// which stop the consumer wherever they happen: the ACL refuses a command
-// or key the consumer needs (running on would leave work half done: acks
-// refused, poison entries never parked), the credentials are refused, or
-// the server's TLS certificate does not verify.
-func fatal(err error) bool {
-	var cv *tls.CertificateVerificationError
-	return errors.Is(err, pelwarden.ErrNoPermission) || redis.HasErrorPrefix(err, "NOPERM") ||
-		redis.HasErrorPrefix(err, "WRONGPASS") || redis.HasErrorPrefix(err, "NOAUTH") ||
-		errors.As(err, &cv)
-}
+// The driver's readings of pelwarden.Classify:
+//   - outOfMemory: the server refused a write at maxmemory; the consumer
+//     pauses its taking (session.memoryFull);
+//   - permanent: retrying cannot fix it;
+//   - fatal: an error of the deployment, not of one entry or one moment,
+//     which stops the consumer wherever it happens: the ACL refuses a
+//     command or key the consumer needs (running on would leave work half
+//     done: acks refused, poison entries never parked), the credentials
+//     are refused, or the server's TLS certificate does not verify.
+func outOfMemory(err error) bool { return pelwarden.Classify(err) == pelwarden.ClassOutOfMemory }
+func permanent(err error) bool   { return pelwarden.Classify(err).Permanent() }
+func fatal(err error) bool       { return pelwarden.Classify(err) == pelwarden.ClassNoPermission }
 
 // closedNow reports whether ch is closed, without waiting.
 func closedNow(ch <-chan struct{}) bool {

@@ -41,8 +41,8 @@ func failuref(format string, a ...any) error {
 // classify gives an error returned by the library or go-redis its exit code.
 func classify(err error) error {
 	switch {
-	case errors.Is(err, pelwarden.ErrNoGroup), errors.Is(err, pelwarden.ErrWrongType),
-		redis.HasErrorPrefix(err, "WRONGTYPE"), redis.HasErrorPrefix(err, "NOGROUP"):
+	case pelwarden.Classify(err) == pelwarden.ClassNoGroup, errors.Is(err, pelwarden.ErrWrongType),
+		redis.HasErrorPrefix(err, "WRONGTYPE"):
 		return &exitError{code: ExitBadTarget, err: err}
 	case errors.Is(err, pelwarden.ErrInvalidArgument), errors.Is(err, pelwarden.ErrCrossSlot):
 		return &exitError{code: ExitUsage, err: err}
@@ -75,7 +75,7 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 // command or an interruption is a run-time failure with ops' message, a
 // refused work stream a bad target, a library error is classified.
 func opsError(err error) error {
-	var ce *ops.CommandError
+	var ce *pelwarden.CommandError
 	var ws *ops.WorkStreamError
 	var ae *ops.ArgumentError
 	switch {
