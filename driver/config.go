@@ -318,7 +318,7 @@ const MaxStreams = 1024
 // holds Stream when only Stream was set) and the dead-letter streams.
 func (c Config) validateStreams() error {
 	bad := func(field, format string, a ...any) error {
-		return &ConfigError{Field: field, Reason: fmt.Sprintf(format, a...)}
+		return configError(field, format, a...)
 	}
 	name := func(field, v string) error {
 		if v == "" {
@@ -384,23 +384,15 @@ func (c Config) deadLetterStreamOf(stream string) string {
 	return pelwarden.DeadLetterStreamFor(stream)
 }
 
-// ConfigError names the Config field that is wrong. It matches
-// pelwarden.ErrInvalidArgument with errors.Is.
-type ConfigError struct {
-	Field  string
-	Reason string
+// configError is a bad Config field: a *pelwarden.ArgumentError naming
+// it ("Config.Stream").
+func configError(field, format string, a ...any) error {
+	return &pelwarden.ArgumentError{Scope: "pelwarden/driver", Field: "Config." + field, Reason: fmt.Sprintf(format, a...)}
 }
-
-func (e *ConfigError) Error() string {
-	return "pelwarden/driver: invalid Config." + e.Field + ": " + e.Reason
-}
-
-// Unwrap returns pelwarden.ErrInvalidArgument.
-func (e *ConfigError) Unwrap() error { return pelwarden.ErrInvalidArgument }
 
 func (c Config) validate() error {
 	bad := func(field, format string, a ...any) error {
-		return &ConfigError{Field: field, Reason: fmt.Sprintf(format, a...)}
+		return configError(field, format, a...)
 	}
 	if err := c.validateStreams(); err != nil {
 		return err

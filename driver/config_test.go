@@ -72,9 +72,9 @@ func TestNewValidatesAndNamesTheField(t *testing.T) {
 		cfg := ok
 		tc.mod(&cfg)
 		_, err := New(rdb, cfg)
-		var ce *ConfigError
+		var ce *pelwarden.ArgumentError
 		require.True(t, errors.As(err, &ce), "%s: %v", tc.field, err)
-		require.Equal(t, tc.field, ce.Field)
+		require.Equal(t, "Config."+tc.field, ce.Field)
 		require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
 		require.Contains(t, err.Error(), "Config."+tc.field)
 	}

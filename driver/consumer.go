@@ -35,7 +35,7 @@ type Consumer struct {
 // ownership of rdb; the Consumer never closes it.
 func New(rdb redis.UniversalClient, cfg Config) (*Consumer, error) {
 	if rdb == nil {
-		return nil, &ConfigError{Field: "rdb", Reason: "a Redis client is required"}
+		return nil, &pelwarden.ArgumentError{Scope: "pelwarden/driver", Field: "rdb", Reason: "a Redis client is required"}
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {

@@ -283,7 +283,7 @@ func TestHostileAbsurdValid(t *testing.T) {
 	})
 }
 
-// driver.New refuses bad configs with a *driver.ConfigError naming the
+// driver.New refuses bad configs with a *pelwarden.ArgumentError naming the
 // field, and does no I/O.
 func TestHostileDriverConfig(t *testing.T) {
 	t.Parallel()
@@ -330,13 +330,13 @@ func TestHostileDriverConfig(t *testing.T) {
 		cfg := base()
 		c.mod(&cfg)
 		_, err := driver.New(rdb, cfg)
-		var ce *driver.ConfigError
+		var ce *pelwarden.ArgumentError
 		require.ErrorAs(t, err, &ce, "field %s", c.field)
-		require.Equal(t, c.field, ce.Field, "%v", err)
+		require.Equal(t, "Config."+c.field, ce.Field, "%v", err)
 		require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
 	}
 	_, err := driver.New(nil, base())
-	var ce *driver.ConfigError
+	var ce *pelwarden.ArgumentError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "rdb", ce.Field)
 }

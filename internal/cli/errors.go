@@ -77,7 +77,7 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 func opsError(err error) error {
 	var ce *pelwarden.CommandError
 	var ws *ops.WorkStreamError
-	var ae *ops.ArgumentError
+	var ae *pelwarden.ArgumentError
 	switch {
 	case err == nil:
 		return nil

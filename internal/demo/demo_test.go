@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/pelwarden/pelwarden"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -48,7 +50,7 @@ func TestOptionsValidate(t *testing.T) {
 		{Options{Rate: -5}, "Rate"},
 	} {
 		err := c.o.WithDefaults().Validate()
-		var oe *OptionError
+		var oe *pelwarden.ArgumentError
 		require.True(t, errors.As(err, &oe), "%+v: %v", c.o, err)
 		require.Equal(t, c.field, oe.Field)
 	}

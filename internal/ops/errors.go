@@ -37,17 +37,8 @@ func (e *WorkStreamError) Error() string {
 	return fmt.Sprintf("%s has consumer groups (%s): it is a work stream, not a dead-letter stream; nothing deleted", e.Key, strings.Join(e.Groups, ", "))
 }
 
-// ArgumentError is an option out of range, found before anything ran.
-type ArgumentError struct {
-	// Option names the field, e.g. "Rate".
-	Option string
-	// Message says what is wrong.
-	Message string
-}
-
-// Error names the option and what is wrong with it.
-func (e *ArgumentError) Error() string { return e.Option + " " + e.Message }
-
+// argumentError is an option out of range, found before anything ran: a
+// *pelwarden.ArgumentError naming it.
 func argumentError(option, format string, a ...any) error {
-	return &ArgumentError{Option: option, Message: fmt.Sprintf(format, a...)}
+	return &pelwarden.ArgumentError{Field: option, Reason: fmt.Sprintf(format, a...)}
 }
