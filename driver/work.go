@@ -110,17 +110,17 @@ func (l *lane) applyOutcome(m *Message, f *inflight, err error, panicked bool) b
 		l.entryLog(true, "entry reclaimed by another consumer while its handler ran; outcome dropped", "id", m.ID, "err", err)
 		return false
 	}
-	out, delay := classify(err)
-	if out != outcomeAck {
+	out := OutcomeOf(err, l.cfg.MinIdle)
+	if out.Action != ActionAck {
 		l.m.Count(EventHandlerError, 1)
 	}
-	if out != outcomeAck && f.ctx.parent.Err() != nil {
+	if out.Action != ActionAck && f.ctx.parent.Err() != nil {
 		// Cancelled by the shutdown timeout (a lost lease returned above):
 		// leave it pending.
 		l.entryLog(true, "handler cancelled by shutdown; entry stays pending", "id", m.ID, "err", err)
 		return false
 	}
-	if out == outcomeAck {
+	if out.Action == ActionAck {
 		l.m.Count(EventHandled, 1)
 		f.acking.Store(true)
 		if l.acks.add(m.ID, time.Duration(f.ownedUntil.Load())) {
@@ -131,18 +131,21 @@ func (l *lane) applyOutcome(m *Message, f *inflight, err error, panicked bool) b
 	}
 	l.held.forget(m.ID)
 	ctx := context.WithoutCancel(f.ctx.parent)
-	switch out {
-	case outcomeDeadLetter:
-		l.deadLetter(ctx, m, err)
-	case outcomeRetry:
-		l.entryLog(false, "handler asked for a retry", "id", m.ID, "deliveries", m.Deliveries, "after", delay, "err", err)
-		l.retryLater(ctx, m, delay)
-	default:
-		if !panicked {
-			l.entryLog(true, "handler failed; entry stays pending for the next reclaim pass", "id", m.ID, "deliveries", m.Deliveries, "err", err)
-		}
-		l.retryLater(ctx, m, 0)
+	switch {
+	case out.Action == ActionDeadLetter:
+		l.deadLetter(ctx, m, out.ErrText)
+		return false
+	case out.Retry:
+		l.entryLog(false, "handler asked for a retry", "id", m.ID, "deliveries", m.Deliveries, "after", out.Delay, "err", err)
+	case !panicked:
+		l.entryLog(true, "handler failed; entry stays pending for the next reclaim pass", "id", m.ID, "deliveries", m.Deliveries, "err", err)
 	}
+	if out.Action == ActionHold {
+		// The lease loop keeps it ours until the retry is within MinIdle.
+		l.held.delay(m.ID, l.clock.now()+out.Delay)
+		return false
+	}
+	l.release(ctx, []string{m.ID}, out.Delay)
 	return false
 }
 
@@ -150,12 +153,7 @@ func (l *lane) applyOutcome(m *Message, f *inflight, err error, panicked bool) b
 // errors for up to ShutdownTimeout (while the server is out of memory, for
 // as long as the run lasts). If it cannot, the entry stays pending and the
 // reclaim pass dead-letters it at MaxDeliveries.
-func (l *lane) deadLetter(ctx context.Context, m *Message, herr error) {
-	var dl *DeadLetterError
-	text := errText(herr)
-	if errors.As(herr, &dl) {
-		text = errText(dl.Err)
-	}
+func (l *lane) deadLetter(ctx context.Context, m *Message, text string) {
 	l.withRetry(ctx, "dead-letter", func(ctx context.Context) error {
 		res, err := l.srv.deadLetter(ctx, m.ID, text)
 		if err != nil {
@@ -183,16 +181,8 @@ func (l *lane) deadLetter(ctx context.Context, m *Message, herr error) {
 	})
 }
 
-// retryLater makes the entry claimable again after delay (at the next
-// reclaim pass for 0). Delays beyond MinIdle are held by the lease loop.
-func (l *lane) retryLater(ctx context.Context, m *Message, delay time.Duration) {
-	if delay > l.cfg.MinIdle {
-		l.held.delay(m.ID, l.clock.now()+delay)
-		return
-	}
-	l.release(ctx, []string{m.ID}, max(delay, 0))
-}
-
+// release makes ids claimable again after delay (at the next reclaim pass
+// for 0), a fenced release: entries taken over meanwhile are left alone.
 func (l *lane) release(ctx context.Context, ids []string, delay time.Duration) {
 	l.withRetry(ctx, "release", func(ctx context.Context) error {
 		res, err := l.srv.release(ctx, ids, l.cfg.MinIdle, delay)
