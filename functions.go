@@ -696,12 +696,30 @@ func flag(b bool) string {
 	return "0"
 }
 
-func checkName(fn, arg, v string) error {
+// CheckName checks a stream, group, consumer or key name the way every
+// function of the library does: not empty, at most MaxNameBytes. Its error
+// matches ErrInvalidArgument and says only what is wrong ("must not be
+// empty", "must be at most 1024 bytes, got 2000"): the caller names the
+// argument.
+func CheckName(name string) error {
 	switch {
-	case v == "":
-		return argError(fn, arg, "must not be empty")
-	case len(v) > MaxNameBytes:
-		return argError(fn, arg, "must be at most %d bytes, got %d", MaxNameBytes, len(v))
+	case name == "":
+		return nameError("must not be empty")
+	case len(name) > MaxNameBytes:
+		return nameError(fmt.Sprintf("must be at most %d bytes, got %d", MaxNameBytes, len(name)))
+	}
+	return nil
+}
+
+// nameError is CheckName's error.
+type nameError string
+
+func (e nameError) Error() string { return string(e) }
+func (nameError) Unwrap() error   { return ErrInvalidArgument }
+
+func checkName(fn, arg, v string) error {
+	if err := CheckName(v); err != nil {
+		return argError(fn, arg, "%v", err)
 	}
 	return nil
 }

@@ -321,11 +321,8 @@ func (c Config) validateStreams() error {
 		return configError(field, format, a...)
 	}
 	name := func(field, v string) error {
-		if v == "" {
-			return bad(field, "required")
-		}
-		if len(v) > pelwarden.MaxNameBytes {
-			return bad(field, "at most %d bytes, got %d", pelwarden.MaxNameBytes, len(v))
+		if err := pelwarden.CheckName(v); err != nil {
+			return bad(field, "%v", err)
 		}
 		return nil
 	}
@@ -400,11 +397,8 @@ func (c Config) validate() error {
 	for _, f := range []struct{ name, v string }{
 		{"Group", c.Group}, {"Consumer", c.Consumer},
 	} {
-		if f.v == "" {
-			return bad(f.name, "required")
-		}
-		if len(f.v) > pelwarden.MaxNameBytes {
-			return bad(f.name, "at most %d bytes, got %d", pelwarden.MaxNameBytes, len(f.v))
+		if err := pelwarden.CheckName(f.v); err != nil {
+			return bad(f.name, "%v", err)
 		}
 	}
 	if c.Handler == nil {

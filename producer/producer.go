@@ -163,8 +163,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Producer, error) {
 		if i == 0 && cfg.Stream == "" {
 			continue
 		}
-		if s == "" || len(s) > pelwarden.MaxNameBytes {
-			return nil, argError("Config.Partitions", fmt.Sprintf("stream names are 1 to %d bytes, got %q", pelwarden.MaxNameBytes, s))
+		if err := pelwarden.CheckName(s); err != nil {
+			return nil, argError("Config.Partitions", fmt.Sprintf("stream name %q: %v", s, err))
 		}
 	}
 	if cfg.MaxBatch == 0 {
@@ -330,8 +330,10 @@ func checkMessage(i int, m Message) error {
 			return bad("Fields", "%q is in pelwarden's reserved namespace", f.Name)
 		}
 	}
-	if len(m.IdempotencyID) > pelwarden.MaxNameBytes {
-		return bad("IdempotencyID", "at most %d bytes, got %d", pelwarden.MaxNameBytes, len(m.IdempotencyID))
+	if m.IdempotencyID != "" {
+		if err := pelwarden.CheckName(m.IdempotencyID); err != nil {
+			return bad("IdempotencyID", "%v", err)
+		}
 	}
 	return nil
 }

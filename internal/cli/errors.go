@@ -60,11 +60,8 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 				cmd.CommandPath(), len(names), strings.Join(names, " "), len(args), cmd.CommandPath())
 		}
 		for i, v := range args {
-			if v == "" {
-				return usageErrorf("%s: %s must not be empty", cmd.CommandPath(), names[i])
-			}
-			if len(v) > pelwarden.MaxNameBytes {
-				return usageErrorf("%s: %s must be at most %d bytes", cmd.CommandPath(), names[i], pelwarden.MaxNameBytes)
+			if err := pelwarden.CheckName(v); err != nil {
+				return usageErrorf("%s: %s %v", cmd.CommandPath(), names[i], err)
 			}
 		}
 		return nil

@@ -55,10 +55,3 @@ func TestOptionsValidate(t *testing.T) {
 		require.Equal(t, c.field, oe.Field)
 	}
 }
-
-func TestCompareIDs(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, -1, compareIDs("9-0", "10-0"))
-	require.Equal(t, 1, compareIDs("10-2", "10-1"))
-	require.Equal(t, 0, compareIDs("10-1", "10-1"))
-}
