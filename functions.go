@@ -56,7 +56,8 @@ type ClaimArgs struct {
 	// scanned per call, so work per call is bounded whatever the PEL size.
 	Count int
 	// MaxDeliveries: an entry already delivered this many times is
-	// dead-lettered instead of handed out. Zero means no limit.
+	// dead-lettered instead of handed out. Zero means no limit (a driver
+	// Config differs: see driver.NoDeliveryLimit).
 	MaxDeliveries int
 	// DeleteDeadLettered also XDELs dead-lettered entries from Stream.
 	DeleteDeadLettered bool
@@ -350,11 +351,23 @@ type ReleaseArgs struct {
 	Delay time.Duration
 }
 
+// ReleaseResult is the outcome of Release.
+type ReleaseResult struct {
+	// Released is how many ids were given back.
+	Released int64
+	// NotOwned ids are no longer owned by the consumer: left alone.
+	NotOwned []string
+	// Deleted ids were pending but gone from the stream; they were cleared.
+	Deleted []string
+}
+
+// Err returns an error wrapping ErrNotOwner that lists NotOwned, or nil.
+func (r *ReleaseResult) Err() error { return notOwnedErr(FunctionRelease, r.NotOwned) }
+
 // Release gives owned entries back for a later retry without acking them:
 // their idle time is set to MinIdle-Delay (at least 0) and their delivery
 // count is left alone, so a Claim with MinIdle takes them again after Delay.
-// The reply's Extended field counts the released ids.
-func (l *Library) Release(ctx context.Context, a ReleaseArgs) (*ExtendResult, error) {
+func (l *Library) Release(ctx context.Context, a ReleaseArgs) (*ReleaseResult, error) {
 	const fn = FunctionRelease
 	if err := checkNames(fn, "Stream", a.Stream, "Group", a.Group, "Consumer", a.Consumer); err != nil {
 		return nil, err
@@ -373,7 +386,11 @@ func (l *Library) Release(ctx context.Context, a ReleaseArgs) (*ExtendResult, er
 	if err != nil {
 		return nil, err
 	}
-	return decodeExtendAs(fn, v)
+	r, err := decodeExtendAs(fn, v)
+	if err != nil {
+		return nil, err
+	}
+	return &ReleaseResult{Released: r.Extended, NotOwned: r.NotOwned, Deleted: r.Deleted}, nil
 }
 
 // ReapArgs are the arguments of Reap.

@@ -34,10 +34,15 @@ const (
 type AckMode int
 
 const (
-	// AckFenced acks through the library's ack function, which acks only the
-	// entries this consumer still owns. An entry whose lease passed to
-	// another consumer while its handler ran here is left to that consumer
-	// (it runs again there) and counted as EventLostOwnership. This is the
+	// AckFenced acks only the entries this consumer still owns. An entry
+	// whose lease passed to another consumer while its handler ran here is
+	// left to that consumer (it runs again there) and counted as
+	// EventLostOwnership. The fence costs only where a takeover was
+	// possible: an entry acked within MinIdle/2 of its delivery (or of its
+	// last lease extension) cannot have been claimed elsewhere yet, so it
+	// is acked with a plain XACK, which acks exactly what the fence would;
+	// the others, held longer, go through the library's fenced ack
+	// function. Under load that is nearly every entry on XACK. This is the
 	// default.
 	AckFenced AckMode = iota
 	// AckPlain acks with XACK. An entry taken over by another consumer is
@@ -68,6 +73,14 @@ const NoLease = -1
 
 // NoDeliveryLimit as Config.MaxDeliveries disables dead-lettering by
 // delivery count.
+//
+// MaxDeliveries across the layers, in this one place: in a driver Config, 0
+// means DefaultMaxDeliveries and NoDeliveryLimit no limit, so the zero
+// Config dead-letters poison entries; the library
+// (pelwarden.ClaimArgs.MaxDeliveries), the test kit
+// (pelwardentest.ReclaimArgs) and the CLI take the count as it is, 0
+// meaning no limit. Config.claimMaxDeliveries converts the one to the
+// other.
 const NoDeliveryLimit = -1
 
 // Config configures a Consumer. The zero value of every optional field means
@@ -103,7 +116,8 @@ type Config struct {
 	DeadLetterStream string
 	// MaxDeliveries: an entry delivered this many times without success is
 	// dead-lettered by the next reclaim pass instead of reaching a handler
-	// again. Defaults to DefaultMaxDeliveries; NoDeliveryLimit disables it.
+	// again. Defaults to DefaultMaxDeliveries; NoDeliveryLimit disables it
+	// (the library counts 0 as no limit: see NoDeliveryLimit).
 	MaxDeliveries int
 	// MinIdle: a pending entry idle this long is considered abandoned and
 	// may be reclaimed by any consumer. Keep it well above the p99 handling
@@ -307,6 +321,15 @@ func (c Config) withDefaults() Config {
 	}
 	c.Backoff = append([]time.Duration(nil), c.Backoff...)
 	return c
+}
+
+// claimMaxDeliveries is MaxDeliveries (defaults applied) as the library's
+// claim takes it: 0 for no limit (see NoDeliveryLimit).
+func (c Config) claimMaxDeliveries() int {
+	if c.MaxDeliveries == NoDeliveryLimit {
+		return 0
+	}
+	return c.MaxDeliveries
 }
 
 // MaxStreams bounds Config.Streams: one Consumer runs a lane per stream,

@@ -300,13 +300,13 @@ func (f *fakeServer) extend(_ context.Context, ids []string) (*pelwarden.ExtendR
 	return res, nil
 }
 
-func (f *fakeServer) release(_ context.Context, ids []string, minIdle, delay time.Duration) (*pelwarden.ExtendResult, error) {
+func (f *fakeServer) release(_ context.Context, ids []string, minIdle, delay time.Duration) (*pelwarden.ReleaseResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("release"); err != nil {
 		return nil, err
 	}
-	res := &pelwarden.ExtendResult{}
+	res := &pelwarden.ReleaseResult{}
 	for _, id := range ids {
 		p, ok := f.pel[id]
 		if !ok || p.owner != f.consumer {
@@ -315,7 +315,7 @@ func (f *fakeServer) release(_ context.Context, ids []string, minIdle, delay tim
 		}
 		p.at = f.clock.now() - max(minIdle-delay, 0)
 		f.released[id] = append(f.released[id], delay.String())
-		res.Extended++
+		res.Released++
 	}
 	return res, nil
 }

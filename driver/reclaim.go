@@ -54,10 +54,7 @@ func (l *lane) anythingIdle(ctx context.Context) bool {
 // about the window's batch of bytes. What the pass dead-lettered, found
 // deleted or could not dead-letter is logged once at its end.
 func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
-	maxDeliveries := l.cfg.MaxDeliveries
-	if maxDeliveries == NoDeliveryLimit {
-		maxDeliveries = 0
-	}
+	maxDeliveries := l.cfg.claimMaxDeliveries()
 	rep := passReport{maxDeliveries: maxDeliveries}
 	defer rep.log(l)
 	cursor := "0-0"

@@ -34,7 +34,7 @@ type laneServer interface {
 	// extend resets the idle time of entries this consumer owns.
 	extend(ctx context.Context, ids []string) (*pelwarden.ExtendResult, error)
 	// release makes entries this consumer owns claimable after delay.
-	release(ctx context.Context, ids []string, minIdle, delay time.Duration) (*pelwarden.ExtendResult, error)
+	release(ctx context.Context, ids []string, minIdle, delay time.Duration) (*pelwarden.ReleaseResult, error)
 	// deadLetter moves one entry this consumer owns to the dead-letter
 	// stream on its handler's request, with the error text.
 	deadLetter(ctx context.Context, id, errText string) (*pelwarden.DeadLetterResult, error)
@@ -119,7 +119,7 @@ func (s *redisLane) extend(ctx context.Context, ids []string) (*pelwarden.Extend
 	return s.lib.Extend(ctx, pelwarden.ExtendArgs{Stream: s.stream, Group: s.group, Consumer: s.consumer, IDs: ids})
 }
 
-func (s *redisLane) release(ctx context.Context, ids []string, minIdle, delay time.Duration) (*pelwarden.ExtendResult, error) {
+func (s *redisLane) release(ctx context.Context, ids []string, minIdle, delay time.Duration) (*pelwarden.ReleaseResult, error) {
 	return s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: s.stream, Group: s.group, Consumer: s.consumer,
 		IDs: ids, MinIdle: minIdle, Delay: delay})
 }

@@ -271,7 +271,7 @@ func TestHostileAbsurdValid(t *testing.T) {
 		// delivery counts stay.
 		r, err := s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: ids[:2], MinIdle: time.Duration(math.MaxInt64)})
 		require.NoError(t, err)
-		require.EqualValues(t, 2, r.Extended)
+		require.EqualValues(t, 2, r.Released)
 		rp0, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream, Cursor: "18446744073709551615-18446744073709551615"})
 		require.NoError(t, err)
 		require.True(t, rp0.Done())

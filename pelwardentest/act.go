@@ -164,7 +164,8 @@ type ReclaimArgs struct {
 	// pending entry.
 	MinIdle time.Duration
 	// MaxDeliveries: entries already delivered this many times are
-	// dead-lettered instead (reason max_deliveries). Zero means no limit.
+	// dead-lettered instead (reason max_deliveries). Zero means no limit,
+	// as in the library (see driver.NoDeliveryLimit).
 	MaxDeliveries int
 	// Count is the page size. Defaults to pelwarden.DefaultCount.
 	Count int
