@@ -254,6 +254,19 @@ local function fieldbytes(fields)
   return n
 end
 
+-- The two keys of claim and deadletter (named fn in the error): the
+-- stream and its dead-letter stream, which must differ.
+local function streamanddlq(keys, fn)
+  local stream, dlq = keys[1], keys[2]
+  if stream == nil or dlq == nil then
+    fail(ERRORS.BADARG, fn .. ' needs 2 keys: stream, dead-letter stream')
+  end
+  if stream == dlq then
+    fail(ERRORS.BADARG, 'the dead-letter stream must differ from the stream')
+  end
+  return stream, dlq
+end
+
 -- The dead-letter step of one pending id, shared by claim and deadletter:
 -- copies the entry to dlq with its metadata (owner and deliveries are its
 -- owner and delivery count in the PEL) and XACKs it, XDELing it too with
@@ -407,13 +420,7 @@ end
 -- KEYS[1] and KEYS[2] must differ (PWBADARG).
 -- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
 local function claim(keys, args)
-  local stream, dlq = keys[1], keys[2]
-  if stream == nil or dlq == nil then
-    fail(ERRORS.BADARG, 'claim needs 2 keys: stream, dead-letter stream')
-  end
-  if stream == dlq then
-    fail(ERRORS.BADARG, 'the dead-letter stream must differ from the stream')
-  end
+  local stream, dlq = streamanddlq(keys, 'claim')
   local group = argname(args, 1, 'group')
   local consumer = argname(args, 2, 'consumer')
   local minidle = argint(args, 3, 'min-idle', 0, 2 ^ 53)
@@ -635,13 +642,7 @@ end
 --                      attempt of a retried call; added in 1.0.3) }
 -- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
 local function deadletter(keys, args)
-  local stream, dlq = keys[1], keys[2]
-  if stream == nil or dlq == nil then
-    fail(ERRORS.BADARG, 'deadletter needs 2 keys: stream, dead-letter stream')
-  end
-  if stream == dlq then
-    fail(ERRORS.BADARG, 'the dead-letter stream must differ from the stream')
-  end
+  local stream, dlq = streamanddlq(keys, 'deadletter')
   local group = argname(args, 1, 'group')
   local consumer = argname(args, 2, 'consumer')
   local delete = argbool(args, 3, 'delete')
