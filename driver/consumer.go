@@ -3,7 +3,6 @@ package driver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
 
@@ -97,36 +96,4 @@ func (c *Consumer) Run(ctx context.Context) error {
 func (c *Consumer) laneServer(cfg Config) laneServer {
 	return &redisLane{rdb: c.rdb, lib: c.lib, stream: cfg.Stream, deadLetterStream: cfg.DeadLetterStream,
 		group: cfg.Group, consumer: cfg.Consumer, readBlock: cfg.ReadBlock}
-}
-
-// start loads the library and checks or creates the group of every
-// stream.
-func (s *session) start(ctx context.Context, lanes []*lane) error {
-	failed := func(l *lane, what string) func(error, int) {
-		return func(err error, attempt int) {
-			if !permanent(err) {
-				l.commandError(what, err, attempt)
-			}
-		}
-	}
-	err := retry(ctx, onPermanent, failed(lanes[0], "load library"), func(ctx context.Context) error {
-		_, err := s.lib.Load(ctx)
-		return err
-	})
-	if err != nil {
-		if ctx.Err() != nil && !permanent(err) {
-			err = ctx.Err()
-		}
-		return fmt.Errorf("pelwarden/driver: load library: %w", err)
-	}
-	for _, l := range lanes {
-		err = retry(ctx, onPermanent, failed(l, "check group"), l.ensureGroup)
-		if err != nil && ctx.Err() != nil && !permanent(err) {
-			return fmt.Errorf("pelwarden/driver: check group: %w", ctx.Err())
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

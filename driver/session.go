@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -190,6 +191,38 @@ func (s *session) serve(ctx context.Context, lanes []*lane) (lingering <-chan st
 	}
 	s.log.Info("pelwarden consumer stopped")
 	return lingering, nil
+}
+
+// start loads the library and checks or creates the group of every
+// stream.
+func (s *session) start(ctx context.Context, lanes []*lane) error {
+	failed := func(l *lane, what string) func(error, int) {
+		return func(err error, attempt int) {
+			if !permanent(err) {
+				l.commandError(what, err, attempt)
+			}
+		}
+	}
+	err := retry(ctx, onPermanent, failed(lanes[0], "load library"), func(ctx context.Context) error {
+		_, err := s.lib.Load(ctx)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() != nil && !permanent(err) {
+			err = ctx.Err()
+		}
+		return fmt.Errorf("pelwarden/driver: load library: %w", err)
+	}
+	for _, l := range lanes {
+		err = retry(ctx, onPermanent, failed(l, "check group"), l.ensureGroup)
+		if err != nil && ctx.Err() != nil && !permanent(err) {
+			return fmt.Errorf("pelwarden/driver: check group: %w", ctx.Err())
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // heldCount is how many entries the lanes hold.
