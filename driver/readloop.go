@@ -120,3 +120,22 @@ func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reserva
 		l.settled()
 	}
 }
+
+// entryBytes is the size the window counts for an entry: its field data
+// and its id (never zero, so the window learns the size of entries whose
+// fields are empty).
+func entryBytes(m *Message) int64 {
+	n := int64(len(m.ID))
+	for _, f := range m.Fields {
+		n += int64(len(f.Name) + len(f.Value))
+	}
+	return n
+}
+
+func messageIDs(msgs []*Message) []string {
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return ids
+}

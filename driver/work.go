@@ -1,7 +1,6 @@
 package driver
 
-// The handler side: dispatching fetched entries, the workers, and settling
-// each handler's outcome.
+// The handler side: the workers, and applying each handler's outcome.
 
 import (
 	"context"
@@ -12,25 +11,6 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 )
-
-// entryBytes is the size the window counts for an entry: its field data
-// and its id (never zero, so the window learns the size of entries whose
-// fields are empty).
-func entryBytes(m *Message) int64 {
-	n := int64(len(m.ID))
-	for _, f := range m.Fields {
-		n += int64(len(f.Name) + len(f.Value))
-	}
-	return n
-}
-
-func messageIDs(msgs []*Message) []string {
-	ids := make([]string, len(msgs))
-	for i, m := range msgs {
-		ids[i] = m.ID
-	}
-	return ids
-}
 
 // worker runs queued jobs of every stream until the queue is closed and
 // empty, each through its stream's lane; after the shutdown began it skips
