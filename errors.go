@@ -111,6 +111,35 @@ func (e *Error) Unwrap() []error {
 	return []error{e.Kind, e.Err}
 }
 
+// ArgumentError is an argument, option or configuration field a call
+// refused before doing anything: the one type every package of the module
+// returns for them (the driver's and the producer's Config, the tools'
+// options). It names the field and matches ErrInvalidArgument with
+// errors.Is; the library's own functions report bad arguments as an *Error
+// of Kind ErrInvalidArgument, naming the function too.
+type ArgumentError struct {
+	// Scope is who refused it, printed first: "pelwarden/driver", "demo".
+	// Empty for none.
+	Scope string
+	// Field names what is wrong: "Config.Stream", "Message[3].Fields",
+	// "Rate".
+	Field string
+	// Reason says what is wrong, with the value.
+	Reason string
+}
+
+// Error returns "<Scope>: invalid <Field>: <Reason>".
+func (e *ArgumentError) Error() string {
+	msg := "invalid " + e.Field + ": " + e.Reason
+	if e.Scope == "" {
+		return msg
+	}
+	return e.Scope + ": " + msg
+}
+
+// Unwrap returns ErrInvalidArgument.
+func (e *ArgumentError) Unwrap() error { return ErrInvalidArgument }
+
 // argError reports a bad argument found before any round trip.
 func argError(function, arg, format string, a ...any) error {
 	return &Error{
@@ -171,28 +200,6 @@ func cleanLuaMessage(s string) string {
 func isFunctionMissing(err error) bool {
 	return redis.HasErrorPrefix(err, "Function not found")
 }
-
-// transient reports errors that say nothing about what the server can do:
-// no reply at all (connection refused, reset or cut, timeout, cancelled
-// context), or a reply asking to retry later (loading its data after a
-// restart, busy running a script, failing over, out of memory or clients).
-// Load never concludes ErrServerUnsupported from them.
-func transient(err error) bool {
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return true
-	}
-	for _, p := range transientReplies {
-		if redis.HasErrorPrefix(err, p) {
-			return true
-		}
-	}
-	return false
-}
-
-// transientReplies are the first words of replies that ask to retry later.
-var transientReplies = []string{"LOADING", "BUSY ", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY",
-	"OOM", "NOREPLICAS", "MISCONF", "max number of clients reached"}
 
 // isNoPermission reports an ACL refusal.
 func isNoPermission(err error) bool {

@@ -56,7 +56,8 @@ type ClaimArgs struct {
 	// scanned per call, so work per call is bounded whatever the PEL size.
 	Count int
 	// MaxDeliveries: an entry already delivered this many times is
-	// dead-lettered instead of handed out. Zero means no limit.
+	// dead-lettered instead of handed out. Zero means no limit (a driver
+	// Config differs: see driver.NoDeliveryLimit).
 	MaxDeliveries int
 	// DeleteDeadLettered also XDELs dead-lettered entries from Stream.
 	DeleteDeadLettered bool
@@ -350,11 +351,23 @@ type ReleaseArgs struct {
 	Delay time.Duration
 }
 
+// ReleaseResult is the outcome of Release.
+type ReleaseResult struct {
+	// Released is how many ids were given back.
+	Released int64
+	// NotOwned ids are no longer owned by the consumer: left alone.
+	NotOwned []string
+	// Deleted ids were pending but gone from the stream; they were cleared.
+	Deleted []string
+}
+
+// Err returns an error wrapping ErrNotOwner that lists NotOwned, or nil.
+func (r *ReleaseResult) Err() error { return notOwnedErr(FunctionRelease, r.NotOwned) }
+
 // Release gives owned entries back for a later retry without acking them:
 // their idle time is set to MinIdle-Delay (at least 0) and their delivery
 // count is left alone, so a Claim with MinIdle takes them again after Delay.
-// The reply's Extended field counts the released ids.
-func (l *Library) Release(ctx context.Context, a ReleaseArgs) (*ExtendResult, error) {
+func (l *Library) Release(ctx context.Context, a ReleaseArgs) (*ReleaseResult, error) {
 	const fn = FunctionRelease
 	if err := checkNames(fn, "Stream", a.Stream, "Group", a.Group, "Consumer", a.Consumer); err != nil {
 		return nil, err
@@ -373,7 +386,11 @@ func (l *Library) Release(ctx context.Context, a ReleaseArgs) (*ExtendResult, er
 	if err != nil {
 		return nil, err
 	}
-	return decodeExtendAs(fn, v)
+	r, err := decodeExtendAs(fn, v)
+	if err != nil {
+		return nil, err
+	}
+	return &ReleaseResult{Released: r.Extended, NotOwned: r.NotOwned, Deleted: r.Deleted}, nil
 }
 
 // ReapArgs are the arguments of Reap.
@@ -696,12 +713,30 @@ func flag(b bool) string {
 	return "0"
 }
 
-func checkName(fn, arg, v string) error {
+// CheckName checks a stream, group, consumer or key name the way every
+// function of the library does: not empty, at most MaxNameBytes. Its error
+// matches ErrInvalidArgument and says only what is wrong ("must not be
+// empty", "must be at most 1024 bytes, got 2000"): the caller names the
+// argument.
+func CheckName(name string) error {
 	switch {
-	case v == "":
-		return argError(fn, arg, "must not be empty")
-	case len(v) > MaxNameBytes:
-		return argError(fn, arg, "must be at most %d bytes, got %d", MaxNameBytes, len(v))
+	case name == "":
+		return nameError("must not be empty")
+	case len(name) > MaxNameBytes:
+		return nameError(fmt.Sprintf("must be at most %d bytes, got %d", MaxNameBytes, len(name)))
+	}
+	return nil
+}
+
+// nameError is CheckName's error.
+type nameError string
+
+func (e nameError) Error() string { return string(e) }
+func (nameError) Unwrap() error   { return ErrInvalidArgument }
+
+func checkName(fn, arg, v string) error {
+	if err := CheckName(v); err != nil {
+		return argError(fn, arg, "%v", err)
 	}
 	return nil
 }

@@ -190,10 +190,7 @@ func loadNode(ctx context.Context, c redis.Cmdable) (NodeLoad, error) {
 	v, err := serverLibraryVersion(ctx, c)
 	switch {
 	case err == nil && v != "" && compareVersions(v, LibraryVersion) >= 0:
-		n.Before, n.After, n.Action = v, v, ActionCurrent
-		if v != LibraryVersion {
-			n.Action = ActionKeptNewer
-		}
+		n.Before, n.After, n.Action = v, v, loadAction(v, v, false)
 		return n, nil
 	case err != nil && !isNoPermission(err):
 		// FCALL_RO unknown: say why when the server is too old. Other
@@ -216,17 +213,12 @@ func loadNode(ctx context.Context, c redis.Cmdable) (NodeLoad, error) {
 		}
 		if before != "" && compareVersions(before, LibraryVersion) >= 0 {
 			n.After = before
-			switch {
-			case attempt > 0:
-				// Another process loaded it while we were trying.
-				n.Action = ActionLoaded
-				if compareVersions(before, LibraryVersion) > 0 {
-					n.Action = ActionKeptNewer
-				}
-			case before == LibraryVersion:
-				n.Action = ActionCurrent
-			default:
-				n.Action = ActionKeptNewer
+			if attempt > 0 {
+				// Another process loaded it while we were trying: reported
+				// as loaded (or kept-newer).
+				n.Action = loadAction("", before, true)
+			} else {
+				n.Action = loadAction(before, before, false)
 			}
 			return n, nil
 		}
@@ -251,13 +243,7 @@ func loadNode(ctx context.Context, c redis.Cmdable) (NodeLoad, error) {
 				continue
 			}
 			n.After = after
-			n.Action = ActionLoaded
-			if before != "" {
-				n.Action = ActionUpgraded
-			}
-			if compareVersions(after, LibraryVersion) > 0 {
-				n.Action = ActionKeptNewer
-			}
+			n.Action = loadAction(before, after, true)
 			return n, nil
 		case isNoPermission(err):
 			return evalFallback(ctx, c, n, err)
@@ -284,6 +270,21 @@ func loadNode(ctx context.Context, c redis.Cmdable) (NodeLoad, error) {
 	}
 }
 
+// loadAction names what Load found and did on a server in function mode:
+// before and after are its library versions ("" for none), after at least
+// LibraryVersion; loaded says a FUNCTION LOAD happened in between.
+func loadAction(before, after string, loaded bool) LoadAction {
+	switch {
+	case compareVersions(after, LibraryVersion) > 0:
+		return ActionKeptNewer
+	case !loaded:
+		return ActionCurrent
+	case before == "":
+		return ActionLoaded
+	}
+	return ActionUpgraded
+}
+
 // evalFallback switches one server to ModeEval after FUNCTION or FCALL was
 // refused. A library loaded by an administrator is still preferred: if FCALL
 // of the version function works, the server stays in function mode. When
@@ -293,10 +294,7 @@ func evalFallback(ctx context.Context, c redis.Cmdable, n NodeLoad, cause error)
 	v, verr := c.FCallRO(ctx, FunctionVersion, nil).Text()
 	if verr == nil && compareVersions(v, LibraryVersion) >= 0 {
 		n.After = v
-		n.Action = ActionCurrent
-		if v != LibraryVersion {
-			n.Action = ActionKeptNewer
-		}
+		n.Action = loadAction(v, v, false)
 		return n, nil
 	}
 	evalErr := c.Eval(ctx, "return 1", nil).Err()

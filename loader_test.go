@@ -126,3 +126,24 @@ func TestLoadFailureClassification(t *testing.T) {
 		})
 	}
 }
+
+// loadAction: the one rule for what Load reports.
+func TestLoadAction(t *testing.T) {
+	t.Parallel()
+	newer := "999.0.0"
+	for _, c := range []struct {
+		before, after string
+		loaded        bool
+		want          LoadAction
+	}{
+		{LibraryVersion, LibraryVersion, false, ActionCurrent},
+		{newer, newer, false, ActionKeptNewer},
+		{"", LibraryVersion, true, ActionLoaded},
+		{"0.0.1", LibraryVersion, true, ActionUpgraded},
+		{"", newer, true, ActionKeptNewer},
+	} {
+		if got := loadAction(c.before, c.after, c.loaded); got != c.want {
+			t.Errorf("loadAction(%q, %q, %v) = %s, want %s", c.before, c.after, c.loaded, got, c.want)
+		}
+	}
+}

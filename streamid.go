@@ -33,6 +33,23 @@ func (id StreamID) String() string {
 	return strconv.FormatUint(id.Ms, 10) + "-" + strconv.FormatUint(id.Seq, 10)
 }
 
+// CompareIDs orders two stream ids as their stream does, returning -1, 0
+// or +1 (for sorting ids the server gave, as strings). An id that does not
+// parse sorts before every one that does; two such compare as strings.
+func CompareIDs(a, b string) int {
+	x, errA := ParseID(a)
+	y, errB := ParseID(b)
+	switch {
+	case errA != nil && errB != nil:
+		return strings.Compare(a, b)
+	case errA != nil:
+		return -1
+	case errB != nil:
+		return 1
+	}
+	return x.Compare(y)
+}
+
 // Compare returns -1, 0 or +1 as id is before, equal to or after o in a
 // stream.
 func (id StreamID) Compare(o StreamID) int {

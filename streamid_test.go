@@ -35,3 +35,20 @@ func TestParseID(t *testing.T) {
 	require.Equal(t, 0, a.Compare(a))
 	require.Equal(t, -1, a.Compare(pelwarden.StreamID{Ms: 1, Seq: 10}))
 }
+
+func TestCompareIDs(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{
+		{"9-0", "10-0", -1},
+		{"10-2", "10-1", 1},
+		{"10-1", "10-1", 0},
+		{"bad", "1-0", -1},
+		{"1-0", "bad", 1},
+		{"a", "b", -1},
+	} {
+		require.Equal(t, c.want, pelwarden.CompareIDs(c.a, c.b), "%q vs %q", c.a, c.b)
+	}
+}

@@ -34,10 +34,15 @@ const (
 type AckMode int
 
 const (
-	// AckFenced acks through the library's ack function, which acks only the
-	// entries this consumer still owns. An entry whose lease passed to
-	// another consumer while its handler ran here is left to that consumer
-	// (it runs again there) and counted as EventLostOwnership. This is the
+	// AckFenced acks only the entries this consumer still owns. An entry
+	// whose lease passed to another consumer while its handler ran here is
+	// left to that consumer (it runs again there) and counted as
+	// EventLostOwnership. The fence costs only where a takeover was
+	// possible: an entry acked within MinIdle/2 of its delivery (or of its
+	// last lease extension) cannot have been claimed elsewhere yet, so it
+	// is acked with a plain XACK, which acks exactly what the fence would;
+	// the others, held longer, go through the library's fenced ack
+	// function. Under load that is nearly every entry on XACK. This is the
 	// default.
 	AckFenced AckMode = iota
 	// AckPlain acks with XACK. An entry taken over by another consumer is
@@ -68,6 +73,14 @@ const NoLease = -1
 
 // NoDeliveryLimit as Config.MaxDeliveries disables dead-lettering by
 // delivery count.
+//
+// MaxDeliveries across the layers, in this one place: in a driver Config, 0
+// means DefaultMaxDeliveries and NoDeliveryLimit no limit, so the zero
+// Config dead-letters poison entries; the library
+// (pelwarden.ClaimArgs.MaxDeliveries), the test kit
+// (pelwardentest.ReclaimArgs) and the CLI take the count as it is, 0
+// meaning no limit. Config.claimMaxDeliveries converts the one to the
+// other.
 const NoDeliveryLimit = -1
 
 // Config configures a Consumer. The zero value of every optional field means
@@ -103,7 +116,8 @@ type Config struct {
 	DeadLetterStream string
 	// MaxDeliveries: an entry delivered this many times without success is
 	// dead-lettered by the next reclaim pass instead of reaching a handler
-	// again. Defaults to DefaultMaxDeliveries; NoDeliveryLimit disables it.
+	// again. Defaults to DefaultMaxDeliveries; NoDeliveryLimit disables it
+	// (the library counts 0 as no limit: see NoDeliveryLimit).
 	MaxDeliveries int
 	// MinIdle: a pending entry idle this long is considered abandoned and
 	// may be reclaimed by any consumer. Keep it well above the p99 handling
@@ -183,8 +197,9 @@ type Config struct {
 	// in the stream) or "$" (only new ones). Defaults to DefaultGroupStartID.
 	GroupStartID string
 
-	// ReapIdle, when positive, deletes after each reclaim pass the group's
-	// consumers idle longer than this that own no pending entries.
+	// ReapIdle, when positive, deletes at start and every ReclaimInterval
+	// the group's consumers idle longer than this that own no pending
+	// entries.
 	ReapIdle time.Duration
 
 	// TrimInterval, when positive, trims the stream at start and every
@@ -208,17 +223,18 @@ type Config struct {
 	// blocks the server long however far behind the trimming is. Defaults
 	// to pelwarden.DefaultTrimLimit; at most pelwarden.MaxCount.
 	TrimLimit int
-	// DeadLetterMaxAge, when positive, deletes after each reclaim pass the
-	// dead-letter records older than this (by their record id, the time
-	// they were dead-lettered, against the server's clock: XTRIM MINID).
+	// DeadLetterMaxAge, when positive, deletes at start and every
+	// ReclaimInterval the dead-letter records older than this (by their
+	// record id, the time they were dead-lettered, against the server's
+	// clock: XTRIM MINID).
 	// Zero, the default, keeps them until an operator removes them.
 	// Deleted records are counted as EventDeadLetterTrimmed. The
 	// consumer's ACL user needs +xtrim (and +time) for this and for
 	// DeadLetterMaxLen.
 	DeadLetterMaxAge time.Duration
-	// DeadLetterMaxLen, when positive, keeps after each reclaim pass only
-	// the newest DeadLetterMaxLen dead-letter records (XTRIM MAXLEN); the
-	// older ones are deleted and counted as EventDeadLetterTrimmed. Zero,
+	// DeadLetterMaxLen, when positive, keeps at start and every
+	// ReclaimInterval only the newest DeadLetterMaxLen dead-letter records
+	// (XTRIM MAXLEN); the older ones are deleted and counted as EventDeadLetterTrimmed. Zero,
 	// the default, sets no bound. Both bounds may be set; each applies.
 	DeadLetterMaxLen int64
 
@@ -307,22 +323,29 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// MaxStreams bounds Config.Streams: one Consumer runs four goroutines per
-// stream.
+// claimMaxDeliveries is MaxDeliveries (defaults applied) as the library's
+// claim takes it: 0 for no limit (see NoDeliveryLimit).
+func (c Config) claimMaxDeliveries() int {
+	if c.MaxDeliveries == NoDeliveryLimit {
+		return 0
+	}
+	return c.MaxDeliveries
+}
+
+// MaxStreams bounds Config.Streams: one Consumer runs a lane per stream,
+// of four to six goroutines (read, reclaim and lease loops, the acker,
+// and the upkeep and trim loops when configured; see the package doc).
 const MaxStreams = 1024
 
 // validateStreams checks Stream or Streams (defaults applied: Streams
 // holds Stream when only Stream was set) and the dead-letter streams.
 func (c Config) validateStreams() error {
 	bad := func(field, format string, a ...any) error {
-		return &ConfigError{Field: field, Reason: fmt.Sprintf(format, a...)}
+		return configError(field, format, a...)
 	}
 	name := func(field, v string) error {
-		if v == "" {
-			return bad(field, "required")
-		}
-		if len(v) > pelwarden.MaxNameBytes {
-			return bad(field, "at most %d bytes, got %d", pelwarden.MaxNameBytes, len(v))
+		if err := pelwarden.CheckName(v); err != nil {
+			return bad(field, "%v", err)
 		}
 		return nil
 	}
@@ -381,23 +404,15 @@ func (c Config) deadLetterStreamOf(stream string) string {
 	return pelwarden.DeadLetterStreamFor(stream)
 }
 
-// ConfigError names the Config field that is wrong. It matches
-// pelwarden.ErrInvalidArgument with errors.Is.
-type ConfigError struct {
-	Field  string
-	Reason string
+// configError is a bad Config field: a *pelwarden.ArgumentError naming
+// it ("Config.Stream").
+func configError(field, format string, a ...any) error {
+	return &pelwarden.ArgumentError{Scope: "pelwarden/driver", Field: "Config." + field, Reason: fmt.Sprintf(format, a...)}
 }
-
-func (e *ConfigError) Error() string {
-	return "pelwarden/driver: invalid Config." + e.Field + ": " + e.Reason
-}
-
-// Unwrap returns pelwarden.ErrInvalidArgument.
-func (e *ConfigError) Unwrap() error { return pelwarden.ErrInvalidArgument }
 
 func (c Config) validate() error {
 	bad := func(field, format string, a ...any) error {
-		return &ConfigError{Field: field, Reason: fmt.Sprintf(format, a...)}
+		return configError(field, format, a...)
 	}
 	if err := c.validateStreams(); err != nil {
 		return err
@@ -405,11 +420,8 @@ func (c Config) validate() error {
 	for _, f := range []struct{ name, v string }{
 		{"Group", c.Group}, {"Consumer", c.Consumer},
 	} {
-		if f.v == "" {
-			return bad(f.name, "required")
-		}
-		if len(f.v) > pelwarden.MaxNameBytes {
-			return bad(f.name, "at most %d bytes, got %d", pelwarden.MaxNameBytes, len(f.v))
+		if err := pelwarden.CheckName(f.v); err != nil {
+			return bad(f.name, "%v", err)
 		}
 	}
 	if c.Handler == nil {

@@ -72,9 +72,9 @@ func TestNewValidatesAndNamesTheField(t *testing.T) {
 		cfg := ok
 		tc.mod(&cfg)
 		_, err := New(rdb, cfg)
-		var ce *ConfigError
+		var ce *pelwarden.ArgumentError
 		require.True(t, errors.As(err, &ce), "%s: %v", tc.field, err)
-		require.Equal(t, tc.field, ce.Field)
+		require.Equal(t, "Config."+tc.field, ce.Field)
 		require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
 		require.Contains(t, err.Error(), "Config."+tc.field)
 	}
@@ -136,18 +136,25 @@ func TestNewFillsDefaultsWithoutMutating(t *testing.T) {
 	require.NotEqual(t, c.Name(), other.Name(), "default consumer names are unique")
 }
 
-func TestClassify(t *testing.T) {
+// OutcomeOf: what a consumer does with each handler result, RetryAfter
+// beyond MinIdle held, within it released.
+func TestOutcomeOf(t *testing.T) {
 	t.Parallel()
 	base := errors.New("x")
-	o, _ := classify(nil)
-	require.Equal(t, outcomeAck, o)
-	o, _ = classify(DeadLetter(base))
-	require.Equal(t, outcomeDeadLetter, o)
-	o, d := classify(fmtWrap(RetryAfter(time.Second, base)))
-	require.Equal(t, outcomeRetry, o)
-	require.Equal(t, time.Second, d)
-	o, _ = classify(base)
-	require.Equal(t, outcomeError, o)
+	for _, c := range []struct {
+		err  error
+		want Outcome
+	}{
+		{nil, Outcome{Action: ActionAck}},
+		{DeadLetter(base), Outcome{Action: ActionDeadLetter, ErrText: "x"}},
+		{fmtWrap(DeadLetter(nil)), Outcome{Action: ActionDeadLetter, ErrText: "<nil>"}},
+		{fmtWrap(RetryAfter(time.Second, base)), Outcome{Action: ActionRelease, Delay: time.Second, Retry: true, ErrText: "context\nretry after 1s: x"}},
+		{RetryAfter(-time.Second, base), Outcome{Action: ActionRelease, Retry: true, ErrText: "retry after -1s: x"}},
+		{RetryAfter(time.Minute, base), Outcome{Action: ActionHold, Delay: time.Minute, Retry: true, ErrText: "retry after 1m0s: x"}},
+		{base, Outcome{Action: ActionRelease, ErrText: "x"}},
+	} {
+		require.Equal(t, c.want, OutcomeOf(c.err, time.Second), "%v", c.err)
+	}
 	require.ErrorIs(t, DeadLetter(base), base)
 	require.ErrorIs(t, RetryAfter(time.Second, base), base)
 	require.Equal(t, "dead-letter: x", DeadLetter(base).Error())

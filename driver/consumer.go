@@ -3,7 +3,6 @@ package driver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
 
@@ -18,14 +17,13 @@ import (
 var ErrAlreadyRunning = errors.New("pelwarden/driver: consumer already running")
 
 // Consumer runs handlers for one consumer of a group. Create it with New.
-// Everything one Run needs lives in a run of its own (run.go); the
-// Consumer keeps what outlives runs.
+// Everything one Run needs lives in a session of its own (session.go);
+// the Consumer keeps what outlives runs.
 type Consumer struct {
 	rdb redis.UniversalClient
 	lib *pelwarden.Library
 	cfg Config
 	log *slog.Logger
-	m   Metrics
 
 	running atomic.Bool
 }
@@ -36,7 +34,7 @@ type Consumer struct {
 // ownership of rdb; the Consumer never closes it.
 func New(rdb redis.UniversalClient, cfg Config) (*Consumer, error) {
 	if rdb == nil {
-		return nil, &ConfigError{Field: "rdb", Reason: "a Redis client is required"}
+		return nil, &pelwarden.ArgumentError{Scope: "pelwarden/driver", Field: "rdb", Reason: "a Redis client is required"}
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -47,7 +45,6 @@ func New(rdb redis.UniversalClient, cfg Config) (*Consumer, error) {
 		lib: pelwarden.NewLibrary(rdb),
 		cfg: cfg,
 		log: consumerLogger(cfg),
-		m:   cfg.Metrics,
 	}, nil
 }
 
@@ -83,8 +80,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
 	}
-	s, lanes := newRun(c)
-	lingering, err := s.run(ctx, c, lanes)
+	s, lanes := newSession(c.cfg, c.log, c.lib, c.laneServer, monoClock{})
+	lingering, err := s.serve(ctx, lanes)
 	if lingering == nil {
 		c.running.Store(false)
 	} else {
@@ -95,64 +92,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return err
 }
 
-// start loads the library and checks or creates the group of every
-// stream.
-func (s *shared) start(ctx context.Context, c *Consumer, lanes []*run) error {
-	failed := func(r *run, what string) func(error, int) {
-		return func(err error, attempt int) {
-			if !permanent(err) {
-				r.commandError(what, err, attempt)
-			}
-		}
-	}
-	err := retry(ctx, onPermanent, failed(lanes[0], "load library"), func(ctx context.Context) error {
-		_, err := c.lib.Load(ctx)
-		return err
-	})
-	if err != nil {
-		if ctx.Err() != nil && !permanent(err) {
-			err = ctx.Err()
-		}
-		return fmt.Errorf("pelwarden/driver: load library: %w", err)
-	}
-	for _, r := range lanes {
-		err = retry(ctx, onPermanent, failed(r, "check group"), r.ensureGroup)
-		if err != nil && ctx.Err() != nil && !permanent(err) {
-			return fmt.Errorf("pelwarden/driver: check group: %w", ctx.Err())
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// ensureGroup creates the lane's group when CreateGroup is set (BUSYGROUP
-// is fine), and otherwise checks it exists.
-func (c *run) ensureGroup(ctx context.Context) error {
-	if c.cfg.CreateGroup {
-		err := c.rdb.XGroupCreateMkStream(ctx, c.cfg.Stream, c.cfg.Group, c.cfg.GroupStartID).Err()
-		switch {
-		case err == nil:
-			c.log.Info("created consumer group", "start_id", c.cfg.GroupStartID)
-			return nil
-		case redis.HasErrorPrefix(err, "BUSYGROUP"):
-			return nil
-		case redis.HasErrorPrefix(err, "WRONGTYPE"):
-			return fmt.Errorf("pelwarden/driver: create group: %w: %v", pelwarden.ErrWrongType, err)
-		case redis.HasErrorPrefix(err, "NOPERM"):
-			return fmt.Errorf("pelwarden/driver: create group (XGROUP CREATE %s %s %s MKSTREAM; Config.CreateGroup needs +xgroup|create): %w: %w",
-				c.cfg.Stream, c.cfg.Group, c.cfg.GroupStartID, pelwarden.ErrNoPermission, err)
-		}
-		return fmt.Errorf("pelwarden/driver: create group: %w", err)
-	}
-	_, err := c.lib.Stats(ctx, pelwarden.StatsArgs{Stream: c.cfg.Stream, DeadLetterStream: c.cfg.DeadLetterStream, Group: c.cfg.Group})
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, pelwarden.ErrNoGroup):
-		return fmt.Errorf("pelwarden/driver: group %q on stream %q does not exist; create it (XGROUP CREATE %s %s 0 MKSTREAM) or set Config.CreateGroup: %w",
-			c.cfg.Group, c.cfg.Stream, c.cfg.Stream, c.cfg.Group, err)
-	}
-	return fmt.Errorf("pelwarden/driver: check group: %w", err)
+// laneServer is the server of the lane of cfg.Stream.
+func (c *Consumer) laneServer(cfg Config) laneServer {
+	return &redisLane{rdb: c.rdb, lib: c.lib, stream: cfg.Stream, deadLetterStream: cfg.DeadLetterStream,
+		group: cfg.Group, consumer: cfg.Consumer, readBlock: cfg.ReadBlock}
 }

@@ -34,7 +34,7 @@
 //
 // Config.Streams runs one Consumer over several streams, typically the
 // partitions of a partitioned stream (pelwarden.Partitions). Each stream
-// gets a lane (run.go): its own read, reclaim, lease and ack loops, its
+// gets a lane (lane.go): its own read, reclaim, lease and ack loops, its
 // own entries in hand (stream ids repeat across streams) and its own
 // dead-letter stream, because a cluster keeps each partition in its own
 // slot and refuses commands across slots. The lanes share the window and
@@ -46,36 +46,51 @@
 //
 // # How it runs
 //
-// One Run starts these goroutines per stream (run.go), around one window
-// and Concurrency handler workers shared by all streams; arrows are the
-// queues between them:
+// One Run is a session (session.go): one window and Concurrency handler
+// workers shared by all streams, and a lane per stream (lane.go). Each
+// lane has these goroutines; arrows are the queues between them:
 //
-//		read loop ──XREADGROUP──┐                      ┌─> ack loop ──ack fn / XACK──> Redis
+//		read loop ──XREADGROUP──┐                      ┌─> acker ──ack fn / XACK──> Redis
 //		reclaim loop ──claim fn─┼─> tracker + job queue ─> Concurrency workers (handlers)
 //		lease loop ──extend fn──┘   (window: room)        └─> dead-letter / release fns
+//		upkeep loop ──reap fn, XTRIM of the dead-letter stream
+//		trim loop ──trim fn
 //
 //	  - read loop (readloop.go): XREADGROUP ">" for as many entries as the
 //	    window offers; blocks for one entry when the stream is idle.
+//	    dispatch (readloop.go too) is where read and reclaimed entries
+//	    enter the tracker and the job queue.
 //	  - reclaim loop (reclaim.go): at start and every ReclaimInterval, when
 //	    something is idle, a pass of claim-function pages until the cursor
 //	    returns; the function dead-letters entries delivered MaxDeliveries
-//	    times. Also reaps dead consumers (ReapIdle) and bounds the
-//	    dead-letter stream (DeadLetterMaxAge, DeadLetterMaxLen; retention.go).
+//	    times.
+//	  - upkeep loop (retention.go), only with ReapIdle, DeadLetterMaxAge or
+//	    DeadLetterMaxLen: at start and every ReclaimInterval, reaps dead
+//	    consumers and bounds the dead-letter stream.
 //	  - trim loop (retention.go), only with TrimInterval: at start and every
 //	    TrimInterval, trim-function calls of TrimLimit entries delete what
 //	    every consumer group of the stream has acknowledged.
 //	  - workers (work.go): run handlers from the job queue (jobqueue.go) and
-//	    settle each outcome: success to the ack queue (ackqueue.go), the
-//	    rest through the dead-letter or release functions.
-//	  - ack loop (ack.go): batched, fenced acks.
+//	    apply each outcome: success to the acker, the rest through the
+//	    dead-letter or release functions.
+//	  - acker (acker.go): owns the lane's ack queue and the loop that sends
+//	    it in batches, fenced where a takeover was possible; started and
+//	    stopped by the session, it flushes within ShutdownTimeout.
 //	  - lease loop (lease.go): extends the lease of entries held longer than
 //	    LeaseInterval, cancels handlers whose entry was taken over, holds
 //	    long RetryAfter delays.
 //
-// The tracker (tracker.go) owns the entries in hand; the window
-// (window.go) decides how many more the loops may fetch, and pauses them
-// while the server refuses writes for lack of memory. Every Redis call is
-// retried by one helper (retry.go) with its own give-up rule.
+// One entry, from read to ack, passes through four files: readloop.go
+// (read, dispatch), tracker.go (held in hand, queued for a worker),
+// work.go (its handler and outcome), acker.go (queued, sent, forgotten).
+//
+// The tracker owns the entries in hand; the window (window.go) decides how
+// many more the loops may fetch, and pauses them while the server refuses
+// writes for lack of memory. A lane reaches the server only through its
+// laneServer (server.go: read, claim, ack, extend, release, dead-letter,
+// trim, reap), and reads time only from its clock, so its rules run in
+// unit tests against a fake. Every Redis call is retried by one helper
+// (retry.go) with its own give-up rule.
 //
 // # Retention
 //
@@ -88,6 +103,6 @@
 // group reading history) holds the trimming back at its position, and
 // `pelwarden trim STREAM --dry-run` names it. The dead-letter stream has no
 // groups: DeadLetterMaxAge and DeadLetterMaxLen bound it with a plain XTRIM
-// after each reclaim pass. All three are off by default: deleting data is
+// in the upkeep loop, every ReclaimInterval. All three are off by default: deleting data is
 // asked for, never assumed.
 package driver

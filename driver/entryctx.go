@@ -80,7 +80,7 @@ func (e *entryContext) cancelWith(cause error) {
 	}
 }
 
-// release cancels the entry's context once its handler returned, freeing
+// finish cancels the entry's context once its handler returned, freeing
 // it if it was made (a goroutine the handler left behind that looks at the
 // context later finds it cancelled).
-func (e *entryContext) release() { e.cancelWith(context.Canceled) }
+func (e *entryContext) finish() { e.cancelWith(context.Canceled) }

@@ -69,7 +69,7 @@ func TestEntryContextParent(t *testing.T) {
 func TestEntryContextRelease(t *testing.T) {
 	t.Parallel()
 	e := newEntryContext(context.Background())
-	e.release()
+	e.finish()
 	requireDone(t, e)
 	require.ErrorIs(t, context.Cause(e), context.Canceled)
 }

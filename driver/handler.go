@@ -118,27 +118,61 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// outcome classifies a handler's result.
-type outcome int
+// Outcome is what a consumer does with an entry once its handler
+// returned: OutcomeOf decides it, the driver's workers apply it, and so
+// does the test kit (pelwardentest), so a test sees what production does.
+type Outcome struct {
+	// Action to take.
+	Action OutcomeAction
+	// Delay: with ActionRelease the entry is claimable again after it (0:
+	// at the next reclaim pass); with ActionHold it is the RetryAfter
+	// delay.
+	Delay time.Duration
+	// Retry: the handler asked for the retry (RetryAfter); otherwise an
+	// ActionRelease is a failure, retried at the next reclaim pass.
+	Retry bool
+	// ErrText is the handler's error text: with ActionDeadLetter, what the
+	// dead-letter record keeps (DeadLetter's error, unwrapped).
+	ErrText string
+}
+
+// OutcomeAction is what happens to an entry after its handler returned.
+type OutcomeAction int
 
 const (
-	outcomeAck outcome = iota
-	outcomeDeadLetter
-	outcomeRetry
-	outcomeError
+	// ActionAck: the handler returned nil; the entry is acknowledged, in a
+	// batch (Config.AckMode).
+	ActionAck OutcomeAction = iota
+	// ActionDeadLetter: DeadLetter(err); the entry moves to the
+	// dead-letter stream, atomically with its acknowledgement.
+	ActionDeadLetter
+	// ActionRelease: RetryAfter(d, err) with d up to MinIdle, or any other
+	// error; the entry is released (the release function), claimable
+	// again after Delay, its delivery count unchanged.
+	ActionRelease
+	// ActionHold: RetryAfter(d, err) with d beyond MinIdle; the consumer
+	// keeps the entry, extending its lease, until the retry is within
+	// MinIdle, then releases it for what is left (cut to MinIdle if the
+	// consumer stops first).
+	ActionHold
 )
 
-func classify(err error) (outcome, time.Duration) {
+// OutcomeOf returns what a consumer whose MinIdle is minIdle does with an
+// entry whose handler returned err.
+func OutcomeOf(err error, minIdle time.Duration) Outcome {
 	if err == nil {
-		return outcomeAck, 0
+		return Outcome{Action: ActionAck}
 	}
 	var dl *DeadLetterError
 	if errors.As(err, &dl) {
-		return outcomeDeadLetter, 0
+		return Outcome{Action: ActionDeadLetter, ErrText: errText(dl.Err)}
 	}
 	var ra *RetryAfterError
 	if errors.As(err, &ra) {
-		return outcomeRetry, ra.Delay
+		if ra.Delay > minIdle {
+			return Outcome{Action: ActionHold, Delay: ra.Delay, Retry: true, ErrText: errText(err)}
+		}
+		return Outcome{Action: ActionRelease, Delay: max(ra.Delay, 0), Retry: true, ErrText: errText(err)}
 	}
-	return outcomeError, 0
+	return Outcome{Action: ActionRelease, ErrText: errText(err)}
 }

@@ -1,23 +1,18 @@
 package driver
 
 // The read loop: new entries with XREADGROUP ">", as many as the window
-// has room for.
+// has room for; and dispatch, where read and reclaimed entries enter the
+// tracker and the job queue.
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/internal/ctxwait"
 )
-
-// readMargin is added to ReadBlock for a read's context deadline.
-const readMargin = 2 * time.Second
 
 // readLoop reads new entries with XREADGROUP ">", as many as the window
 // offers (at most ReadCount). Only a read for a single entry blocks (up to
@@ -29,37 +24,37 @@ const readMargin = 2 * time.Second
 // A lane of a consumer of several streams does not block: an idle stream
 // is polled without BLOCK every ReadBlock/2 (see idlePoll), so idle
 // streams hold neither a connection nor a place in the window.
-func (r *run) readLoop(ctx, handlerCtx context.Context) {
+func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 	idle := true // the last read found nothing new (or none ran yet)
-	block := len(r.Consumer.cfg.Streams) == 1
+	block := l.single
 	for first := true; ctx.Err() == nil; first = false {
-		want := r.cfg.ReadCount
+		want := l.cfg.ReadCount
 		if idle {
 			want = 1
-			if !block && !first && !r.idlePoll(ctx) {
+			if !block && !first && !l.idlePoll(ctx) {
 				return
 			}
 		}
-		res := r.flow.reserve(ctx, partyRead, want)
+		res := l.flow.reserve(ctx, partyRead, want)
 		n := res.n
 		if n == 0 {
 			return
 		}
 		var msgs []*Message
 		var began, rtt time.Duration
-		err := retry(ctx, r.readGiveUp, r.readFailed, func(ctx context.Context) error {
-			began = time.Since(monoEpoch)
+		err := retry(ctx, l.readGiveUp, l.readFailed, func(ctx context.Context) error {
+			began = l.clock.now()
 			var err error
-			msgs, err = r.read(ctx, n, idle && block)
-			rtt = time.Since(monoEpoch) - began
+			msgs, err = l.srv.read(ctx, n, idle && block)
+			rtt = l.clock.now() - began
 			return err
 		})
 		if err != nil {
-			r.flow.giveBack(res)
-			if ctx.Err() != nil || r.stopping() {
+			l.flow.giveBack(res)
+			if ctx.Err() != nil || l.stopping() {
 				return
 			}
-			if redis.HasErrorPrefix(err, "NOGROUP") && !r.groupMissing(ctx, fmt.Errorf("%w: %v", pelwarden.ErrNoGroup, err)) {
+			if errors.Is(err, pelwarden.ErrNoGroup) && !l.groupMissing(ctx, err) {
 				return
 			}
 			continue
@@ -68,55 +63,79 @@ func (r *run) readLoop(ctx, handlerCtx context.Context) {
 			rtt = 0 // it waited for entries: not a round trip
 		}
 		idle = len(msgs) == 0
-		r.readIdle.Store(idle)
-		if idle && r.inHand.Load() == 0 {
-			r.drained()
+		l.readIdle.Store(idle)
+		if idle && l.inHand.Load() == 0 {
+			l.acks.drained()
 		}
-		r.m.Count(EventRead, len(msgs))
-		r.dispatch(handlerCtx, msgs, res, began, rtt, len(msgs) == n)
+		l.m.Count(EventRead, len(msgs))
+		l.dispatch(handlerCtx, msgs, res, began, rtt, len(msgs) == n)
 	}
 }
 
 // idlePoll waits before the next read of an idle stream of a consumer of
 // several streams: ReadBlock/2, jittered by ±10% so the streams' polls
 // spread out. It reports false when ctx ended.
-func (r *run) idlePoll(ctx context.Context) bool {
-	d := r.cfg.ReadBlock / 2
+func (l *lane) idlePoll(ctx context.Context) bool {
+	d := l.cfg.ReadBlock / 2
 	d += time.Duration(rand.Int64N(int64(d)/5+1)) - d/10
 	return ctxwait.Sleep(ctx, d)
 }
 
 // readGiveUp stops retrying a read at a missing group (handled by the
 // caller) and once the consumer is stopping.
-func (r *run) readGiveUp(err error, _ int) bool {
-	return redis.HasErrorPrefix(err, "NOGROUP") || r.stopping()
+func (l *lane) readGiveUp(err error, _ int) bool {
+	return errors.Is(err, pelwarden.ErrNoGroup) || l.stopping()
 }
 
-func (r *run) readFailed(err error, attempt int) {
-	if !redis.HasErrorPrefix(err, "NOGROUP") {
-		r.commandError("read", err, attempt)
+func (l *lane) readFailed(err error, attempt int) {
+	if !errors.Is(err, pelwarden.ErrNoGroup) {
+		l.commandError("read", err, attempt)
 	}
 }
 
-// read runs one XREADGROUP, blocking up to ReadBlock when block is set, and
-// decodes it keeping field order.
-func (r *run) read(ctx context.Context, count int, block bool) ([]*Message, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.ReadBlock+readMargin)
-	defer cancel()
-	args := []any{"XREADGROUP", "GROUP", r.cfg.Group, r.cfg.Consumer, "COUNT", count}
-	if block {
-		args = append(args, "BLOCK", r.cfg.ReadBlock.Milliseconds())
+// dispatch hands msgs, fetched by the call of reservation res begun at
+// began (a clock reading), to the handler workers, and reports the call
+// to the window. rtt is the call's round trip; more says the source had
+// at least as many entries as the call asked for.
+func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reservation, began, rtt time.Duration, more bool) {
+	sizes := make([]int64, len(msgs))
+	var total int64
+	for i, m := range msgs {
+		sizes[i] = entryBytes(m)
+		total += sizes[i]
 	}
-	args = append(args, "STREAMS", r.cfg.Stream, ">")
-	v, err := r.rdb.Do(ctx, args...).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
+	if limit := l.flow.fill(res, len(msgs), total, rtt, more); limit > 0 {
+		l.log.Debug("flow window resized", "max_in_hand", limit)
 	}
-	if redis.HasErrorPrefix(err, "NOPERM") {
-		return nil, fmt.Errorf("XREADGROUP GROUP %s %s on stream %s: %w: %w", r.cfg.Group, r.cfg.Consumer, r.cfg.Stream, pelwarden.ErrNoPermission, err)
+	if len(msgs) == 0 {
+		return
 	}
-	if err != nil {
-		return nil, err
+	l.inHand.Add(int64(len(msgs)))
+	skipped, closed := l.held.add(handlerCtx, msgs, sizes, l.fenceFrom(began), l.jobs, l)
+	if closed {
+		l.log.Warn("entries read during shutdown; they stay pending", "count", len(msgs), "ids", firstIDs(messageIDs(msgs)))
 	}
-	return decodeRead(v, r.cfg.Stream, r.cfg.Group, r.cfg.Consumer)
+	for _, m := range skipped {
+		l.flow.free(entryBytes(m))
+		l.settled()
+	}
+}
+
+// entryBytes is the size the window counts for an entry: its field data
+// and its id (never zero, so the window learns the size of entries whose
+// fields are empty).
+func entryBytes(m *Message) int64 {
+	n := int64(len(m.ID))
+	for _, f := range m.Fields {
+		n += int64(len(f.Name) + len(f.Value))
+	}
+	return n
+}
+
+func messageIDs(msgs []*Message) []string {
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return ids
 }

@@ -1,15 +1,12 @@
 package driver
 
-// The reclaim loop: passes over the PEL through the claim function, and
-// the reaping of dead consumers.
+// The reclaim loop: passes over the PEL through the claim function.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/pelwarden/pelwarden"
 )
@@ -24,26 +21,12 @@ const reclaimAttempts = 6
 // idle entries or not (one page when nothing is idle): the library checks
 // the ACL for every command a claim can need, so a consumer that may not,
 // say, XACK stops at start instead of at its first poison entry.
-func (r *run) reclaimLoop(ctx, handlerCtx context.Context) {
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for first := true; ; first = false {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+func (l *lane) reclaimLoop(ctx, handlerCtx context.Context) {
+	repeat(ctx, l.cfg.ReclaimInterval, func(first bool) {
+		if idle := l.anythingIdle(ctx); idle || first {
+			l.reclaimPass(ctx, handlerCtx, !idle)
 		}
-		if idle := r.anythingIdle(ctx); idle || first {
-			r.reclaimPass(ctx, handlerCtx, !idle)
-		}
-		if r.cfg.ReapIdle > 0 && ctx.Err() == nil {
-			r.reap(ctx)
-		}
-		if (r.cfg.DeadLetterMaxAge > 0 || r.cfg.DeadLetterMaxLen > 0) && ctx.Err() == nil {
-			r.deadLetterRetention(ctx)
-		}
-		t.Reset(r.cfg.ReclaimInterval)
-	}
+	})
 }
 
 // anythingIdle reports whether some pending entry has been idle for MinIdle,
@@ -53,16 +36,15 @@ func (r *run) reclaimLoop(ctx, handlerCtx context.Context) {
 // in the server's own code and stops at the first idle entry (75 ms for
 // 1,000,000 entries with nothing idle, microseconds for a small PEL). An
 // error is logged and the pass runs anyway.
-func (r *run) anythingIdle(ctx context.Context) bool {
-	p, err := r.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: r.cfg.Stream, Group: r.cfg.Group,
-		Idle: r.cfg.MinIdle, Start: "-", End: "+", Count: 1}).Result()
+func (l *lane) anythingIdle(ctx context.Context) bool {
+	idle, err := l.srv.anyIdle(ctx, l.cfg.MinIdle)
 	if err != nil {
-		if ctx.Err() == nil && !redis.HasErrorPrefix(err, "NOGROUP") {
-			r.commandError("check for idle entries", err, 0)
+		if ctx.Err() == nil && !errors.Is(err, pelwarden.ErrNoGroup) {
+			l.commandError("check for idle entries", err, 0)
 		}
 		return true
 	}
-	return len(p) > 0
+	return idle
 }
 
 // reclaimPass walks the PEL page by page with the claim function until the
@@ -71,16 +53,13 @@ func (r *run) anythingIdle(ctx context.Context) bool {
 // are busy, never for more than can come), up to ClaimCount entries and
 // about the window's batch of bytes. What the pass dead-lettered, found
 // deleted or could not dead-letter is logged once at its end.
-func (r *run) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
-	maxDeliveries := r.cfg.MaxDeliveries
-	if maxDeliveries == NoDeliveryLimit {
-		maxDeliveries = 0
-	}
+func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
+	maxDeliveries := l.cfg.claimMaxDeliveries()
 	rep := passReport{maxDeliveries: maxDeliveries}
-	defer rep.log(r)
+	defer rep.log(l)
 	cursor := "0-0"
 	for ctx.Err() == nil {
-		res := r.flow.reserve(ctx, partyReclaim, r.cfg.ClaimCount)
+		res := l.flow.reserve(ctx, partyReclaim, l.cfg.ClaimCount)
 		n := res.n
 		if n == 0 {
 			return
@@ -89,42 +68,39 @@ func (r *run) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 		var began, rtt time.Duration
 		err := retry(ctx, claimGiveUp(), func(err error, attempt int) {
 			if !errors.Is(err, pelwarden.ErrNoGroup) && !permanent(err) {
-				r.commandError("reclaim", err, attempt)
+				l.commandError("reclaim", err, attempt)
 			}
 		}, func(ctx context.Context) error {
-			began = time.Since(monoEpoch)
+			began = l.clock.now()
 			var err error
-			page, err = r.lib.Claim(ctx, pelwarden.ClaimArgs{
-				Stream: r.cfg.Stream, DeadLetterStream: r.cfg.DeadLetterStream, Group: r.cfg.Group,
-				Consumer: r.cfg.Consumer, MinIdle: r.cfg.MinIdle, Cursor: cursor, Count: n,
-				MaxDeliveries: maxDeliveries, Backoff: r.cfg.Backoff, MaxBytes: int(r.flow.pageBytes()),
-			})
-			rtt = time.Since(monoEpoch) - began
+			page, err = l.srv.claim(ctx, pelwarden.ClaimArgs{MinIdle: l.cfg.MinIdle, Cursor: cursor, Count: n,
+				MaxDeliveries: maxDeliveries, Backoff: l.cfg.Backoff, MaxBytes: int(l.flow.pageBytes())})
+			rtt = l.clock.now() - began
 			return err
 		})
 		if err != nil {
-			r.flow.giveBack(res)
+			l.flow.giveBack(res)
 			switch {
 			case ctx.Err() != nil:
 			case errors.Is(err, pelwarden.ErrNoGroup):
-				if r.groupMissing(ctx, err) {
+				if l.groupMissing(ctx, err) {
 					continue
 				}
 			case permanent(err):
-				r.stop(fmt.Errorf("pelwarden/driver: reclaim: %w", err))
+				l.stop(fmt.Errorf("pelwarden/driver: reclaim: %w", err))
 			}
 			return // the next pass starts over
 		}
-		r.memoryFreed("reclaim")
-		r.m.Count(EventClaimed, len(page.Entries))
-		rep.add(r, page)
+		l.sess.memoryFreed("reclaim")
+		l.m.Count(EventClaimed, len(page.Entries))
+		rep.add(l, page)
 		msgs := make([]Message, len(page.Entries))
 		ptrs := make([]*Message, len(page.Entries))
 		for i, e := range page.Entries {
-			msgs[i] = Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: r.cfg.Stream, Group: r.cfg.Group, Consumer: r.cfg.Consumer}
+			msgs[i] = Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: l.cfg.Stream, Group: l.cfg.Group, Consumer: l.cfg.Consumer}
 			ptrs[i] = &msgs[i]
 		}
-		r.dispatch(handlerCtx, ptrs, res, began, rtt, !page.Done())
+		l.dispatch(handlerCtx, ptrs, res, began, rtt, !page.Done())
 		if page.Done() || onePage {
 			return
 		}
@@ -169,48 +145,31 @@ func (l *idList) add(ids []string) {
 	}
 }
 
-func (p *passReport) add(r *run, page *pelwarden.ClaimPage) {
+func (p *passReport) add(l *lane, page *pelwarden.ClaimPage) {
 	if len(page.DeadLettered) > 0 {
-		r.m.DeadLettered(pelwarden.ReasonMaxDeliveries, len(page.DeadLettered))
+		l.m.DeadLettered(pelwarden.ReasonMaxDeliveries, len(page.DeadLettered))
 		p.deadLettered.add(page.DeadLettered)
 	}
 	if len(page.TooLarge) > 0 {
-		r.m.Count(EventTooLarge, len(page.TooLarge))
+		l.m.Count(EventTooLarge, len(page.TooLarge))
 		p.tooLarge.add(page.TooLarge)
 	}
 	if len(page.Deleted) > 0 {
-		r.m.Count(EventDeletedFromPEL, len(page.Deleted))
+		l.m.Count(EventDeletedFromPEL, len(page.Deleted))
 		p.deleted.add(page.Deleted)
 	}
 }
 
-func (p *passReport) log(r *run) {
+func (p *passReport) log(l *lane) {
 	if p.deadLettered.n > 0 {
-		r.log.Warn("reclaim pass dead-lettered entries delivered too often", "count", p.deadLettered.n,
+		l.log.Warn("reclaim pass dead-lettered entries delivered too often", "count", p.deadLettered.n,
 			"max_deliveries", p.maxDeliveries, "first_ids", p.deadLettered.first)
 	}
 	if p.tooLarge.n > 0 {
-		r.log.Error("entries at MaxDeliveries have too many fields to dead-letter atomically; they stay pending for an operator",
+		l.log.Error("entries at MaxDeliveries have too many fields to dead-letter atomically; they stay pending for an operator",
 			"count", p.tooLarge.n, "first_ids", p.tooLarge.first)
 	}
 	if p.deleted.n > 0 {
-		r.log.Warn("pending entries were deleted from the stream; cleared from the PEL", "count", p.deleted.n, "first_ids", p.deleted.first)
-	}
-}
-
-func (r *run) reap(ctx context.Context) {
-	res, err := r.lib.Reap(ctx, pelwarden.ReapArgs{Stream: r.cfg.Stream, Group: r.cfg.Group, Idle: r.cfg.ReapIdle, Keep: []string{r.cfg.Consumer}})
-	if err != nil {
-		if ctx.Err() == nil {
-			r.commandError("reap", err, 0)
-		}
-		return
-	}
-	if len(res.Deleted) > 0 {
-		r.m.Count(EventReaped, len(res.Deleted))
-		r.log.Info("reaped idle consumers that owned nothing", "consumers", res.Deleted)
-	}
-	for _, k := range res.Kept {
-		r.log.Debug("idle consumer kept: it still owns pending entries", "idle_consumer", k.Name, "pending", k.Pending)
+		l.log.Warn("pending entries were deleted from the stream; cleared from the PEL", "count", p.deleted.n, "first_ids", p.deleted.first)
 	}
 }

@@ -58,3 +58,19 @@ func backoff(attempt int) time.Duration {
 	d = min(d, 5*time.Second)
 	return d/2 + rand.N(d/2+1)
 }
+
+// repeat calls fn at once and then every d after it returned, until ctx
+// ends; first is true on the first call.
+func repeat(ctx context.Context, d time.Duration, fn func(first bool)) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for first := true; ; first = false {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fn(first)
+		t.Reset(d)
+	}
+}

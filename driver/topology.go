@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"errors"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,30 +17,14 @@ import (
 // was promoted. The reload is lazy (in the background, coalesced by
 // go-redis, with a 200 ms cooldown) and the driver's retries are spaced by
 // backoff, so it costs at most a few CLUSTER SLOTS per second.
-func (c *Consumer) followTopology(err error) {
-	if cc, ok := c.rdb.(*redis.ClusterClient); ok && staleTopology(err) {
+func followTopology(rdb redis.UniversalClient, err error) {
+	if cc, ok := rdb.(*redis.ClusterClient); ok && staleTopology(err) {
 		cc.ReloadState(context.Background())
 	}
 }
 
 // staleTopology reports errors after which a cluster's slot map may have
-// changed: the node did not answer (connection refused or reset, a timeout:
-// it may be dead and its replica promoted), or the server said the cluster
-// is reconfiguring (CLUSTERDOWN during a failover, TRYAGAIN, MASTERDOWN,
-// LOADING, READONLY from a demoted primary). Cancellation, permanent errors
-// and malformed replies are not.
-func staleTopology(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || permanent(err) || errors.Is(err, pelwarden.ErrMalformedReply) {
-		return false
-	}
-	var reply redis.Error
-	if !errors.As(err, &reply) {
-		return true // no reply from the server
-	}
-	for _, prefix := range []string{"CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "LOADING", "READONLY"} {
-		if redis.HasErrorPrefix(err, prefix) {
-			return true
-		}
-	}
-	return false
-}
+// changed (pelwarden.ClassStaleTopology): the node did not answer
+// (connection refused or reset, a timeout: it may be dead and its replica
+// promoted), or the server said the cluster is reconfiguring.
+func staleTopology(err error) bool { return pelwarden.Classify(err) == pelwarden.ClassStaleTopology }

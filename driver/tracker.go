@@ -14,23 +14,25 @@ import (
 // entries are due for a lease extension; every other part goes through it
 // to add, settle or give entries back.
 type tracker struct {
+	clock clock
+
 	mu        sync.Mutex
-	entries   map[string]*inflight // by entry id
-	delayed   map[string]time.Time // RetryAfter beyond MinIdle: id -> retry at
-	unstarted []string             // queued entries skipped at shutdown
-	closed    bool                 // shutdown began: add refuses
+	entries   map[string]*inflight     // by entry id
+	delayed   map[string]time.Duration // RetryAfter beyond MinIdle: id -> retry at (a clock reading)
+	unstarted []string                 // queued entries skipped at shutdown
+	closed    bool                     // shutdown began: add refuses
 }
 
 // inflight is one entry in hand.
 type inflight struct {
-	queued time.Duration // dispatch time, since monoEpoch
+	queued time.Duration // dispatch time (a clock reading)
 	ctx    *entryContext // the handler's context
 	bytes  int64         // field bytes, counted in the window
 	lost   atomic.Bool   // another consumer took it over
 	// acking: the handler succeeded and the ack is queued; the ack loop
 	// sends it within MinIdle/4.
 	acking atomic.Bool
-	// ownedUntil (since monoEpoch): no other consumer can take the entry
+	// ownedUntil (a clock reading): no other consumer can take the entry
 	// over before then (see fenceFrom); moved on by lease extensions.
 	ownedUntil atomic.Int64
 }
@@ -39,17 +41,12 @@ type inflight struct {
 type job struct {
 	m    *Message
 	f    *inflight
-	lane *run // the stream's lane that settles it
+	lane *lane // the stream's lane that settles it
 }
 
-func newTracker() *tracker {
-	return &tracker{entries: map[string]*inflight{}, delayed: map[string]time.Time{}}
+func newTracker(clk clock) *tracker {
+	return &tracker{clock: clk, entries: map[string]*inflight{}, delayed: map[string]time.Duration{}}
 }
-
-// monoEpoch anchors handler timings: time.Since of a time with a monotonic
-// reading reads one clock, where time.Now reads two (a handler that does
-// nothing costs less than the clock reads around it).
-var monoEpoch = time.Now()
 
 // add tracks msgs and queues them on q for the workers, in one locked step
 // (so nothing is queued after close). An entry already held is skipped: a
@@ -60,8 +57,8 @@ var monoEpoch = time.Now()
 //
 // ownedUntil is when another consumer could first take them over (see
 // fenceFrom).
-func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64, ownedUntil time.Duration, q *jobQueue, lane *run) (skipped []*Message, closed bool) {
-	now := time.Since(monoEpoch)
+func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64, ownedUntil time.Duration, q *jobQueue, l *lane) (skipped []*Message, closed bool) {
+	now := t.clock.now()
 	fs := make([]inflight, len(msgs))
 	ctxs := make([]entryContext, len(msgs))
 	jobs := make([]job, 0, len(msgs))
@@ -85,7 +82,7 @@ func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64
 		if len(t.delayed) > 0 {
 			delete(t.delayed, m.ID)
 		}
-		jobs = append(jobs, job{m: m, f: f, lane: lane})
+		jobs = append(jobs, job{m: m, f: f, lane: l})
 	}
 	q.push(jobs...)
 	return skipped, false
@@ -108,9 +105,9 @@ func (t *tracker) forget(ids ...string) {
 	t.mu.Unlock()
 }
 
-// delay holds id back until at (a RetryAfter beyond MinIdle): the lease
-// loop keeps it ours until then.
-func (t *tracker) delay(id string, at time.Time) {
+// delay holds id back until at, a clock reading (a RetryAfter beyond
+// MinIdle): the lease loop keeps it ours until then.
+func (t *tracker) delay(id string, at time.Duration) {
 	t.mu.Lock()
 	t.delayed[id] = at
 	t.mu.Unlock()
@@ -139,13 +136,12 @@ func (t *tracker) takeUnstarted() []string {
 // returned in release, with the longest delay left among them, to be
 // released with that delay.
 func (t *tracker) leaseDue(heartbeat bool, every, minIdle time.Duration) (extend, release []string, releaseDelay time.Duration) {
-	now := time.Now()
-	since := time.Since(monoEpoch)
+	now := t.clock.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if heartbeat {
 		for id, f := range t.entries {
-			age := since - f.queued
+			age := now - f.queued
 			if age < every || f.lost.Load() {
 				continue
 			}
@@ -158,7 +154,7 @@ func (t *tracker) leaseDue(heartbeat bool, every, minIdle time.Duration) (extend
 		}
 	}
 	for id, at := range t.delayed {
-		left := at.Sub(now)
+		left := at - now
 		if left <= minIdle-every {
 			release = append(release, id)
 			releaseDelay = max(releaseDelay, left)

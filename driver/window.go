@@ -70,7 +70,7 @@ type window struct {
 	inflight int64
 	perEntry float64               // mean field bytes per entry seen (0: none yet)
 	rtt      float64               // mean round trip of a call, in seconds
-	run      float64               // mean handling time of an entry, in seconds
+	handling float64               // mean handling time of an entry, in seconds
 	last     party                 // the last taker, for turns
 	calls    uint64                // reservations made so far: each call's ticket
 	grownAt  uint64                // tickets up to this one may not grow the window
@@ -195,7 +195,7 @@ func (w *window) offerLocked(p party, want int, waited bool) (n int, bound bool)
 		}
 		// The reclaim loop probes a paused window with claims of one
 		// entry: the claim refused for lack of memory is what paused it,
-		// and one that succeeds ends the pause (run.memoryFreed).
+		// and one that succeeds ends the pause (session.memoryFreed).
 		want = 1
 	}
 	size, need := w.sizeLocked(want)
@@ -332,14 +332,14 @@ func (w *window) resizeLocked(r reservation, more bool) {
 	}
 	if n := w.timed.Load(); n >= minTimed {
 		wait := float64(w.waitSum.Swap(0)) / float64(n) / 1e9
-		run := float64(w.runSum.Swap(0)) / float64(n) / 1e9
+		took := float64(w.runSum.Swap(0)) / float64(n) / 1e9
 		w.timed.Store(0)
-		if w.run == 0 {
-			w.run = run
+		if w.handling == 0 {
+			w.handling = took
 		} else {
-			w.run += (run - w.run) / 4
+			w.handling += (took - w.handling) / 4
 		}
-		hoarding := wait > run && wait > max(hoardRoundTrips*w.rtt, hoardMinWait.Seconds())
+		hoarding := wait > took && wait > max(hoardRoundTrips*w.rtt, hoardMinWait.Seconds())
 		if (hoarding || wait > w.maxWait) && w.limit > w.floor {
 			w.limit = max(w.floor, w.limit-w.limit/4)
 			return
@@ -355,10 +355,10 @@ func (w *window) resizeLocked(r reservation, more bool) {
 // handlers plus what they handle in coverRoundTrips calls' round trips.
 // Without measurements yet, it is unbounded.
 func (w *window) enoughLocked() float64 {
-	if w.run == 0 || w.rtt == 0 {
+	if w.handling == 0 || w.rtt == 0 {
 		return math.Inf(1)
 	}
-	return float64(w.floor) * (1 + coverRoundTrips*w.rtt/w.run)
+	return float64(w.floor) * (1 + coverRoundTrips*w.rtt/w.handling)
 }
 
 // giveBack returns the places of a call that failed.
@@ -373,9 +373,9 @@ func (w *window) giveBack(r reservation) {
 // pageBytes is the most bytes of field data one call should fetch.
 func (w *window) pageBytes() int64 { return w.batchBytes }
 
-// settle gives back one entry's place and bytes once its handler returned
+// free gives back one entry's place and bytes once its handler returned
 // (or it was dropped).
-func (w *window) settle(bytes int64) {
+func (w *window) free(bytes int64) {
 	w.mu.Lock()
 	w.held--
 	w.bytes -= bytes
@@ -386,9 +386,9 @@ func (w *window) settle(bytes int64) {
 }
 
 // timing records one handler's queue wait and handling time.
-func (w *window) timing(wait, run time.Duration) {
+func (w *window) timing(wait, took time.Duration) {
 	w.waitSum.Add(int64(wait))
-	w.runSum.Add(int64(run))
+	w.runSum.Add(int64(took))
 	w.timed.Add(1)
 }
 
@@ -420,13 +420,6 @@ func (w *window) resume() bool {
 	w.paused = false
 	close(w.resumed)
 	return true
-}
-
-// isPaused reports whether taking is paused.
-func (w *window) isPaused() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.paused
 }
 
 // size returns the window's current size and the entries in hand (with

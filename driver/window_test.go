@@ -33,7 +33,7 @@ func TestWindowGrowsWhenHandlersStarve(t *testing.T) {
 		}
 		w.fill(r, min(got, r.n), int64(min(got, r.n))*100, time.Millisecond, more)
 		for range min(got, r.n) {
-			w.settle(100)
+			w.free(100)
 		}
 	}
 	call(w, 500, true, true)
@@ -91,7 +91,7 @@ func TestWindowShrinksWhenEntriesWait(t *testing.T) {
 	}
 	r := w.reserve(ctx, partyRead, 1)
 	w.fill(r, r.n, 10, time.Millisecond, true)
-	w.settle(10)
+	w.free(10)
 	limit, _ := w.size()
 	require.Equal(t, 48, limit)
 
@@ -101,7 +101,7 @@ func TestWindowShrinksWhenEntriesWait(t *testing.T) {
 	}
 	r = w.reserve(ctx, partyRead, 1)
 	w.fill(r, r.n, 10, time.Millisecond, true)
-	w.settle(10)
+	w.free(10)
 	limit, _ = w.size()
 	require.Equal(t, 48, limit)
 
@@ -111,7 +111,7 @@ func TestWindowShrinksWhenEntriesWait(t *testing.T) {
 		}
 		r = w.reserve(ctx, partyRead, 1)
 		w.fill(r, r.n, 10, time.Millisecond, true)
-		w.settle(10)
+		w.free(10)
 	}
 	limit, _ = w.size()
 	require.Equal(t, 16, limit, "never below Concurrency")
@@ -161,7 +161,7 @@ func TestWindowFollowsEntrySize(t *testing.T) {
 		t.Fatalf("reserved %d entries with the byte cap reached", n)
 	case <-time.After(20 * time.Millisecond):
 	}
-	w.settle(mib)
+	w.free(mib)
 	require.Equal(t, 1, <-got, "room for one more MiB")
 }
 
@@ -179,11 +179,11 @@ func TestWindowTakersTakeTurns(t *testing.T) {
 	waitWaiter(t, w, partyReclaim)
 	go func() { reads <- w.reserve(ctx, partyRead, 4) }()
 	waitWaiter(t, w, partyRead)
-	w.settle(10) // one place: the read loop took last, so the claim goes first
+	w.free(10) // one place: the read loop took last, so the claim goes first
 	c := <-claims
 	require.Equal(t, 1, c.n)
 	w.fill(c, 1, 10, time.Millisecond, true)
-	w.settle(10)
+	w.free(10)
 	require.Equal(t, 1, (<-reads).n)
 }
 
@@ -208,7 +208,7 @@ func TestWindowTakersOfOnePartyQueue(t *testing.T) {
 		waitWaiters(t, w, partyRead, i+1)
 	}
 	for want := range 3 {
-		w.settle(10) // one place at a time
+		w.free(10) // one place at a time
 		require.Equal(t, want, <-order)
 	}
 }
@@ -222,7 +222,7 @@ func TestWindowCountsCallsInFlight(t *testing.T) {
 	w := newWindow(16, 64, false, 8*mib, time.Minute)
 	r := w.reserve(ctx, partyRead, 1)
 	w.fill(r, 1, mib, time.Millisecond, false) // 1 MiB entries
-	w.settle(mib)
+	w.free(mib)
 	a := w.reserve(ctx, partyRead, 500)
 	require.Equal(t, 4, a.n, "a batch is 4 MiB")
 	b := w.reserve(ctx, partyRead, 500)
@@ -337,7 +337,7 @@ func TestWindowWaiterFollowsAShrink(t *testing.T) {
 	w.limit = 8 // shrunk meanwhile
 	w.mu.Unlock()
 	for range 200 - 4 {
-		w.settle(10) // 4 held: room for 4, and 2 are worth a call now
+		w.free(10) // 4 held: room for 4, and 2 are worth a call now
 	}
 	select {
 	case n := <-got:

@@ -472,7 +472,7 @@ func TestLibraryOnFullServer(t *testing.T) {
 				require.EqualValues(t, 1, ext.Extended)
 				rel, err := lib.Release(ctx, pelwarden.ReleaseArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", IDs: ids[3:4], MinIdle: time.Second})
 				require.NoError(t, err, "release on a full server")
-				require.EqualValues(t, 1, rel.Extended)
+				require.EqualValues(t, 1, rel.Released)
 				_, err = lib.Reap(ctx, pelwarden.ReapArgs{Stream: f.Stream, Group: f.Group, Idle: time.Hour})
 				require.NoError(t, err, "reap on a full server")
 

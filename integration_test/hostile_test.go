@@ -271,7 +271,7 @@ func TestHostileAbsurdValid(t *testing.T) {
 		// delivery counts stay.
 		r, err := s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: ids[:2], MinIdle: time.Duration(math.MaxInt64)})
 		require.NoError(t, err)
-		require.EqualValues(t, 2, r.Extended)
+		require.EqualValues(t, 2, r.Released)
 		rp0, err := s.lib.Redrive(ctx, pelwarden.RedriveArgs{DeadLetterStream: f.DeadLetterStream, Stream: f.Stream, Cursor: "18446744073709551615-18446744073709551615"})
 		require.NoError(t, err)
 		require.True(t, rp0.Done())
@@ -283,7 +283,7 @@ func TestHostileAbsurdValid(t *testing.T) {
 	})
 }
 
-// driver.New refuses bad configs with a *driver.ConfigError naming the
+// driver.New refuses bad configs with a *pelwarden.ArgumentError naming the
 // field, and does no I/O.
 func TestHostileDriverConfig(t *testing.T) {
 	t.Parallel()
@@ -330,13 +330,13 @@ func TestHostileDriverConfig(t *testing.T) {
 		cfg := base()
 		c.mod(&cfg)
 		_, err := driver.New(rdb, cfg)
-		var ce *driver.ConfigError
+		var ce *pelwarden.ArgumentError
 		require.ErrorAs(t, err, &ce, "field %s", c.field)
-		require.Equal(t, c.field, ce.Field, "%v", err)
+		require.Equal(t, "Config."+c.field, ce.Field, "%v", err)
 		require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
 	}
 	_, err := driver.New(nil, base())
-	var ce *driver.ConfigError
+	var ce *pelwarden.ArgumentError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "rdb", ce.Field)
 }

@@ -400,10 +400,10 @@ func TestRelease(t *testing.T) {
 		minIdle := time.Hour
 		r, err := s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: ids[:1], MinIdle: minIdle, Delay: 0})
 		require.NoError(t, err)
-		require.EqualValues(t, 1, r.Extended)
+		require.EqualValues(t, 1, r.Released)
 		r, err = s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: f.Stream, Group: f.Group, Consumer: "a", IDs: ids[1:], MinIdle: minIdle, Delay: 10 * time.Minute})
 		require.NoError(t, err)
-		require.EqualValues(t, 1, r.Extended)
+		require.EqualValues(t, 1, r.Released)
 		require.Equal(t, []string{ids[2]}, r.NotOwned)
 
 		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c", MinIdle: minIdle})

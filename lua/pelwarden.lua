@@ -254,6 +254,39 @@ local function fieldbytes(fields)
   return n
 end
 
+-- The two keys of claim and deadletter (named fn in the error): the
+-- stream and its dead-letter stream, which must differ.
+local function streamanddlq(keys, fn)
+  local stream, dlq = keys[1], keys[2]
+  if stream == nil or dlq == nil then
+    fail(ERRORS.BADARG, fn .. ' needs 2 keys: stream, dead-letter stream')
+  end
+  if stream == dlq then
+    fail(ERRORS.BADARG, 'the dead-letter stream must differ from the stream')
+  end
+  return stream, dlq
+end
+
+-- The dead-letter step of one pending id, shared by claim and deadletter:
+-- copies the entry to dlq with its metadata (owner and deliveries are its
+-- owner and delivery count in the PEL) and XACKs it, XDELing it too with
+-- delete. Returns 'dead' and the entry's fields; 'deleted' when the entry
+-- is gone from the stream (the id is XACKed: cleared from the PEL); or
+-- 'toolarge' when it has too many fields to copy (nothing written).
+local function deadletterone(stream, dlq, group, id, owner, deliveries, reason, errtext, now, delete)
+  local e = call('XRANGE', stream, id, id)
+  if #e == 0 then
+    call('XACK', stream, group, id)
+    return 'deleted'
+  end
+  local fields = e[1][2]
+  if not fitsdeadletter(fields) then return 'toolarge' end
+  xaddrecord(dlq, deadrecord(fields, id, stream, group, owner, deliveries, reason, errtext, now))
+  call('XACK', stream, group, id)
+  if delete then call('XDEL', stream, id) end
+  return 'dead', fields
+end
+
 -- The owner and delivery count of one pending id, or nil when it is not in
 -- the group's PEL.
 local function pendinginfo(stream, group, id)
@@ -387,13 +420,7 @@ end
 -- KEYS[1] and KEYS[2] must differ (PWBADARG).
 -- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
 local function claim(keys, args)
-  local stream, dlq = keys[1], keys[2]
-  if stream == nil or dlq == nil then
-    fail(ERRORS.BADARG, 'claim needs 2 keys: stream, dead-letter stream')
-  end
-  if stream == dlq then
-    fail(ERRORS.BADARG, 'the dead-letter stream must differ from the stream')
-  end
+  local stream, dlq = streamanddlq(keys, 'claim')
   local group = argname(args, 1, 'group')
   local consumer = argname(args, 2, 'consumer')
   local minidle = argint(args, 3, 'min-idle', 0, 2 ^ 53)
@@ -459,20 +486,16 @@ local function claim(keys, args)
         backedoff = backedoff + 1
       elseif idle >= threshold then
         if maxdeliveries > 0 and deliveries >= maxdeliveries then
-          local e = redis.call('XRANGE', stream, id, id)
-          if #e == 0 then
-            redis.call('XACK', stream, group, id)
+          now = now or nowms()
+          local done, fields = deadletterone(stream, dlq, group, id, owner, deliveries,
+            REASON_MAX_DELIVERIES, '', now, delete)
+          if done == 'deleted' then
             deleted[#deleted + 1] = id
-          elseif not fitsdeadletter(e[1][2]) then
+          elseif done == 'toolarge' then
             toolarge[#toolarge + 1] = id
           else
-            now = now or nowms()
-            xaddrecord(dlq, deadrecord(e[1][2], id, stream, group, owner, deliveries,
-              REASON_MAX_DELIVERIES, '', now))
-            redis.call('XACK', stream, group, id)
-            if delete then redis.call('XDEL', stream, id) end
             dead[#dead + 1] = id
-            bytes = bytes + fieldbytes(e[1][2])
+            bytes = bytes + fieldbytes(fields)
           end
           taken = taken + 1
         elseif batch then
@@ -480,11 +503,11 @@ local function claim(keys, args)
           toclaimdel[id] = deliveries
           taken = taken + 1
         elseif claimlive then
-          local c = redis.call('XCLAIM', stream, group, consumer, 0, id)
+          local c = call('XCLAIM', stream, group, consumer, 0, id)
           if #c == 0 then
             -- The entry is gone from the stream. Redis 7+ drops such ids from
             -- the PEL in XCLAIM already; XACK makes sure on every server.
-            redis.call('XACK', stream, group, id)
+            call('XACK', stream, group, id)
             deleted[#deleted + 1] = id
           else
             local fields = c[1][2]
@@ -619,13 +642,7 @@ end
 --                      attempt of a retried call; added in 1.0.3) }
 -- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
 local function deadletter(keys, args)
-  local stream, dlq = keys[1], keys[2]
-  if stream == nil or dlq == nil then
-    fail(ERRORS.BADARG, 'deadletter needs 2 keys: stream, dead-letter stream')
-  end
-  if stream == dlq then
-    fail(ERRORS.BADARG, 'the dead-letter stream must differ from the stream')
-  end
+  local stream, dlq = streamanddlq(keys, 'deadletter')
   local group = argname(args, 1, 'group')
   local consumer = argname(args, 2, 'consumer')
   local delete = argbool(args, 3, 'delete')
@@ -648,17 +665,12 @@ local function deadletter(keys, args)
       lost[#lost + 1] = id
       if owner == nil then gone[#gone + 1] = id end
     else
-      local e = redis.call('XRANGE', stream, id, id)
-      if #e == 0 then
-        redis.call('XACK', stream, group, id)
+      local done = deadletterone(stream, dlq, group, id, owner, deliveries, reason, errtext, now, delete)
+      if done == 'deleted' then
         deleted[#deleted + 1] = id
-      elseif not fitsdeadletter(e[1][2]) then
+      elseif done == 'toolarge' then
         toolarge[#toolarge + 1] = id
       else
-        xaddrecord(dlq, deadrecord(e[1][2], id, stream, group, owner, deliveries,
-          reason, errtext, now))
-        redis.call('XACK', stream, group, id)
-        if delete then redis.call('XDEL', stream, id) end
         dead[#dead + 1] = id
       end
     end
@@ -1125,7 +1137,8 @@ local function version(keys, args)
   return LIBRARY_VERSION
 end
 
--- @@register (everything below is replaced by lua/shim.lua under EVALSHA)
+-- The function table, read by the registration below and, under EVALSHA,
+-- by lua/shim.lua (which replaces the registration).
 --
 -- allow-oom (since 1.0.4): ack, extend, release, reap and trim (1.1.0)
 -- only acknowledge, re-time or delete what is already there, so they run
@@ -1148,6 +1161,7 @@ local FUNCTIONS = {
   {name = 'pelwarden_v1_trim_plan', fn = trimplan, flags = {'no-writes'}},
   {name = 'pelwarden_v1_version', fn = version, flags = {'no-writes'}},
 }
+-- @@register (everything below is replaced by lua/shim.lua under EVALSHA)
 -- The load-time environment is minimal (no ipairs on Redis 7.0): plain loop.
 for i = 1, #FUNCTIONS do
   local f = FUNCTIONS[i]

@@ -7,20 +7,15 @@
 -- ARGV[2..] the function's ARGV
 -- Reply: the function's reply. Errors: the function's, or PWBADARG for an
 -- unknown name.
-local FUNCTIONS = {
-  pelwarden_v1_claim = claim,
-  pelwarden_v1_ack = ack,
-  pelwarden_v1_deadletter = deadletter,
-  pelwarden_v1_extend = extend,
-  pelwarden_v1_release = release,
-  pelwarden_v1_reap = reap,
-  pelwarden_v1_redrive = redrive,
-  pelwarden_v1_stats = stats,
-  pelwarden_v1_trim = trim,
-  pelwarden_v1_trim_plan = trimplan,
-  pelwarden_v1_version = version,
-}
-local fn = FUNCTIONS[ARGV[1]]
+-- The functions are the library's FUNCTIONS table, defined above the
+-- marker.
+local fn = nil
+for i = 1, #FUNCTIONS do
+  if FUNCTIONS[i].name == ARGV[1] then
+    fn = FUNCTIONS[i].fn
+    break
+  end
+end
 if fn == nil then
   return fail(ERRORS.BADARG, 'unknown function ' .. tostring(ARGV[1]))
 end

@@ -2,7 +2,6 @@ package pelwardentest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -165,7 +164,8 @@ type ReclaimArgs struct {
 	// pending entry.
 	MinIdle time.Duration
 	// MaxDeliveries: entries already delivered this many times are
-	// dead-lettered instead (reason max_deliveries). Zero means no limit.
+	// dead-lettered instead (reason max_deliveries). Zero means no limit,
+	// as in the library (see driver.NoDeliveryLimit).
 	MaxDeliveries int
 	// Count is the page size. Defaults to pelwarden.DefaultCount.
 	Count int
@@ -178,11 +178,15 @@ type ReclaimArgs struct {
 	DeleteDeadLettered bool
 	DeadLetterOnly     bool
 	// Handler, when set, receives each claimed entry, as the driver would
-	// hand it: nil acks it (fenced), driver.DeadLetter(err) dead-letters it
-	// with err's text (reason handler), driver.RetryAfter(d, err) releases
-	// it for a retry after d, any other error leaves it pending. A panic in
-	// the Handler fails the test (with the stack) instead of crashing it.
-	// Without a Handler, claimed entries stay pending, owned by Consumer.
+	// hand it, and its result is applied as the driver applies it
+	// (driver.OutcomeOf with MinIdle): nil acks it (fenced),
+	// driver.DeadLetter(err) dead-letters it with err's text (reason
+	// handler), driver.RetryAfter(d, err) releases it for a retry after d
+	// when d is up to MinIdle and holds it (left pending, owned by
+	// Consumer, not released) when d is longer, any other error releases it
+	// for the next pass. A panic in the Handler fails the test (with the
+	// stack) instead of crashing it. Without a Handler, claimed entries stay
+	// pending, owned by Consumer.
 	Handler driver.Handler
 }
 
@@ -194,11 +198,17 @@ type ReclaimResult struct {
 	DeadLettered []string
 	// Acked ids: the Handler returned nil.
 	Acked []string
-	// Retried ids: the Handler returned driver.RetryAfter; they were
-	// released (stay pending, claimable again after the delay, cut to
-	// MinIdle, as the driver does for delays up to MinIdle).
+	// Retried ids: the Handler returned driver.RetryAfter with a delay up
+	// to MinIdle; they were released (stay pending, claimable again after
+	// the delay).
 	Retried []string
-	// Failed ids: the Handler returned another error; they stay pending.
+	// Held ids: the Handler returned driver.RetryAfter with a delay longer
+	// than MinIdle. A driver consumer keeps such an entry, extending its
+	// lease until the retry is within MinIdle; the kit leaves it pending,
+	// owned by Consumer, without releasing it.
+	Held []string
+	// Failed ids: the Handler returned another error; they were released
+	// for the next pass (they stay pending).
 	Failed []string
 	// Deleted ids were pending but gone from the stream.
 	Deleted []string
@@ -261,10 +271,9 @@ func (f *Fixture) handle(a ReclaimArgs, e pelwarden.Entry, res *ReclaimResult) {
 	}
 	ctx, cancel := f.cmdCtx()
 	defer cancel()
-	var dl *driver.DeadLetterError
-	var ra *driver.RetryAfterError
-	switch {
-	case herr == nil:
+	out := driver.OutcomeOf(herr, a.MinIdle)
+	switch out.Action {
+	case driver.ActionAck:
 		r, err := f.srv.lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: a.Consumer, IDs: []string{e.ID}})
 		if err == nil {
 			err = r.Err()
@@ -273,13 +282,9 @@ func (f *Fixture) handle(a ReclaimArgs, e pelwarden.Entry, res *ReclaimResult) {
 			f.fatalf("Reclaim: ack %s: %v", e.ID, err)
 		}
 		res.Acked = append(res.Acked, e.ID)
-	case errors.As(herr, &dl):
-		text := "<nil>"
-		if dl.Err != nil {
-			text = dl.Err.Error()
-		}
+	case driver.ActionDeadLetter:
 		r, err := f.srv.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream,
-			Group: f.Group, Consumer: a.Consumer, IDs: []string{e.ID}, Reason: pelwarden.ReasonHandler, Error: text})
+			Group: f.Group, Consumer: a.Consumer, IDs: []string{e.ID}, Reason: pelwarden.ReasonHandler, Error: out.ErrText})
 		if err == nil {
 			err = r.Err()
 		}
@@ -287,15 +292,19 @@ func (f *Fixture) handle(a ReclaimArgs, e pelwarden.Entry, res *ReclaimResult) {
 			f.fatalf("Reclaim: dead-letter %s: %v", e.ID, err)
 		}
 		res.DeadLettered = append(res.DeadLettered, e.ID)
-	case errors.As(herr, &ra):
+	case driver.ActionHold:
+		res.Held = append(res.Held, e.ID)
+	case driver.ActionRelease:
 		_, err := f.srv.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: f.Stream, Group: f.Group, Consumer: a.Consumer,
-			IDs: []string{e.ID}, MinIdle: a.MinIdle, Delay: max(ra.Delay, 0)})
+			IDs: []string{e.ID}, MinIdle: a.MinIdle, Delay: out.Delay})
 		if err != nil {
 			f.fatalf("Reclaim: release %s for a retry: %v", e.ID, err)
 		}
-		res.Retried = append(res.Retried, e.ID)
-	default:
-		res.Failed = append(res.Failed, e.ID)
+		if out.Retry {
+			res.Retried = append(res.Retried, e.ID)
+		} else {
+			res.Failed = append(res.Failed, e.ID)
+		}
 	}
 }
 

@@ -175,7 +175,7 @@ type entryState struct {
 }
 
 func (s entryState) delivered() bool {
-	return s.lastDelivered != "" && compareIDs(s.id, s.lastDelivered) <= 0
+	return s.lastDelivered != "" && pelwarden.CompareIDs(s.id, s.lastDelivered) <= 0
 }
 
 func (s entryState) String() string {
@@ -229,17 +229,6 @@ func (f *Fixture) state(ctx context.Context, id string, dead []DeadLetterRecord)
 	}
 	s.exists = len(msgs) > 0
 	return s, nil
-}
-
-// compareIDs orders two stream ids "ms-seq" (malformed ids compare as
-// strings).
-func compareIDs(a, b string) int {
-	aid, aerr := pelwarden.ParseID(a)
-	bid, berr := pelwarden.ParseID(b)
-	if aerr != nil || berr != nil {
-		return strings.Compare(a, b)
-	}
-	return aid.Compare(bid)
 }
 
 // check runs cond once, or until it holds within f.within, and fails the
@@ -410,7 +399,7 @@ func (f *Fixture) RequireDeadLettered(id string, want DeadLettered) DeadLetterRe
 func (f *Fixture) RequireDeadLetterIDs(ids ...string) {
 	f.t.Helper()
 	want := slices.Clone(ids)
-	sort.Slice(want, func(i, j int) bool { return compareIDs(want[i], want[j]) < 0 })
+	sort.Slice(want, func(i, j int) bool { return pelwarden.CompareIDs(want[i], want[j]) < 0 })
 	f.check(fmt.Sprintf("the dead-letter stream %s to hold exactly %v", f.DeadLetterStream, want), func(ctx context.Context) (string, error) {
 		dead, err := f.deadLetters(ctx)
 		if err != nil {

@@ -253,9 +253,10 @@ func entryIDs(es []pelwarden.Entry) []string {
 	return out
 }
 
-// Reclaim treats driver.RetryAfter as the driver does (the entry is
-// released for a retry after the delay), and a panicking Handler fails the
-// test with the panic instead of crashing the test binary.
+// Reclaim treats driver.RetryAfter as the driver does (a delay within
+// MinIdle releases the entry for a retry after it, a longer one holds it),
+// and a panicking Handler fails the test with the panic instead of
+// crashing the test binary.
 func TestReclaimRetryAfterAndPanic(t *testing.T) {
 	t.Parallel()
 	f := pelwardentest.Start(t).NewFixture(t)
@@ -276,9 +277,16 @@ func TestReclaimRetryAfterAndPanic(t *testing.T) {
 			}
 			return nil
 		})})
-	require.Equal(t, []string{ids[0]}, res.Retried)
+	require.Equal(t, []string{ids[0]}, res.Held, "a delay beyond MinIdle is held")
+	require.Empty(t, res.Retried)
 	require.Equal(t, []string{ids[1]}, res.Acked)
 	f.RequirePending(ids[0], pelwardentest.Pending{Consumer: "reclaimer", Deliveries: 2})
+	res = f.Reclaim(pelwardentest.ReclaimArgs{MinIdle: 0, Count: 10,
+		Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error {
+			return driver.RetryAfter(0, errors.New("busy"))
+		})})
+	require.Equal(t, []string{ids[0]}, res.Retried, "a delay within MinIdle is released")
+	f.RequirePending(ids[0], pelwardentest.Pending{Consumer: "reclaimer", Deliveries: 3})
 
 	rec := &recorder{name: t.Name()}
 	defer rec.finish()

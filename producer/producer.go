@@ -124,19 +124,11 @@ type Result struct {
 	Err error
 }
 
-// Error is a bad Config or Message. It matches pelwarden.ErrInvalidArgument
-// with errors.Is.
-type Error struct {
-	// Field names what is wrong: "Config.Stream", "Message[3].Fields".
-	Field string
-	// Reason says what is wrong.
-	Reason string
+// argError is a bad Config field or Message: a *pelwarden.ArgumentError
+// naming it ("Config.Stream", "Message[3].Fields").
+func argError(field, reason string) error {
+	return &pelwarden.ArgumentError{Scope: "pelwarden/producer", Field: field, Reason: reason}
 }
-
-func (e *Error) Error() string { return "pelwarden/producer: invalid " + e.Field + ": " + e.Reason }
-
-// Unwrap returns pelwarden.ErrInvalidArgument.
-func (e *Error) Unwrap() error { return pelwarden.ErrInvalidArgument }
 
 // Producer publishes messages. It is safe for concurrent use.
 type Producer struct {
@@ -156,33 +148,33 @@ type Producer struct {
 // does no I/O; the caller keeps ownership of rdb.
 func New(rdb redis.UniversalClient, cfg Config) (*Producer, error) {
 	if rdb == nil {
-		return nil, &Error{Field: "rdb", Reason: "a Redis client is required"}
+		return nil, argError("rdb", "a Redis client is required")
 	}
 	cfg.Partitions = append([]string(nil), cfg.Partitions...)
 	switch {
 	case cfg.Stream == "" && len(cfg.Partitions) == 0:
-		return nil, &Error{Field: "Config.Stream", Reason: "required (or Partitions)"}
+		return nil, argError("Config.Stream", "required (or Partitions)")
 	case cfg.Stream != "" && len(cfg.Partitions) > 0:
-		return nil, &Error{Field: "Config.Partitions", Reason: "set Stream or Partitions, not both"}
+		return nil, argError("Config.Partitions", "set Stream or Partitions, not both")
 	case len(cfg.Partitions) > pelwarden.MaxPartitions:
-		return nil, &Error{Field: "Config.Partitions", Reason: fmt.Sprintf("at most %d, got %d", pelwarden.MaxPartitions, len(cfg.Partitions))}
+		return nil, argError("Config.Partitions", fmt.Sprintf("at most %d, got %d", pelwarden.MaxPartitions, len(cfg.Partitions)))
 	}
 	for i, s := range append([]string{cfg.Stream}, cfg.Partitions...) {
 		if i == 0 && cfg.Stream == "" {
 			continue
 		}
-		if s == "" || len(s) > pelwarden.MaxNameBytes {
-			return nil, &Error{Field: "Config.Partitions", Reason: fmt.Sprintf("stream names are 1 to %d bytes, got %q", pelwarden.MaxNameBytes, s)}
+		if err := pelwarden.CheckName(s); err != nil {
+			return nil, argError("Config.Partitions", fmt.Sprintf("stream name %q: %v", s, err))
 		}
 	}
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = DefaultMaxBatch
 	}
 	if cfg.MaxBatch < 1 || cfg.MaxBatch > pelwarden.MaxCount {
-		return nil, &Error{Field: "Config.MaxBatch", Reason: fmt.Sprintf("must be 1 to %d, got %d", pelwarden.MaxCount, cfg.MaxBatch)}
+		return nil, argError("Config.MaxBatch", fmt.Sprintf("must be 1 to %d, got %d", pelwarden.MaxCount, cfg.MaxBatch))
 	}
 	if cfg.TrimEvery < 0 {
-		return nil, &Error{Field: "Config.TrimEvery", Reason: fmt.Sprintf("must not be negative, got %d", cfg.TrimEvery)}
+		return nil, argError("Config.TrimEvery", fmt.Sprintf("must not be negative, got %d", cfg.TrimEvery))
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -206,7 +198,7 @@ func (p *Producer) StreamFor(key string) string {
 // the partition of key. It returns the stream and the entry's id.
 func (p *Producer) Publish(ctx context.Context, key string, fields ...string) (Result, error) {
 	if len(fields)%2 != 0 {
-		return Result{}, &Error{Field: "fields", Reason: "name, value pairs: got an odd count"}
+		return Result{}, argError("fields", "name, value pairs: got an odd count")
 	}
 	m := Message{Key: key, Fields: make([]pelwarden.Field, 0, len(fields)/2)}
 	for i := 0; i < len(fields); i += 2 {
@@ -222,9 +214,9 @@ func (p *Producer) Publish(ctx context.Context, key string, fields ...string) (R
 // PublishBatch publishes msgs, pipelined in batches of MaxBatch (one round
 // trip per batch on a single server; per slot owner on a cluster). Results
 // are in the order of msgs. A bad message fails the whole call before
-// anything is sent (an *Error naming it); a Redis error fails only the
-// messages it hit, in their Result.Err, and is also returned (the first
-// one).
+// anything is sent (a *pelwarden.ArgumentError naming it); a Redis error
+// fails only the messages it hit, in their Result.Err, and is also
+// returned (the first one).
 func (p *Producer) PublishBatch(ctx context.Context, msgs []Message) ([]Result, error) {
 	for i, m := range msgs {
 		if err := checkMessage(i, m); err != nil {
@@ -328,7 +320,7 @@ func (p *Producer) send(ctx context.Context, msgs []Message, out []Result, idmp 
 // checkMessage checks message i.
 func checkMessage(i int, m Message) error {
 	bad := func(field, format string, a ...any) error {
-		return &Error{Field: fmt.Sprintf("Message[%d].%s", i, field), Reason: fmt.Sprintf(format, a...)}
+		return argError(fmt.Sprintf("Message[%d].%s", i, field), fmt.Sprintf(format, a...))
 	}
 	if len(m.Fields) == 0 {
 		return bad("Fields", "at least one field is required")
@@ -338,8 +330,10 @@ func checkMessage(i int, m Message) error {
 			return bad("Fields", "%q is in pelwarden's reserved namespace", f.Name)
 		}
 	}
-	if len(m.IdempotencyID) > pelwarden.MaxNameBytes {
-		return bad("IdempotencyID", "at most %d bytes, got %d", pelwarden.MaxNameBytes, len(m.IdempotencyID))
+	if m.IdempotencyID != "" {
+		if err := pelwarden.CheckName(m.IdempotencyID); err != nil {
+			return bad("IdempotencyID", "%v", err)
+		}
 	}
 	return nil
 }

@@ -30,7 +30,7 @@ func TestNewValidates(t *testing.T) {
 		{"Config.TrimEvery", Config{Stream: "{a}", TrimEvery: -1}},
 	} {
 		_, err := New(rdb, c.cfg)
-		var pe *Error
+		var pe *pelwarden.ArgumentError
 		require.True(t, errors.As(err, &pe), "%+v: %v", c.cfg, err)
 		require.Equal(t, c.field, pe.Field)
 		require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
@@ -57,7 +57,7 @@ func TestPublishRefusesBadMessages(t *testing.T) {
 		{"Message[0].IdempotencyID", []Message{{Fields: []pelwarden.Field{{Name: "a", Value: "1"}}, IdempotencyID: string(make([]byte, pelwarden.MaxNameBytes+1))}}},
 	} {
 		_, err := p.PublishBatch(ctx, c.msgs)
-		var pe *Error
+		var pe *pelwarden.ArgumentError
 		require.True(t, errors.As(err, &pe), "%v", err)
 		require.Equal(t, c.field, pe.Field)
 	}

@@ -8,6 +8,7 @@
 package prommetrics
 
 import (
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,7 +54,7 @@ func New(o Options) *Metrics {
 	m := &Metrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: o.Namespace, Name: "events_total", ConstLabels: o.ConstLabels,
-			Help: "Consumer events: read, handled, handler_error, handler_panic, claimed, deleted_from_pel, acked, lost_ownership, lease_extended, reaped, command_error, too_large.",
+			Help: eventsHelp(),
 		}, []string{"event"}),
 		dead: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: o.Namespace, Name: "dead_lettered_total", ConstLabels: o.ConstLabels,
@@ -69,6 +70,15 @@ func New(o Options) *Metrics {
 		m.byEvent = append(m.byEvent, m.events.WithLabelValues(e.String()))
 	}
 	return m
+}
+
+// eventsHelp is the events counter's help text, naming every driver.Event.
+func eventsHelp() string {
+	names := make([]string, 0, len(driver.Events()))
+	for _, e := range driver.Events() {
+		names = append(names, e.String())
+	}
+	return "Consumer events: " + strings.Join(names, ", ") + "."
 }
 
 // Count implements driver.Metrics.

@@ -39,6 +39,17 @@ pelwarden_dead_lettered_total{reason="max_deliveries",stream="{orders}"} 4
 	require.InDelta(t, 5, testutil.ToFloat64(counter(t, reg, "acked")), 0)
 	require.InDelta(t, 1, testutil.ToFloat64(counter(t, reg, "deleted_from_pel")), 0)
 	require.Equal(t, 1, testutil.CollectAndCount(m, "pelwarden_handler_duration_seconds"))
+
+	// The help text names every event, from driver.Events().
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "pelwarden_events_total" {
+			for _, e := range driver.Events() {
+				require.Contains(t, mf.GetHelp(), e.String())
+			}
+		}
+	}
 }
 
 // counter re-reads one event series through the registry.

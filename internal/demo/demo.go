@@ -82,15 +82,11 @@ type Options struct {
 	Verbose bool
 }
 
-// OptionError is a bad Options field.
-type OptionError struct {
-	// Field is the option's name ("Orders").
-	Field string
-	// Problem says what is wrong, with the value.
-	Problem string
+// optionError is a bad Options field: a *pelwarden.ArgumentError naming
+// it ("Orders").
+func optionError(field, reason string) error {
+	return &pelwarden.ArgumentError{Scope: "demo", Field: field, Reason: reason}
 }
-
-func (e *OptionError) Error() string { return "demo: " + e.Field + " " + e.Problem }
 
 // WithDefaults returns o with every zero field set to its default.
 func (o Options) WithDefaults() Options {
@@ -109,17 +105,18 @@ func (o Options) WithDefaults() Options {
 	return o
 }
 
-// Validate checks o (defaults applied) and returns an *OptionError.
+// Validate checks o (defaults applied) and returns a
+// *pelwarden.ArgumentError naming the field.
 func (o Options) Validate() error {
 	switch {
 	case o.Orders < 1 || o.Orders > MaxOrders:
-		return &OptionError{"Orders", fmt.Sprintf("must be between 1 and %d, got %d", MaxOrders, o.Orders)}
+		return optionError("Orders", fmt.Sprintf("must be between 1 and %d, got %d", MaxOrders, o.Orders))
 	case o.PoisonRate < 0 || o.PoisonRate > MaxPoisonRate || o.PoisonRate != o.PoisonRate:
-		return &OptionError{"PoisonRate", fmt.Sprintf("must be between 0 and %v, got %v", MaxPoisonRate, o.PoisonRate)}
+		return optionError("PoisonRate", fmt.Sprintf("must be between 0 and %v, got %v", MaxPoisonRate, o.PoisonRate))
 	case o.Duration < MinDuration:
-		return &OptionError{"Duration", fmt.Sprintf("must be at least %v (reclaiming needs MinIdle %v, bulk orders %v), got %v", MinDuration, MinIdle, SlowWork, o.Duration)}
+		return optionError("Duration", fmt.Sprintf("must be at least %v (reclaiming needs MinIdle %v, bulk orders %v), got %v", MinDuration, MinIdle, SlowWork, o.Duration))
 	case o.Rate < 1 || o.Rate > MaxRate:
-		return &OptionError{"Rate", fmt.Sprintf("must be between 1 and %d, got %d", MaxRate, o.Rate)}
+		return optionError("Rate", fmt.Sprintf("must be between 1 and %d, got %d", MaxRate, o.Rate))
 	}
 	return nil
 }

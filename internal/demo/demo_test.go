@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/pelwarden/pelwarden"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -48,15 +50,8 @@ func TestOptionsValidate(t *testing.T) {
 		{Options{Rate: -5}, "Rate"},
 	} {
 		err := c.o.WithDefaults().Validate()
-		var oe *OptionError
+		var oe *pelwarden.ArgumentError
 		require.True(t, errors.As(err, &oe), "%+v: %v", c.o, err)
 		require.Equal(t, c.field, oe.Field)
 	}
-}
-
-func TestCompareIDs(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, -1, compareIDs("9-0", "10-0"))
-	require.Equal(t, 1, compareIDs("10-2", "10-1"))
-	require.Equal(t, 0, compareIDs("10-1", "10-1"))
 }

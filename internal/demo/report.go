@@ -201,7 +201,7 @@ func (d *demo) verify(ctx context.Context, finished bool) (*Report, error) {
 			}
 		case ok && !pendingIDs[id]:
 			inv.HandledAndAcked++
-		case pendingIDs[id] || compareIDs(id, lastDelivered) > 0:
+		case pendingIDs[id] || pelwarden.CompareIDs(id, lastDelivered) > 0:
 			inv.Unsettled++
 		default:
 			inv.Lost++
@@ -262,7 +262,7 @@ func (d *demo) verify(ctx context.Context, finished bool) (*Report, error) {
 			k.DeadLettered++
 		}
 	}
-	sort.Slice(k.PendingIDs, func(i, j int) bool { return compareIDs(k.PendingIDs[i], k.PendingIDs[j]) < 0 })
+	sort.Slice(k.PendingIDs, func(i, j int) bool { return pelwarden.CompareIDs(k.PendingIDs[i], k.PendingIDs[j]) < 0 })
 	k.Pending = len(k.PendingIDs)
 	if !st.allTakenAt.IsZero() {
 		ms := (st.allTakenAt.Sub(d.start) - d.victim.killedAt).Milliseconds()
@@ -453,18 +453,6 @@ func readDeadLetters(ctx context.Context, rdb redis.UniversalClient, key string)
 		}
 		start = next
 	}
-}
-
-// compareIDs orders two stream ids the server gave (ids that do not parse
-// sort first).
-func compareIDs(a, b string) int {
-	x, errA := pelwarden.ParseID(a)
-	y, errB := pelwarden.ParseID(b)
-	switch {
-	case errA != nil || errB != nil:
-		return strings.Compare(a, b)
-	}
-	return x.Compare(y)
 }
 
 // plural is "1 record" or "12 records".

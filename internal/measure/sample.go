@@ -3,6 +3,8 @@ package measure
 import (
 	"fmt"
 	"time"
+
+	"github.com/pelwarden/pelwarden"
 )
 
 // Sample is what every benchmark result measures of a method's run: the
@@ -62,16 +64,8 @@ func Default[T comparable](p *T, v T) {
 	}
 }
 
-// ConfigError is a bad field of a suite's Config.
-type ConfigError struct {
-	// Suite is "reclaim" or "consume".
-	Suite string
-	// Field is the Config field's name.
-	Field string
-	// Problem says what is wrong, with the value.
-	Problem string
-}
-
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("%s: Config.%s %s", e.Suite, e.Field, e.Problem)
+// BadConfig is a bad field of suite's Config: a *pelwarden.ArgumentError
+// naming it ("Config.Entries").
+func BadConfig(suite, field, format string, a ...any) error {
+	return &pelwarden.ArgumentError{Scope: suite, Field: "Config." + field, Reason: fmt.Sprintf(format, a...)}
 }

@@ -112,8 +112,4 @@ func predecessor(id pelwarden.StreamID) pelwarden.StreamID {
 }
 
 // lessID orders two valid stream ids (an invalid one sorts first).
-func lessID(a, b string) bool {
-	pa, _ := pelwarden.ParseID(a)
-	pb, _ := pelwarden.ParseID(b)
-	return pa.Compare(pb) < 0
-}
+func lessID(a, b string) bool { return pelwarden.CompareIDs(a, b) < 0 }

@@ -67,11 +67,11 @@ func TestErrors(t *testing.T) {
 	if _, err := Redrive(t.Context(), nil, RedriveOptions{DeadLetterStream: "d", Rate: -1}); err == nil {
 		t.Fatal("a negative rate is refused before anything runs")
 	}
-	var ae *ArgumentError
-	if _, err := Poison(t.Context(), nil, PoisonOptions{}); !errors.As(err, &ae) || ae.Option != "MaxDeliveries" {
+	var ae *pelwarden.ArgumentError
+	if _, err := Poison(t.Context(), nil, PoisonOptions{}); !errors.As(err, &ae) || ae.Field != "MaxDeliveries" {
 		t.Fatalf("Poison without MaxDeliveries: %v", err)
 	}
-	if _, err := Reap(t.Context(), nil, ReapOptions{}); !errors.As(err, &ae) || ae.Option != "Idle" {
+	if _, err := Reap(t.Context(), nil, ReapOptions{}); !errors.As(err, &ae) || ae.Field != "Idle" {
 		t.Fatalf("Reap without Idle: %v", err)
 	}
 }

@@ -4,33 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/pelwarden/pelwarden"
 )
 
-// CommandError is a plain command (not a library function) that failed: it
-// names the command and key and wraps the server's or the connection's
-// error, so errors.Is and redis.HasErrorPrefix see through it.
-type CommandError struct {
-	// Command is the command's name, e.g. "XRANGE".
-	Command string
-	// Key is the key it ran on ("" for none).
-	Key string
-	// Err is go-redis's error.
-	Err error
-}
-
-// Error names the command and key, then the cause.
-func (e *CommandError) Error() string {
-	if e.Key == "" {
-		return fmt.Sprintf("%s: %v", e.Command, e.Err)
-	}
-	return fmt.Sprintf("%s %s: %v", e.Command, e.Key, e.Err)
-}
-
-// Unwrap returns go-redis's error.
-func (e *CommandError) Unwrap() error { return e.Err }
-
+// commandError is a failed plain command (not a library function): it
+// names the command and key, and matches the sentinel of its class (see
+// pelwarden.CommandError).
 func commandError(cmd, key string, err error) error {
-	return &CommandError{Command: cmd, Key: key, Err: err}
+	return &pelwarden.CommandError{Command: cmd, Key: key, Err: err}
 }
 
 // ErrInterrupted is returned (wrapping the context's error) when an action
@@ -55,17 +37,8 @@ func (e *WorkStreamError) Error() string {
 	return fmt.Sprintf("%s has consumer groups (%s): it is a work stream, not a dead-letter stream; nothing deleted", e.Key, strings.Join(e.Groups, ", "))
 }
 
-// ArgumentError is an option out of range, found before anything ran.
-type ArgumentError struct {
-	// Option names the field, e.g. "Rate".
-	Option string
-	// Message says what is wrong.
-	Message string
-}
-
-// Error names the option and what is wrong with it.
-func (e *ArgumentError) Error() string { return e.Option + " " + e.Message }
-
+// argumentError is an option out of range, found before anything ran: a
+// *pelwarden.ArgumentError naming it.
 func argumentError(option, format string, a ...any) error {
-	return &ArgumentError{Option: option, Message: fmt.Sprintf(format, a...)}
+	return &pelwarden.ArgumentError{Field: option, Reason: fmt.Sprintf(format, a...)}
 }

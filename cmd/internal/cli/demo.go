@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/cmd/internal/dashboard"
 	"github.com/pelwarden/pelwarden/internal/demo"
 	"github.com/pelwarden/pelwarden/internal/progress"
@@ -65,9 +66,9 @@ $PELWARDEN_UI_PASSWORD.`,
 			o := f.o
 			o.PoisonRate, o.NoPoison = f.poisonRate, f.poisonRate == 0
 			if err := o.Validate(); err != nil {
-				var oe *demo.OptionError
+				var oe *pelwarden.ArgumentError
 				if errors.As(err, &oe) {
-					return usageErrorf("--%s %s", demoFlagOf[oe.Field], oe.Problem)
+					return usageErrorf("--%s %s", demoFlagOf[oe.Field], oe.Reason)
 				}
 				return usageErrorf("%v", err)
 			}

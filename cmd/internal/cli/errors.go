@@ -41,8 +41,8 @@ func failuref(format string, a ...any) error {
 // classify gives an error returned by the library or go-redis its exit code.
 func classify(err error) error {
 	switch {
-	case errors.Is(err, pelwarden.ErrNoGroup), errors.Is(err, pelwarden.ErrWrongType),
-		redis.HasErrorPrefix(err, "WRONGTYPE"), redis.HasErrorPrefix(err, "NOGROUP"):
+	case pelwarden.Classify(err) == pelwarden.ClassNoGroup, errors.Is(err, pelwarden.ErrWrongType),
+		redis.HasErrorPrefix(err, "WRONGTYPE"):
 		return &exitError{code: ExitBadTarget, err: err}
 	case errors.Is(err, pelwarden.ErrInvalidArgument), errors.Is(err, pelwarden.ErrCrossSlot):
 		return &exitError{code: ExitUsage, err: err}
@@ -60,11 +60,8 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 				cmd.CommandPath(), len(names), strings.Join(names, " "), len(args), cmd.CommandPath())
 		}
 		for i, v := range args {
-			if v == "" {
-				return usageErrorf("%s: %s must not be empty", cmd.CommandPath(), names[i])
-			}
-			if len(v) > pelwarden.MaxNameBytes {
-				return usageErrorf("%s: %s must be at most %d bytes", cmd.CommandPath(), names[i], pelwarden.MaxNameBytes)
+			if err := pelwarden.CheckName(v); err != nil {
+				return usageErrorf("%s: %s %v", cmd.CommandPath(), names[i], err)
 			}
 		}
 		return nil
@@ -75,9 +72,9 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 // command or an interruption is a run-time failure with ops' message, a
 // refused work stream a bad target, a library error is classified.
 func opsError(err error) error {
-	var ce *ops.CommandError
+	var ce *pelwarden.CommandError
 	var ws *ops.WorkStreamError
-	var ae *ops.ArgumentError
+	var ae *pelwarden.ArgumentError
 	switch {
 	case err == nil:
 		return nil

@@ -89,7 +89,7 @@ your handlers' p99 time when consumers are running.`,
 				if res != nil && len(res.DeadLettered) > 0 {
 					live.Event(fmt.Sprintf("stopped after moving %d entries", len(res.DeadLettered)))
 				}
-				var ae *ops.ArgumentError
+				var ae *pelwarden.ArgumentError
 				if errors.As(err, &ae) || errors.Is(err, ops.ErrInterrupted) {
 					return opsError(err)
 				}

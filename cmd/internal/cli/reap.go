@@ -53,11 +53,8 @@ its MinIdle), or move poison ones with pelwarden poison.`,
 				return usageErrorf("--keep must not be empty")
 			}
 			for _, k := range keep {
-				if k == "" {
-					return usageErrorf("--keep must not be empty")
-				}
-				if len(k) > pelwarden.MaxNameBytes {
-					return usageErrorf("--keep must be at most %d bytes", pelwarden.MaxNameBytes)
+				if err := pelwarden.CheckName(k); err != nil {
+					return usageErrorf("--keep %v", err)
 				}
 			}
 			ctx := cmd.Context()

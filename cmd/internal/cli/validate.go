@@ -46,11 +46,11 @@ func nonNegativeDuration(name string, d time.Duration) error {
 
 // nonEmptyFlag rejects a flag given explicitly as "".
 func nonEmptyFlag(cmd *cobra.Command, name, v string) error {
-	if cmd.Flags().Changed(name) && v == "" {
-		return usageErrorf("--%s must not be empty", name)
+	if v == "" && !cmd.Flags().Changed(name) {
+		return nil
 	}
-	if len(v) > pelwarden.MaxNameBytes {
-		return usageErrorf("--%s must be at most %d bytes", name, pelwarden.MaxNameBytes)
+	if err := pelwarden.CheckName(v); err != nil {
+		return usageErrorf("--%s %v", name, err)
 	}
 	return nil
 }

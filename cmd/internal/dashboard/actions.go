@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/internal/ops"
 )
@@ -175,7 +173,7 @@ func actionStatus(err error) int {
 		return http.StatusBadRequest
 	case errors.As(err, &ws):
 		return http.StatusConflict
-	case errors.Is(err, errNoGroup), errors.Is(err, pelwarden.ErrNoGroup), redis.HasErrorPrefix(err, "NOGROUP"):
+	case errors.Is(err, errNoGroup), pelwarden.Classify(err) == pelwarden.ClassNoGroup:
 		return http.StatusNotFound
 	}
 	return http.StatusBadGateway

@@ -41,10 +41,10 @@ type Server struct {
 
 // New returns a dashboard reading rdb (any go-redis client, cluster
 // included; never closed by the dashboard). It validates o (a
-// *ConfigError names the bad field).
+// *pelwarden.ArgumentError names the bad field).
 func New(rdb redis.UniversalClient, o Options) (*Server, error) {
 	if rdb == nil {
-		return nil, &ConfigError{Field: "rdb", Message: "must not be nil"}
+		return nil, configError("rdb", "must not be nil")
 	}
 	o = o.WithDefaults()
 	if err := o.validate(); err != nil {

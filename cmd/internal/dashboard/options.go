@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/internal/ops"
 )
 
@@ -139,34 +140,29 @@ func (o Options) WithDefaults() Options {
 	return o
 }
 
-// ConfigError names an option New refused.
-type ConfigError struct {
-	// Field is the option's name, e.g. "BasePath".
-	Field string
-	// Message says what is wrong.
-	Message string
+// configError is an option New refuses: a *pelwarden.ArgumentError naming
+// it ("BasePath").
+func configError(field, reason string) error {
+	return &pelwarden.ArgumentError{Scope: "dashboard", Field: field, Reason: reason}
 }
-
-// Error names the field and what is wrong with it.
-func (e *ConfigError) Error() string { return "dashboard: " + e.Field + " " + e.Message }
 
 // validate checks options that have had their defaults applied.
 func (o Options) validate() error {
 	if o.BasePath != "" && (!strings.HasPrefix(o.BasePath, "/") || strings.ContainsAny(o.BasePath, "?#\"'<> ")) {
-		return &ConfigError{Field: "BasePath", Message: fmt.Sprintf("must be a path starting with / (no query, quotes or spaces), got %q", o.BasePath)}
+		return configError("BasePath", fmt.Sprintf("must be a path starting with / (no query, quotes or spaces), got %q", o.BasePath))
 	}
 	if o.Auth != nil && (o.Auth.User == "" || o.Auth.Password == "") {
-		return &ConfigError{Field: "Auth", Message: "needs both a user and a password"}
+		return configError("Auth", "needs both a user and a password")
 	}
 	if o.PageSize > MaxPageSize {
-		return &ConfigError{Field: "PageSize", Message: fmt.Sprintf("must be at most %d, got %d", MaxPageSize, o.PageSize)}
+		return configError("PageSize", fmt.Sprintf("must be at most %d, got %d", MaxPageSize, o.PageSize))
 	}
 	if o.RedriveRate > ops.MaxRedriveRate {
-		return &ConfigError{Field: "RedriveRate", Message: fmt.Sprintf("must be at most %v, got %v", ops.MaxRedriveRate, o.RedriveRate)}
+		return configError("RedriveRate", fmt.Sprintf("must be at most %v, got %v", ops.MaxRedriveRate, o.RedriveRate))
 	}
 	return nil
 }
 
-// Validate reports, as a *ConfigError naming the field, an option New
+// Validate reports, as a *pelwarden.ArgumentError naming the field, an option New
 // would refuse (after applying the defaults).
 func (o Options) Validate() error { return o.WithDefaults().validate() }

@@ -177,7 +177,7 @@ func (s *Server) groupRow(gr *groupReads, now time.Time) groupRow {
 		if t, ok := idTime(p.Lower); ok && p.Count > 0 {
 			row.OldestPendingAge = max(now.Sub(t), 0)
 		}
-	} else if !redis.HasErrorPrefix(err, "NOGROUP") {
+	} else if pelwarden.Classify(err) != pelwarden.ClassNoGroup {
 		row.Err = fmt.Sprintf("XPENDING %s %s: %v", gr.s.stream, gr.g.Name, err)
 	}
 	if cs, err := gr.consumers.Result(); err == nil {
@@ -187,7 +187,7 @@ func (s *Server) groupRow(gr *groupReads, now time.Time) groupRow {
 				row.Stalled++
 			}
 		}
-	} else if row.Err == "" && !redis.HasErrorPrefix(err, "NOGROUP") {
+	} else if row.Err == "" && pelwarden.Classify(err) != pelwarden.ClassNoGroup {
 		row.Err = fmt.Sprintf("XINFO CONSUMERS %s %s: %v", gr.s.stream, gr.g.Name, err)
 	}
 	h := s.history.add(row.Stream+"\x00"+row.Group, sample{at: now, entriesRead: gr.g.EntriesRead, deadLettered: dlqAdded, pending: row.Pending})

@@ -41,7 +41,7 @@ func TestNewValidates(t *testing.T) {
 		{PageSize: MaxPageSize + 1},
 	} {
 		_, err := New(rdb, o)
-		var ce *ConfigError
+		var ce *pelwarden.ArgumentError
 		require.True(t, errors.As(err, &ce), "%+v: %v", o, err)
 	}
 	_, err := New(nil, Options{})

@@ -22,8 +22,8 @@ func name(v url.Values, key string) (string, error) {
 	if s == "" {
 		return "", &paramError{key, "is required"}
 	}
-	if len(s) > pelwarden.MaxNameBytes {
-		return "", &paramError{key, fmt.Sprintf("must be at most %d bytes", pelwarden.MaxNameBytes)}
+	if err := pelwarden.CheckName(s); err != nil {
+		return "", &paramError{key, err.Error()}
 	}
 	return s, nil
 }

@@ -348,7 +348,7 @@ func (c Config) WithDefaults() Config {
 
 func (c Config) validate() error {
 	bad := func(field, format string, a ...any) error {
-		return &measure.ConfigError{Suite: "consume", Field: field, Problem: fmt.Sprintf(format, a...)}
+		return measure.BadConfig("consume", field, format, a...)
 	}
 	switch {
 	case c.Options == nil:

@@ -244,7 +244,7 @@ func (c Config) WithDefaults() Config {
 // validate checks a Config with defaults applied and names the bad field.
 func (c Config) validate() error {
 	bad := func(field, format string, a ...any) error {
-		return &measure.ConfigError{Suite: "reclaim", Field: field, Problem: fmt.Sprintf(format, a...)}
+		return measure.BadConfig("reclaim", field, format, a...)
 	}
 	switch {
 	case c.Options == nil:

@@ -1,0 +1,367 @@
+package driver
+
+// The acker: its queue, and batched acks, fenced or plain (Config.AckMode).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// faults is how a lane's parts report failed server calls (lane
+// implements it).
+type faults interface {
+	// commandError counts and logs a failed call (attempt from 0), stops
+	// the consumer at a fatal error and pauses it at a full server.
+	commandError(what string, err error, attempt int)
+	// groupMissing handles a NOGROUP; it reports whether to go on.
+	groupMissing(ctx context.Context, err error) bool
+	// stop ends Run with err; stopping reports whether it was called.
+	stop(err error)
+	stopping() bool
+}
+
+// acker owns the acks of one lane: the queue the handler workers push the
+// ids of succeeded entries to (add), and the loop that sends them in
+// batches (start, stop). An entry stays in the tracker until its ack was
+// sent, so the lease loop keeps protecting it meanwhile.
+type acker struct {
+	srv    laneServer
+	held   *tracker
+	clock  clock
+	m      Metrics
+	log    *slog.Logger
+	faults faults
+
+	batch, limit int // ids per call; the most the queue holds
+	// interval: a queued id waits at most this long for a fuller batch
+	// (AckInterval, at most MinIdle/4: a succeeded entry then needs no
+	// lease extension, and its ack no fence; see lane.fenceFrom).
+	interval     time.Duration
+	flushTimeout time.Duration // bound of the final flush: ShutdownTimeout
+
+	// Made by newAcker:
+	queue   *ackQueue
+	stopped chan struct{} // closed by stop: no more acks are coming
+	gone    chan struct{} // closed when the loop has exited
+	// live is the loop's context until stop (see start).
+	live     context.Context
+	stopLive context.CancelFunc
+}
+
+// newAcker returns an acker built from a's dependencies and bounds (the
+// fields above "Made by newAcker").
+func newAcker(a acker) *acker {
+	a.queue = newAckQueue(a.batch, a.limit)
+	a.stopped = make(chan struct{})
+	a.gone = make(chan struct{})
+	return &a
+}
+
+// add queues the ack of id; ownedUntil is when another consumer could
+// first take it over (see lane.fenceFrom). It reports false once the
+// acker has stopped: the entry then stays pending. It waits while the
+// queue is full (the back-pressure of a slow or failing ack call).
+func (a *acker) add(id string, ownedUntil time.Duration) bool {
+	return a.queue.push(ackItem{id: id, ownedUntil: ownedUntil})
+}
+
+// drained tells the loop to flush now: nothing is queued or running and
+// the last read found nothing new, so no more acks are coming soon. Under
+// load this never happens and acks go out in full batches; after a burst,
+// its acks go out at once instead of after the interval.
+func (a *acker) drained() { signal(a.queue.drained) }
+
+// start runs the loop until stop, or until ctx ends (the bound of the
+// shutdown: what is still queued then stays pending).
+func (a *acker) start(ctx context.Context) {
+	// live ends at stop, so a flush retrying on a server that does not
+	// answer gives way to the final, bounded flush.
+	a.live, a.stopLive = context.WithCancel(ctx)
+	go func() {
+		defer close(a.gone)
+		a.loop(ctx)
+	}()
+}
+
+// stop says no more acks are coming: the loop flushes what is queued,
+// within flushTimeout, and exits; done is closed then. Adds from now on
+// fail.
+func (a *acker) stop() {
+	close(a.stopped)
+	if a.stopLive != nil {
+		a.stopLive()
+	}
+}
+
+// done is closed when the loop has exited.
+func (a *acker) done() <-chan struct{} { return a.gone }
+
+// loop batches acks: one call per batch ids or interval, or at once when
+// the lane has drained what it had in hand. Failed batches are kept and
+// retried, never dropped. It returns when stop was called and everything
+// is flushed, or when ctx is cancelled, logging what stays pending.
+func (a *acker) loop(ctx context.Context) {
+	var pending []ackItem
+	t := time.NewTimer(a.interval)
+	defer t.Stop()
+	live := a.live
+	for {
+		select {
+		case <-a.queue.full:
+			pending = append(pending, a.queue.take()...)
+			if len(pending) >= a.batch {
+				pending, _ = a.flush(live, pending)
+			}
+		case <-a.queue.drained:
+			pending = append(pending, a.queue.take()...)
+			pending, _ = a.flush(live, pending)
+		case <-t.C:
+			pending = append(pending, a.queue.take()...)
+			pending, _ = a.flush(live, pending)
+			t.Reset(a.interval)
+		case <-a.stopped:
+			// Handlers that return from now on (after the shutdown timeout)
+			// are not acked: their entries stay pending.
+			pending = append(pending, a.queue.close()...)
+			// The final flush is bounded by flushTimeout (a deadline, so
+			// clients with ContextTimeoutEnabled stop waiting on a hung server).
+			fctx, cancel := context.WithTimeout(ctx, a.flushTimeout)
+			for len(pending) > 0 && fctx.Err() == nil {
+				var ok bool
+				if pending, ok = a.flush(fctx, pending); !ok && a.faults.stopping() {
+					break // a permanent error: retrying cannot help
+				}
+			}
+			cancel()
+			a.abandon(pending)
+			return
+		case <-ctx.Done():
+			a.abandon(append(pending, a.queue.close()...))
+			return
+		}
+	}
+}
+
+// abandon forgets acks that will not be sent, logging them.
+func (a *acker) abandon(pending []ackItem) {
+	ids := itemIDs(pending)
+	a.held.forget(ids...)
+	if len(pending) > 0 {
+		a.log.Error("shutdown: acks not sent; these entries stay pending and will be handled again", "count", len(ids), "ids", firstIDs(ids))
+	}
+}
+
+// flush sends pending in batches, retrying each until ctx ends, and
+// returns what is left to send: nothing and true, or the rest and false
+// when ctx ended or an error stopped the consumer.
+func (a *acker) flush(ctx context.Context, pending []ackItem) ([]ackItem, bool) {
+	failed := func(err error, attempt int) { a.faults.commandError("ack", err, attempt) }
+	for len(pending) > 0 {
+		batch := pending[:min(len(pending), a.batch)]
+		var res ackResult
+		err := retry(ctx, onPermanent, failed, func(ctx context.Context) error {
+			var err error
+			res, err = a.send(ctx, batch)
+			return err
+		})
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return pending, false
+		case errors.Is(err, pelwarden.ErrNoGroup):
+			// The group and its PEL are gone: nothing left to ack.
+			a.faults.groupMissing(ctx, err)
+			a.held.forget(itemIDs(batch)...)
+			pending = pending[len(batch):]
+			continue
+		default: // permanent
+			a.faults.stop(fmt.Errorf("pelwarden/driver: ack: %w", err))
+			return pending, false
+		}
+		a.m.Count(EventAcked, int(res.acked))
+		if len(res.ownedElsewhere) > 0 {
+			a.m.Count(EventLostOwnership, len(res.ownedElsewhere))
+			a.log.Warn("acks refused: entries are owned by another consumer now (they will be handled again there)",
+				"count", len(res.ownedElsewhere), "ids", firstIDs(res.ownedElsewhere))
+		}
+		if res.notPending > 0 {
+			// Typically the retry of an ack whose first attempt was
+			// applied but whose reply was lost with the connection.
+			a.log.Info("acked entries were no longer pending (acked already, or cleared from the group)",
+				"count", res.notPending, "ids", firstIDs(res.notPendingIDs))
+		}
+		a.held.forget(itemIDs(batch)...)
+		pending = pending[len(batch):]
+	}
+	return pending, true
+}
+
+// ackResult is what one ack of a batch did.
+type ackResult struct {
+	acked          int64
+	ownedElsewhere []string // refused: another consumer holds them
+	notPending     int      // neither acked nor owned elsewhere
+	notPendingIDs  []string // those of them the fenced ack named
+}
+
+// send acks a batch. The ack fence, in one place: an entry no other
+// consumer can have taken over yet (its ownedUntil, see lane.fenceFrom, is
+// still ahead) is acked with one plain XACK; only the others, held so long
+// that a takeover was possible, go through the fenced ack function. Under
+// load every entry is acked within milliseconds of its delivery, so the
+// fence costs nothing there. With AckPlain every ownedUntil is the end of
+// time.
+func (a *acker) send(ctx context.Context, batch []ackItem) (ackResult, error) {
+	now := a.clock.now()
+	var plain, fenced []string
+	for _, it := range batch {
+		if now < it.ownedUntil {
+			plain = append(plain, it.id)
+		} else {
+			fenced = append(fenced, it.id)
+		}
+	}
+	var res ackResult
+	if len(plain) > 0 {
+		n, err := a.srv.ack(ctx, plain)
+		if err != nil {
+			return res, err
+		}
+		res.acked = n
+		res.notPending = len(plain) - int(n)
+	}
+	if len(fenced) > 0 {
+		f, err := a.srv.ackFenced(ctx, fenced)
+		if err != nil {
+			return res, err
+		}
+		res.acked += f.Acked
+		res.ownedElsewhere = f.OwnedElsewhere()
+		res.notPending += len(f.NotPending)
+		res.notPendingIDs = f.NotPending
+	}
+	return res, nil
+}
+
+func itemIDs(items []ackItem) []string {
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.id
+	}
+	return ids
+}
+
+// ackItem is one entry to ack.
+type ackItem struct {
+	id string
+	// ownedUntil (a clock reading): until then no other consumer can have
+	// taken the entry over, so a plain XACK acks exactly what the fenced
+	// ack would (see fenceFrom).
+	ownedUntil time.Duration
+}
+
+// ackQueue hands the entries whose handler succeeded from the handler
+// workers to the ack loop.
+//
+// A push is one locked append; the ack loop is woken only when a batch is
+// full (otherwise its interval timer collects the ids), instead of once per
+// id as with a channel. The queue holds at most limit ids: a push beyond
+// that waits for the ack loop, which is the back-pressure a slow or failing
+// ack call puts on the handlers.
+type ackQueue struct {
+	batch, limit int
+
+	mu     sync.Mutex
+	ids    []ackItem
+	closed bool
+
+	full chan struct{} // holds a token once batch ids are queued
+	// drained holds a token when the consumer has nothing in hand (no
+	// entry queued or running, and its last read found nothing new): no
+	// more acks are coming soon, so waiting for a fuller batch only delays
+	// them.
+	drained chan struct{}
+	room    chan struct{} // holds a token after the ack loop took ids
+	gone    chan struct{} // closed by close
+}
+
+func newAckQueue(batch, limit int) *ackQueue {
+	return &ackQueue{
+		batch: batch, limit: limit,
+		full: make(chan struct{}, 1), drained: make(chan struct{}, 1), room: make(chan struct{}, 1), gone: make(chan struct{}),
+	}
+}
+
+// push queues id. It reports false when the queue was closed: the ack loop
+// has stopped and the entry stays pending.
+func (q *ackQueue) push(id ackItem) bool {
+	waited := false
+	for {
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return false
+		}
+		if len(q.ids) < q.limit {
+			q.ids = append(q.ids, id)
+			n := len(q.ids)
+			q.mu.Unlock()
+			if n >= q.batch {
+				signal(q.full)
+			}
+			if waited && n < q.limit {
+				// A take wakes one waiting push; pass the wake-up on while
+				// there is room, or the other waiters would trickle in one
+				// per take.
+				signal(q.room)
+			}
+			return true
+		}
+		q.mu.Unlock()
+		waited = true
+		select {
+		case <-q.room:
+		case <-q.gone:
+		}
+	}
+}
+
+// take removes and returns every queued id.
+func (q *ackQueue) take() []ackItem {
+	q.mu.Lock()
+	ids := q.ids
+	q.ids = nil
+	q.mu.Unlock()
+	if len(ids) > 0 {
+		signal(q.room)
+	}
+	return ids
+}
+
+// close refuses further pushes and returns the ids still queued.
+func (q *ackQueue) close() []ackItem {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return nil
+	}
+	q.closed = true
+	close(q.gone)
+	ids := q.ids
+	q.ids = nil
+	return ids
+}
+
+// signal puts a token in ch (capacity 1) unless one is there already.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

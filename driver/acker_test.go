@@ -1,0 +1,179 @@
+package driver
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// The ack fence: entries no other consumer can have taken over yet go out
+// in one plain XACK, the others through the fenced ack function; AckPlain
+// never fences.
+func TestAckerSendFence(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name          string
+		mode          AckMode
+		heldFor       time.Duration // between delivery and ack
+		otherOwner    bool          // another consumer took 1-0 over
+		gone          bool          // 1-0 is no longer pending
+		plain, fenced int           // calls
+		acked         int64
+		elsewhere     []string
+		notPending    int
+	}{
+		{name: "acked at once: plain", heldFor: 0, plain: 1, acked: 2},
+		{name: "held past the fence: fenced", heldFor: time.Second / 2, fenced: 1, acked: 2},
+		{name: "fenced: taken over elsewhere is refused", heldFor: time.Second, otherOwner: true, fenced: 1, acked: 1, elsewhere: []string{"1-0"}},
+		{name: "fenced: no longer pending", heldFor: time.Second, gone: true, fenced: 1, acked: 1, notPending: 1},
+		{name: "plain: no longer pending", heldFor: 0, gone: true, plain: 1, acked: 1, notPending: 1},
+		{name: "AckPlain never fences", mode: AckPlain, heldFor: time.Hour, otherOwner: true, plain: 1, acked: 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, func(cfg *Config) { cfg.AckMode = c.mode })
+			ids := h.srv.add(2)
+			jobs := h.read(t.Context(), 2)
+			h.clock.advance(c.heldFor)
+			if c.otherOwner {
+				h.srv.pending("other", 2, 0, ids[0])
+			}
+			if c.gone {
+				h.srv.mu.Lock()
+				delete(h.srv.pel, ids[0])
+				h.srv.mu.Unlock()
+			}
+			batch := make([]ackItem, len(jobs))
+			for i, j := range jobs {
+				batch[i] = ackItem{id: j.m.ID, ownedUntil: time.Duration(j.f.ownedUntil.Load())}
+			}
+			res, err := h.l.acks.send(t.Context(), batch)
+			require.NoError(t, err)
+			require.Equal(t, c.plain, h.srv.callCount("ack"), "plain XACK calls")
+			require.Equal(t, c.fenced, h.srv.callCount("ackFenced"), "fenced calls")
+			require.Equal(t, c.acked, res.acked)
+			require.Equal(t, c.elsewhere, res.ownedElsewhere)
+			require.Equal(t, c.notPending, res.notPending)
+		})
+	}
+}
+
+// flush retries a failed batch, forgets a batch whose group is gone, and
+// stops the consumer at an error retrying cannot fix.
+func TestAckerFlush(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name        string
+		createGroup bool
+		errs        []error
+		ok          bool // flush reports everything sent
+		stopped     bool // the consumer stops
+		pending     int  // entries left in the PEL
+		left        int  // acks left to send
+	}{
+		{name: "sent", ok: true},
+		{name: "a lost connection is retried", errs: []error{context.DeadlineExceeded, replyErr("LOADING Redis is loading")}, ok: true},
+		{name: "the group is gone: nothing to ack", errs: []error{errNoGroup}, ok: true, stopped: true, pending: 3},
+		{name: "the group is gone and created again", createGroup: true, errs: []error{errNoGroup}, ok: true, pending: 3},
+		{name: "a key of the wrong type stops the consumer", errs: []error{&pelwarden.Error{Kind: pelwarden.ErrWrongType}}, stopped: true, pending: 3, left: 3},
+		{name: "an ACL refusal stops the consumer", errs: []error{replyErr("NOPERM no permissions to run 'xack'")}, stopped: true, pending: 3, left: 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, func(cfg *Config) { cfg.CreateGroup = c.createGroup })
+			h.srv.add(3)
+			jobs := h.read(t.Context(), 3)
+			h.srv.failNext("ack", c.errs...)
+			var items []ackItem
+			for _, j := range jobs {
+				items = append(items, ackItem{id: j.m.ID, ownedUntil: time.Duration(j.f.ownedUntil.Load())})
+			}
+			left, ok := h.l.acks.flush(t.Context(), items)
+			require.Equal(t, c.ok, ok)
+			require.Len(t, left, c.left)
+			require.Equal(t, c.stopped, h.s.stopping())
+			require.Len(t, h.srv.pendingIDs(), c.pending)
+			require.Equal(t, len(c.errs), h.m.get(EventCommandError), "every failed attempt counted")
+			if c.ok {
+				require.Zero(t, h.l.held.count(), "sent or dropped acks are forgotten")
+			}
+		})
+	}
+}
+
+// The loop sends a full batch at once, the rest at the interval or when
+// the lane drained, and flushes at stop.
+func TestAckerLoop(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(cfg *Config) { cfg.AckBatch = 4; cfg.AckInterval = time.Hour })
+	ids := h.srv.add(10)
+	h.read(t.Context(), 10)
+	h.l.acks.start(t.Context())
+	for _, id := range ids[:4] {
+		require.True(t, h.l.acks.add(id, time.Hour))
+	}
+	eventually(t, "a full batch acked", func() bool { return len(h.srv.pendingIDs()) == 6 })
+	require.True(t, h.l.acks.add(ids[4], time.Hour))
+	h.l.acks.drained()
+	eventually(t, "acked once drained", func() bool { return len(h.srv.pendingIDs()) == 5 })
+	for _, id := range ids[5:8] {
+		require.True(t, h.l.acks.add(id, time.Hour))
+	}
+	h.l.acks.stop()
+	<-h.l.acks.done()
+	require.Equal(t, ids[8:], h.srv.pendingIDs(), "the final flush sent the rest")
+	require.False(t, h.l.acks.add(ids[8], time.Hour), "no acks after stop")
+	require.Equal(t, 8, h.m.get(EventAcked))
+	require.Equal(t, 2, h.l.held.count(), "the two never acked are still held")
+}
+
+// Without a full batch, acks go out after the interval.
+func TestAckerLoopInterval(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(cfg *Config) { cfg.AckInterval = time.Millisecond })
+	ids := h.srv.add(2)
+	h.read(t.Context(), 2)
+	h.l.acks.start(t.Context())
+	h.l.acks.add(ids[0], time.Hour)
+	eventually(t, "acked after the interval", func() bool { return len(h.srv.pendingIDs()) == 1 })
+	h.l.acks.stop()
+	<-h.l.acks.done()
+}
+
+// When the shutdown bound ends first, what was not sent stays pending, and
+// is logged; a final flush at a permanent error gives up at once.
+func TestAckerLoopAbandons(t *testing.T) {
+	t.Parallel()
+	t.Run("bound ended", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, func(cfg *Config) { cfg.AckInterval = time.Hour })
+		ids := h.srv.add(1)
+		h.read(t.Context(), 1)
+		ctx, cancel := context.WithCancel(t.Context())
+		h.l.acks.start(ctx)
+		h.l.acks.add(ids[0], time.Hour)
+		cancel()
+		<-h.l.acks.done()
+		require.Equal(t, ids, h.srv.pendingIDs())
+		require.Zero(t, h.l.held.count())
+		require.Contains(t, h.logs.String(), "acks not sent")
+	})
+	t.Run("permanent error at the final flush", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, func(cfg *Config) { cfg.AckInterval = time.Hour })
+		ids := h.srv.add(1)
+		h.read(t.Context(), 1)
+		h.srv.failNext("ack", &pelwarden.Error{Kind: pelwarden.ErrWrongType})
+		h.l.acks.start(t.Context())
+		h.l.acks.add(ids[0], time.Hour)
+		h.l.acks.stop()
+		<-h.l.acks.done()
+		require.True(t, h.s.stopping())
+		require.Equal(t, ids, h.srv.pendingIDs())
+		require.Contains(t, h.logs.String(), "acks not sent")
+	})
+}

@@ -1,0 +1,202 @@
+package driver
+
+// A lane: one stream's part of a Run.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// lane is one stream's part of a Run: the loops that read, reclaim and
+// extend entries of that stream, its acker, and the entries of it in hand.
+// A Run has one lane per stream; they share the session's window and
+// handler workers. Everything a lane asks of the server goes through srv,
+// and every time its rules read comes from clock.
+type lane struct {
+	// cfg is the consumer's configuration with this lane's Stream and
+	// DeadLetterStream.
+	cfg    Config
+	log    *slog.Logger // names the stream when the consumer has several
+	m      Metrics
+	single bool // the consumer's only stream: a read of an idle stream blocks
+
+	srv   laneServer
+	clock clock
+
+	sess      *session    // the Run's stop and pause
+	flow      *window     // the session's
+	jobs      *jobQueue   // the session's
+	entryLogs *logLimiter // the session's
+
+	held *tracker // the entries of this stream in hand
+	acks *acker   // sends the acks of entries whose handler succeeded
+
+	// inHand counts entries dispatched and not yet settled (queued or
+	// running); readIdle is set while the last read found nothing new.
+	// Together they tell the acker when to flush without waiting for a
+	// full batch (see drained).
+	inHand   atomic.Int64
+	readIdle atomic.Bool
+}
+
+// newLane returns the lane of cfg.Stream in session s; its acker queues at
+// most ackLimit acks.
+func newLane(s *session, srv laneServer, clk clock, cfg Config, log *slog.Logger, single bool, ackLimit int) *lane {
+	l := &lane{
+		cfg: cfg, log: log, m: cfg.Metrics, single: single,
+		srv: srv, clock: clk,
+		sess: s, flow: s.flow, jobs: s.jobs, entryLogs: s.entryLogs,
+		held: newTracker(clk),
+	}
+	l.acks = newAcker(acker{
+		srv: srv, held: l.held, clock: clk, m: cfg.Metrics, log: log, faults: l,
+		batch: cfg.AckBatch, limit: ackLimit, interval: min(cfg.AckInterval, cfg.MinIdle/4),
+		flushTimeout: cfg.ShutdownTimeout,
+	})
+	return l
+}
+
+// startLoops starts the lane's loops on loops: read, reclaim, lease, and
+// the upkeep and trim loops when configured. They return when ctx ends.
+// (The acker has its own start and stop.)
+func (l *lane) startLoops(ctx, handlerCtx context.Context, loops *sync.WaitGroup) {
+	loops.Go(func() { l.readLoop(ctx, handlerCtx) })
+	loops.Go(func() { l.reclaimLoop(ctx, handlerCtx) })
+	loops.Go(func() { l.leaseLoop(ctx) })
+	if l.cfg.ReapIdle > 0 || l.cfg.DeadLetterMaxAge > 0 || l.cfg.DeadLetterMaxLen > 0 {
+		loops.Go(func() { l.upkeepLoop(ctx) })
+	}
+	if l.cfg.TrimInterval > 0 {
+		loops.Go(func() { l.trimLoop(ctx) })
+	}
+}
+
+// stop ends Run with err (the first one wins).
+func (l *lane) stop(err error) { l.sess.stop(err) }
+
+// stopping reports whether stop was called.
+func (l *lane) stopping() bool { return l.sess.stopping() }
+
+// commandError counts and logs a failed Redis call. A fatal error (see
+// fatal) also stops the consumer: Run returns it. On a cluster client, an
+// error that suggests a failover refreshes the slot map (see
+// followTopology), so the retry reaches the promoted replica. A refusal
+// for lack of memory pauses the consumer instead (see outOfMemory).
+func (l *lane) commandError(what string, err error, attempt int) {
+	l.m.Count(EventCommandError, 1)
+	if outOfMemory(err) {
+		l.sess.memoryFull(what, err)
+		return
+	}
+	l.log.Error("redis call failed", "op", what, "attempt", attempt+1, "err", err)
+	if fatal(err) {
+		l.stop(fmt.Errorf("pelwarden/driver: %s: %w", what, err))
+		return
+	}
+	l.srv.stale(err)
+}
+
+// groupMissing handles a NOGROUP seen while running: recreate the group with
+// CreateGroup, else stop with an error. It reports whether to go on.
+func (l *lane) groupMissing(ctx context.Context, err error) bool {
+	if !l.cfg.CreateGroup {
+		l.stop(fmt.Errorf("pelwarden/driver: group %q on stream %q disappeared: %w", l.cfg.Group, l.cfg.Stream, err))
+		return false
+	}
+	l.log.Warn("consumer group disappeared; creating it again", "err", err)
+	cerr := l.ensureGroup(ctx)
+	if cerr != nil && permanent(cerr) {
+		l.stop(cerr)
+		return false
+	}
+	if cerr == nil {
+		l.sess.memoryFreed("create group") // a write the server accepted
+	}
+	return true
+}
+
+// ensureGroup creates the lane's group when CreateGroup is set (BUSYGROUP
+// is fine), and otherwise checks it exists.
+func (l *lane) ensureGroup(ctx context.Context) error {
+	if l.cfg.CreateGroup {
+		err := l.srv.createGroup(ctx, l.cfg.GroupStartID)
+		switch {
+		case err == nil:
+			l.log.Info("created consumer group", "start_id", l.cfg.GroupStartID)
+			return nil
+		case redis.HasErrorPrefix(err, "BUSYGROUP"):
+			return nil
+		case redis.HasErrorPrefix(err, "WRONGTYPE"):
+			return fmt.Errorf("pelwarden/driver: create group: %w: %v", pelwarden.ErrWrongType, err)
+		case redis.HasErrorPrefix(err, "NOPERM"):
+			return fmt.Errorf("pelwarden/driver: create group (XGROUP CREATE %s %s %s MKSTREAM; Config.CreateGroup needs +xgroup|create): %w: %w",
+				l.cfg.Stream, l.cfg.Group, l.cfg.GroupStartID, pelwarden.ErrNoPermission, err)
+		}
+		return fmt.Errorf("pelwarden/driver: create group: %w", err)
+	}
+	err := l.srv.checkGroup(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pelwarden.ErrNoGroup):
+		return fmt.Errorf("pelwarden/driver: group %q on stream %q does not exist; create it (XGROUP CREATE %s %s 0 MKSTREAM) or set Config.CreateGroup: %w",
+			l.cfg.Group, l.cfg.Stream, l.cfg.Stream, l.cfg.Group, err)
+	}
+	return fmt.Errorf("pelwarden/driver: check group: %w", err)
+}
+
+// fenceFrom returns when entries delivered (or extended) by a call begun
+// at began could first be taken over by another consumer, less a margin:
+// a claim takes only entries idle for MinIdle, and the server reset their
+// idle time after began. Until then a plain XACK acks exactly what the
+// fenced ack function would, for a quarter of its server CPU, so the
+// acker fences only the entries held longer (see acker.send). Ownership
+// moved by hand without regard to MinIdle (XCLAIM with min-idle 0) is not
+// seen for entries acked within MinIdle/2 of their delivery.
+func (l *lane) fenceFrom(began time.Duration) time.Duration {
+	if l.cfg.AckMode == AckPlain {
+		return math.MaxInt64
+	}
+	return began + l.cfg.MinIdle/2
+}
+
+// settled notes that an entry in hand was settled (or skipped).
+func (l *lane) settled() {
+	if l.inHand.Add(-1) == 0 && l.readIdle.Load() {
+		l.acks.drained()
+	}
+}
+
+// skip drops a queued job at shutdown without running its handler; its
+// entry is released by releaseUnstarted.
+func (l *lane) skip(j job) {
+	j.f.ctx.finish()
+	l.held.skipped(j.m.ID)
+	l.flow.free(j.f.bytes)
+	l.settled()
+}
+
+// releaseUnstarted makes the entries skipped at shutdown claimable by other
+// consumers at once (a fenced release: entries taken over meanwhile are
+// left alone).
+func (l *lane) releaseUnstarted(ctx context.Context) {
+	ids := l.held.takeUnstarted()
+	if len(ids) > 0 {
+		l.log.Info("shutdown: releasing queued entries no handler had started", "count", len(ids))
+	}
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), pelwarden.MaxCount)]
+		ids = ids[len(batch):]
+		l.release(ctx, batch, 0)
+	}
+}

@@ -1,0 +1,135 @@
+package driver
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// A reclaim pass: it takes idle entries of dead consumers page by page,
+// dead-letters those delivered MaxDeliveries times, clears deleted ones,
+// and dispatches the rest to the handlers; one page only when nothing
+// was idle (the check at start).
+func TestReclaimPass(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name          string
+		maxDeliveries int
+		claimCount    int
+		onePage       bool
+		idle          int   // idle entries of a dead consumer
+		deliveries    int64 // their delivery count
+		fresh         int   // entries of a live consumer, not idle
+		deleted       int   // idle entries gone from the stream
+		errs          []error
+		createGroup   bool
+		dispatched    int
+		dead          int
+		cleared       int
+		pages         int
+		stopped       bool
+	}{
+		{name: "nothing pending", pages: 1},
+		{name: "idle entries claimed", idle: 5, fresh: 2, dispatched: 5, pages: 1},
+		{name: "pages follow the cursor", idle: 5, claimCount: 2, dispatched: 5, pages: 3},
+		{name: "one page only", idle: 5, claimCount: 2, onePage: true, dispatched: 2, pages: 1},
+		{name: "delivered too often: dead-lettered", idle: 3, deliveries: 5, dead: 3, pages: 1},
+		{name: "NoDeliveryLimit: claimed however often delivered", maxDeliveries: NoDeliveryLimit, idle: 3, deliveries: 50, dispatched: 3, pages: 1},
+		{name: "deleted entries cleared", idle: 4, deleted: 2, dispatched: 2, cleared: 2, pages: 1},
+		{name: "a lost connection is retried", idle: 2, errs: []error{context.DeadlineExceeded}, dispatched: 2, pages: 2},
+		{name: "out of memory: probed until freed", idle: 2, errs: []error{replyErr("OOM full"), replyErr("OOM full")}, dispatched: 2, pages: 3},
+		{name: "the group is gone: stop", idle: 2, errs: []error{errNoGroup}, pages: 1, stopped: true},
+		{name: "the group is gone and created again", createGroup: true, idle: 2, errs: []error{errNoGroup}, dispatched: 2, pages: 2},
+		{name: "a wrong type stops", idle: 2, errs: []error{&pelwarden.Error{Kind: pelwarden.ErrWrongType}}, pages: 1, stopped: true},
+		{name: "repeated failures end the pass", idle: 2, errs: slices.Repeat([]error{context.DeadlineExceeded}, reclaimAttempts), pages: reclaimAttempts},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, func(cfg *Config) {
+				cfg.MaxDeliveries = c.maxDeliveries
+				cfg.ClaimCount = c.claimCount
+				cfg.CreateGroup = c.createGroup
+				cfg.Concurrency = 10
+			})
+			h.clock.advance(time.Hour)
+			ids := h.srv.add(c.idle + c.fresh)
+			h.srv.pending("dead", max(c.deliveries, 1), 2*time.Second, ids[:c.idle]...)
+			h.srv.pending("alive", 1, 0, ids[c.idle:]...)
+			h.srv.mu.Lock()
+			for _, id := range ids[:c.deleted] {
+				delete(h.srv.entries, id)
+			}
+			h.srv.mu.Unlock()
+			h.srv.failNext("claim", c.errs...)
+
+			h.l.reclaimPass(t.Context(), t.Context(), c.onePage)
+			jobs := h.s.jobs.drain()
+			require.Len(t, jobs, c.dispatched, "dispatched")
+			for _, j := range jobs {
+				require.Equal(t, "{s}", j.m.Stream)
+				require.Equal(t, "me", j.m.Consumer)
+				require.Greater(t, j.m.Deliveries, int64(1), "a claim is a delivery")
+			}
+			require.Len(t, h.srv.deadLettered(), c.dead, "dead-lettered")
+			require.Equal(t, c.dead, h.m.deadLettered(pelwarden.ReasonMaxDeliveries))
+			require.Equal(t, c.cleared, h.m.get(EventDeletedFromPEL), "cleared")
+			require.Equal(t, c.dispatched, h.m.get(EventClaimed))
+			require.Equal(t, c.pages, h.srv.callCount("claim"), "claim calls")
+			require.Equal(t, c.stopped, h.s.stopping(), "stopped")
+			require.False(t, h.l.flow.paused)
+			if c.dead > 0 {
+				require.Contains(t, h.logs.String(), "dead-lettered entries delivered too often")
+			}
+			if c.cleared > 0 {
+				require.Contains(t, h.logs.String(), "deleted from the stream")
+			}
+		})
+	}
+}
+
+// An entry whose handler still runs here is not dispatched again when a
+// pass takes it back (its lease lapsed): the running handler settles it.
+func TestReclaimPassSkipsEntriesInHand(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	h.srv.add(2)
+	h.read(t.Context(), 2)
+	h.clock.advance(2 * time.Second)
+	h.l.reclaimPass(t.Context(), t.Context(), false)
+	require.Empty(t, h.s.jobs.drain())
+	require.Equal(t, 2, h.l.held.count())
+	require.Equal(t, int64(2), h.l.inHand.Load())
+	_, held := h.l.flow.size()
+	require.Equal(t, 2, held, "the read's two places; the claim's were given back")
+}
+
+// The loop runs a pass at start whatever is idle, then only when the
+// check finds something idle; a failed check runs the pass anyway.
+func TestReclaimLoop(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(cfg *Config) { cfg.ReclaimInterval = time.Millisecond })
+	h.srv.failNext("anyIdle", nil, replyErr("LOADING Redis is loading"))
+	loopUntil(t, "checks after the first passes", func(ctx context.Context) { h.l.reclaimLoop(ctx, t.Context()) }, func() bool { return h.srv.callCount("anyIdle") >= 5 })
+	require.Equal(t, 2, h.srv.callCount("claim"), "the pass at start and the one after the failed check")
+	require.Equal(t, 1, h.m.get(EventCommandError))
+}
+
+// claimGiveUp: permanent errors at once, others after reclaimAttempts,
+// never while the server is out of memory.
+func TestClaimGiveUp(t *testing.T) {
+	t.Parallel()
+	stop := claimGiveUp()
+	for range 100 {
+		require.False(t, stop(replyErr("OOM full"), 0))
+	}
+	for i := range reclaimAttempts - 1 {
+		require.False(t, stop(context.DeadlineExceeded, i))
+	}
+	require.True(t, stop(context.DeadlineExceeded, reclaimAttempts))
+	require.True(t, claimGiveUp()(&pelwarden.Error{Kind: pelwarden.ErrCrossSlot}, 0))
+}

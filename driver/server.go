@@ -1,0 +1,194 @@
+package driver
+
+// The seam between a lane and the server: what a lane asks of Redis, on
+// its stream, group and consumer, and the clock its rules read.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// laneServer is every server operation of one lane, bound to its stream,
+// dead-letter stream, group and consumer. redisLane is the real one; the
+// unit tests use a fake.
+type laneServer interface {
+	// read runs one XREADGROUP ">" for at most count entries, blocking up
+	// to ReadBlock when block is set; nil when there is nothing new.
+	read(ctx context.Context, count int, block bool) ([]*Message, error)
+	// anyIdle reports whether some pending entry has been idle for minIdle.
+	anyIdle(ctx context.Context, minIdle time.Duration) (bool, error)
+	// claim is one page of the claim function (a reclaim pass); Stream,
+	// DeadLetterStream, Group and Consumer of a are the lane's.
+	claim(ctx context.Context, a pelwarden.ClaimArgs) (*pelwarden.ClaimPage, error)
+	// ack is a plain XACK; it returns how many ids were pending.
+	ack(ctx context.Context, ids []string) (int64, error)
+	// ackFenced acks through the fenced ack function: only what this
+	// consumer still owns.
+	ackFenced(ctx context.Context, ids []string) (*pelwarden.AckResult, error)
+	// extend resets the idle time of entries this consumer owns.
+	extend(ctx context.Context, ids []string) (*pelwarden.ExtendResult, error)
+	// release makes entries this consumer owns claimable after delay.
+	release(ctx context.Context, ids []string, minIdle, delay time.Duration) (*pelwarden.ReleaseResult, error)
+	// deadLetter moves one entry this consumer owns to the dead-letter
+	// stream on its handler's request, with the error text.
+	deadLetter(ctx context.Context, id, errText string) (*pelwarden.DeadLetterResult, error)
+	// trim deletes at most limit entries every group acknowledged.
+	trim(ctx context.Context, limit int) (*pelwarden.TrimResult, error)
+	// reap deletes the group's consumers idle longer than idle that own
+	// nothing, this one excepted.
+	reap(ctx context.Context, idle time.Duration) (*pelwarden.ReapResult, error)
+	// time is the server's clock.
+	time(ctx context.Context) (time.Time, error)
+	// trimDeadLetters applies XTRIM to the dead-letter stream: MINID with
+	// a minID, else MAXLEN maxLen. It returns how many records it deleted.
+	trimDeadLetters(ctx context.Context, minID string, maxLen int64) (int64, error)
+	// createGroup creates the group at startID (and the stream).
+	createGroup(ctx context.Context, startID string) error
+	// checkGroup fails with pelwarden.ErrNoGroup when the group is missing.
+	checkGroup(ctx context.Context) error
+	// stale tells the client that err suggests its cluster slot map is out
+	// of date (see followTopology).
+	stale(err error)
+}
+
+// redisLane is the laneServer of a real server: rdb, and lib over it.
+type redisLane struct {
+	rdb                      redis.UniversalClient
+	lib                      *pelwarden.Library
+	stream, deadLetterStream string
+	group, consumer          string
+	readBlock                time.Duration // Config.ReadBlock
+}
+
+var _ laneServer = (*redisLane)(nil)
+
+// readMargin is added to ReadBlock for a read's context deadline.
+const readMargin = 2 * time.Second
+
+func (s *redisLane) read(ctx context.Context, count int, block bool) ([]*Message, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.readBlock+readMargin)
+	defer cancel()
+	args := []any{"XREADGROUP", "GROUP", s.group, s.consumer, "COUNT", count}
+	if block {
+		args = append(args, "BLOCK", s.readBlock.Milliseconds())
+	}
+	args = append(args, "STREAMS", s.stream, ">")
+	v, err := s.rdb.Do(ctx, args...).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, &pelwarden.CommandError{Command: "XREADGROUP GROUP " + s.group + " " + s.consumer, Key: s.stream, Err: err}
+	}
+	return decodeRead(v, s.stream, s.group, s.consumer)
+}
+
+func (s *redisLane) anyIdle(ctx context.Context, minIdle time.Duration) (bool, error) {
+	p, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.stream, Group: s.group,
+		Idle: minIdle, Start: "-", End: "+", Count: 1}).Result()
+	if err != nil {
+		return false, &pelwarden.CommandError{Command: "XPENDING", Key: s.stream, Err: err}
+	}
+	return len(p) > 0, nil
+}
+
+func (s *redisLane) claim(ctx context.Context, a pelwarden.ClaimArgs) (*pelwarden.ClaimPage, error) {
+	a.Stream, a.DeadLetterStream, a.Group, a.Consumer = s.stream, s.deadLetterStream, s.group, s.consumer
+	return s.lib.Claim(ctx, a)
+}
+
+func (s *redisLane) ack(ctx context.Context, ids []string) (int64, error) {
+	n, err := s.rdb.XAck(ctx, s.stream, s.group, ids...).Result()
+	if err != nil {
+		return 0, &pelwarden.CommandError{Command: "XACK", Key: s.stream, Err: err}
+	}
+	return n, nil
+}
+
+func (s *redisLane) ackFenced(ctx context.Context, ids []string) (*pelwarden.AckResult, error) {
+	return s.lib.Ack(ctx, pelwarden.AckArgs{Stream: s.stream, Group: s.group, Consumer: s.consumer, IDs: ids})
+}
+
+func (s *redisLane) extend(ctx context.Context, ids []string) (*pelwarden.ExtendResult, error) {
+	return s.lib.Extend(ctx, pelwarden.ExtendArgs{Stream: s.stream, Group: s.group, Consumer: s.consumer, IDs: ids})
+}
+
+func (s *redisLane) release(ctx context.Context, ids []string, minIdle, delay time.Duration) (*pelwarden.ReleaseResult, error) {
+	return s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: s.stream, Group: s.group, Consumer: s.consumer,
+		IDs: ids, MinIdle: minIdle, Delay: delay})
+}
+
+func (s *redisLane) deadLetter(ctx context.Context, id, errText string) (*pelwarden.DeadLetterResult, error) {
+	return s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: s.stream, DeadLetterStream: s.deadLetterStream,
+		Group: s.group, Consumer: s.consumer, IDs: []string{id}, Reason: pelwarden.ReasonHandler, Error: errText})
+}
+
+func (s *redisLane) trim(ctx context.Context, limit int) (*pelwarden.TrimResult, error) {
+	return s.lib.Trim(ctx, pelwarden.TrimArgs{Stream: s.stream, Limit: limit})
+}
+
+func (s *redisLane) reap(ctx context.Context, idle time.Duration) (*pelwarden.ReapResult, error) {
+	return s.lib.Reap(ctx, pelwarden.ReapArgs{Stream: s.stream, Group: s.group, Idle: idle, Keep: []string{s.consumer}})
+}
+
+func (s *redisLane) time(ctx context.Context) (time.Time, error) {
+	t, err := s.rdb.Time(ctx).Result()
+	if err != nil {
+		return time.Time{}, &pelwarden.CommandError{Command: "TIME", Err: err}
+	}
+	return t, nil
+}
+
+func (s *redisLane) trimDeadLetters(ctx context.Context, minID string, maxLen int64) (int64, error) {
+	if minID != "" {
+		n, err := s.rdb.XTrimMinID(ctx, s.deadLetterStream, minID).Result()
+		if err != nil {
+			return 0, &pelwarden.CommandError{Command: "XTRIM MINID", Key: s.deadLetterStream, Err: err}
+		}
+		return n, nil
+	}
+	n, err := s.rdb.XTrimMaxLen(ctx, s.deadLetterStream, maxLen).Result()
+	if err != nil {
+		return 0, &pelwarden.CommandError{Command: "XTRIM MAXLEN", Key: s.deadLetterStream, Err: err}
+	}
+	return n, nil
+}
+
+func (s *redisLane) createGroup(ctx context.Context, startID string) error {
+	return s.rdb.XGroupCreateMkStream(ctx, s.stream, s.group, startID).Err()
+}
+
+func (s *redisLane) checkGroup(ctx context.Context) error {
+	_, err := s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: s.stream, DeadLetterStream: s.deadLetterStream, Group: s.group})
+	return err
+}
+
+func (s *redisLane) stale(err error) { followTopology(s.rdb, err) }
+
+// minIDBefore is the XTRIM MINID bound of records older than age at now.
+func minIDBefore(now time.Time, age time.Duration) string {
+	return strconv.FormatInt(max(now.Add(-age).UnixMilli(), 0), 10) + "-0"
+}
+
+// clock is the time a lane's rules read: a monotonic reading, as a
+// duration since an epoch. monoClock is the real one; the unit tests move
+// a fake by hand.
+type clock interface {
+	now() time.Duration
+}
+
+// monoClock reads time.Since(monoEpoch): a time with a monotonic reading
+// reads one clock, where time.Now reads two (a handler that does nothing
+// costs less than the clock reads around it).
+type monoClock struct{}
+
+func (monoClock) now() time.Duration { return time.Since(monoEpoch) }
+
+// monoEpoch anchors monoClock.
+var monoEpoch = time.Now()

@@ -1,0 +1,172 @@
+package driver
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func trackerMsgs(ids ...string) ([]*Message, []int64) {
+	msgs := make([]*Message, len(ids))
+	sizes := make([]int64, len(ids))
+	for i, id := range ids {
+		msgs[i] = &Message{ID: id}
+		sizes[i] = int64(len(id))
+	}
+	return msgs, sizes
+}
+
+// add tracks new entries and queues them; an entry already in hand is
+// skipped (its running handler settles it); after close nothing is added.
+func TestTrackerAdd(t *testing.T) {
+	t.Parallel()
+	clk := &fakeClock{}
+	clk.advance(time.Second)
+	tr := newTracker(clk)
+	q := newJobQueue(1, &atomic.Bool{})
+	msgs, sizes := trackerMsgs("1-0", "2-0")
+	skipped, closed := tr.add(t.Context(), msgs, sizes, 5*time.Second, q, nil)
+	require.False(t, closed)
+	require.Empty(t, skipped)
+	require.Equal(t, 2, tr.count())
+	jobs := q.drain()
+	require.Len(t, jobs, 2)
+	require.Equal(t, time.Second, jobs[0].f.queued)
+	require.EqualValues(t, 5*time.Second, jobs[0].f.ownedUntil.Load())
+	require.EqualValues(t, 3, jobs[1].f.bytes)
+
+	// A reclaim pass took back 2-0 while its handler runs: skipped.
+	msgs, sizes = trackerMsgs("2-0", "3-0")
+	skipped, closed = tr.add(t.Context(), msgs, sizes, 0, q, nil)
+	require.False(t, closed)
+	require.Equal(t, []*Message{msgs[0]}, skipped)
+	require.Len(t, q.drain(), 1)
+	require.Equal(t, 3, tr.count())
+
+	tr.close()
+	msgs, sizes = trackerMsgs("4-0")
+	skipped, closed = tr.add(t.Context(), msgs, sizes, 0, q, nil)
+	require.True(t, closed)
+	require.Equal(t, msgs, skipped)
+	require.Empty(t, q.drain())
+	require.Equal(t, 3, tr.count())
+}
+
+// leaseDue: which entries get a lease extension on a tick, which delayed
+// ones are released (with the longest delay left among them).
+func TestTrackerLeaseDue(t *testing.T) {
+	t.Parallel()
+	const minIdle = time.Second
+	const every = 300 * time.Millisecond
+	type entry struct {
+		id          string
+		age         time.Duration // held this long
+		acking      bool
+		lost        bool
+		delayedLeft time.Duration // > 0: a RetryAfter held back this much longer
+	}
+	for _, c := range []struct {
+		name         string
+		every        time.Duration // default every
+		heartbeat    bool
+		entries      []entry
+		extend       []string
+		release      []string
+		releaseDelay time.Duration
+	}{
+		{name: "young entries need nothing", heartbeat: true,
+			entries: []entry{{id: "1-0", age: every - 1}}},
+		{name: "held for every: extended", heartbeat: true,
+			entries: []entry{{id: "1-0", age: every}, {id: "2-0", age: 2 * every}, {id: "3-0", age: 0}},
+			extend:  []string{"1-0", "2-0"}},
+		{name: "no heartbeat: nothing extended", heartbeat: false,
+			entries: []entry{{id: "1-0", age: 2 * every}}},
+		{name: "lost entries are not extended", heartbeat: true,
+			entries: []entry{{id: "1-0", age: every, lost: true}}},
+		{name: "an ack due within MinIdle/4 needs no extension", heartbeat: true, every: 100 * time.Millisecond,
+			entries: []entry{{id: "1-0", age: minIdle/4 - 1, acking: true}, {id: "2-0", age: minIdle / 4, acking: true}},
+			extend:  []string{"2-0"}},
+		{name: "a delay far off is extended, one due soon released", heartbeat: false,
+			entries: []entry{{id: "1-0", delayedLeft: minIdle}, {id: "2-0", delayedLeft: minIdle - every}, {id: "3-0", delayedLeft: every}},
+			extend:  []string{"1-0"}, release: []string{"2-0", "3-0"}, releaseDelay: minIdle - every},
+		{name: "a delay already past is released at once", heartbeat: true,
+			entries: []entry{{id: "1-0", delayedLeft: -time.Second}},
+			release: []string{"1-0"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			every := cmp.Or(c.every, every)
+			clk := &fakeClock{}
+			clk.advance(time.Hour)
+			tr := newTracker(clk)
+			q := newJobQueue(1, &atomic.Bool{})
+			for _, e := range c.entries {
+				if e.delayedLeft != 0 {
+					tr.delay(e.id, clk.now()+e.delayedLeft)
+					continue
+				}
+				clk.t.Add(-int64(e.age))
+				msgs, sizes := trackerMsgs(e.id)
+				tr.add(t.Context(), msgs, sizes, 0, q, nil)
+				clk.advance(e.age)
+				f := q.drain()[0].f
+				f.acking.Store(e.acking)
+				f.lost.Store(e.lost)
+			}
+			extend, release, delay := tr.leaseDue(c.heartbeat, every, minIdle)
+			slices.Sort(extend)
+			slices.Sort(release)
+			require.Equal(t, c.extend, extend, "extend")
+			require.Equal(t, c.release, release, "release")
+			require.Equal(t, c.releaseDelay, delay, "release delay")
+			// Released delays are no longer held.
+			_, again, _ := tr.leaseDue(c.heartbeat, every, minIdle)
+			require.Empty(t, again)
+		})
+	}
+}
+
+// extended moves the ownership bound on, except for lost entries; lost
+// cancels the handler's context with ErrLostOwnership and drops a delay;
+// forget, skipped and takeUnstarted give entries back.
+func TestTrackerSettling(t *testing.T) {
+	t.Parallel()
+	clk := &fakeClock{}
+	tr := newTracker(clk)
+	q := newJobQueue(1, &atomic.Bool{})
+	msgs, sizes := trackerMsgs("1-0", "2-0", "3-0")
+	tr.add(t.Context(), msgs, sizes, time.Second, q, nil)
+	jobs := q.drain()
+	tr.delay("9-0", time.Hour)
+
+	tr.lost([]string{"2-0", "9-0"})
+	require.True(t, jobs[1].f.lost.Load())
+	require.ErrorIs(t, context.Cause(jobs[1].f.ctx), ErrLostOwnership)
+	require.NoError(t, jobs[0].f.ctx.Err())
+	extend, _, _ := tr.leaseDue(false, time.Second, time.Minute)
+	require.Empty(t, extend, "the lost delayed entry is no longer held")
+
+	tr.extended([]string{"1-0", "2-0", "7-0"}, 9*time.Second)
+	require.EqualValues(t, 9*time.Second, jobs[0].f.ownedUntil.Load())
+	require.EqualValues(t, time.Second, jobs[1].f.ownedUntil.Load(), "a lost entry keeps its bound")
+
+	tr.forget("1-0")
+	tr.skipped("3-0")
+	require.Equal(t, 1, tr.count())
+	require.Equal(t, []string{"3-0"}, tr.takeUnstarted())
+	require.Empty(t, tr.takeUnstarted())
+
+	// Adding an entry again drops its delay.
+	tr.delay("5-0", time.Hour)
+	msgs, sizes = trackerMsgs("5-0")
+	tr.add(t.Context(), msgs, sizes, 0, q, nil)
+	_, release, _ := tr.leaseDue(false, time.Second, 2*time.Hour)
+	require.Empty(t, release)
+	extend, _, _ = tr.leaseDue(false, time.Second, 2*time.Hour)
+	require.Empty(t, extend)
+}
