@@ -28,7 +28,7 @@ Conventions
   field data.
 ]]
 
-local LIBRARY_VERSION = '1.1.0'
+local LIBRARY_VERSION = '1.1.1'
 
 -- @@errors-begin (parsed by errors_test.go: keep one code per line)
 local ERRORS = {
