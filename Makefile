@@ -24,7 +24,7 @@ GO ?= go
 CORE_MODULE := .
 MODULES := driver/prommetrics pelwardenotel pelwardentest cmd integration_test
 
-.PHONY: test tools release-check release tidy images lint deps unit integration chaos soak fuzz fuzz-lua bench bench-drain demo ui-scale ui-screenshots
+.PHONY: test tools release-check release tidy images lint deps unit integration chaos soak soak-model fuzz fuzz-lua bench bench-drain demo ui-scale ui-screenshots
 
 ## test: everything CI checks: formatting, vet of every module, the core
 ## module's dependency promise, unit tests with -race, the release check,
@@ -99,19 +99,32 @@ chaos:
 	PELWARDEN_IMAGES=$(CHAOS_IMAGE) PELWARDEN_CHAOS_IMAGE=$(CHAOS_IMAGE) \
 	  $(GO) test -race -count=1 -v -timeout 20m -run '^TestChaos$$' ./integration_test
 
-## soak: the mixed chaos scenario at length (RELIABILITY.md): SOAK_ENTRIES
-## entries at SOAK_RATE a second, SOAK_CONSUMERS consumer processes, every
-## fault. The report is appended to SOAK_REPORT (JSON lines).
+## soak: soak-model (below), then the mixed chaos scenario at length
+## (RELIABILITY.md): SOAK_ENTRIES entries at SOAK_RATE a second,
+## SOAK_CONSUMERS consumer processes, every fault. The report is appended to
+## SOAK_REPORT (JSON lines).
 SOAK_ENTRIES ?= 200000
 SOAK_RATE ?= 1000
 SOAK_CONSUMERS ?= 4
 SOAK_REPORT ?= soak-report.jsonl
-soak:
+soak: soak-model
 	./scripts/images.sh $(CHAOS_IMAGE)
 	PELWARDEN_IMAGES=$(CHAOS_IMAGE) PELWARDEN_CHAOS_IMAGE=$(CHAOS_IMAGE) \
 	  PELWARDEN_CHAOS_ENTRIES=$(SOAK_ENTRIES) PELWARDEN_CHAOS_RATE=$(SOAK_RATE) \
 	  PELWARDEN_CHAOS_CONSUMERS=$(SOAK_CONSUMERS) PELWARDEN_CHAOS_REPORT=$(abspath $(SOAK_REPORT)) \
 	  $(GO) test -race -count=1 -v -timeout 120m -run '^TestChaos$$/^mixed$$' ./integration_test
+
+## soak-model: the model test of the function library (TestLibraryModel,
+## issue 24 §1) at length, part of `soak`: SOAK_MODEL_CHECKS random
+## sequences (of SOAK_MODEL_STEPS steps on average) per server of the matrix
+## and per mode (FCALL, EVALSHA), instead of the CI budget. A failure prints
+## the seed and the shrunk sequence.
+SOAK_MODEL_CHECKS ?= 2000
+SOAK_MODEL_STEPS ?= 100
+soak-model:
+	./scripts/images.sh
+	PELWARDEN_MODEL_CHECKS=$(SOAK_MODEL_CHECKS) PELWARDEN_MODEL_STEPS=$(SOAK_MODEL_STEPS) \
+	  $(GO) test -race -count=1 -v -timeout 180m -run '^TestLibraryModel$$' ./integration_test
 
 ## bench: the benchmarks of BENCHMARKS.md through `pelwarden bench`:
 ## BENCH_SUITE reclaim (default: pelwarden vs the textbook client-side loop vs
