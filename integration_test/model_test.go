@@ -488,8 +488,8 @@ func (r *modelRun) release(t *rapid.T) {
 		MinIdle: msDur(rel[0]), Delay: msDur(rel[1])})
 	require.NoError(t, err)
 	t.Logf("step: release %s %v min-idle=%d delay=%d: released %d, not owned %v, deleted %v", c, ids, rel[0], rel[1],
-		res.Extended, res.NotOwned, res.Deleted)
-	requireRetimed(t, "release", want, res)
+		res.Released, res.NotOwned, res.Deleted)
+	requireRetimed(t, "release", want, &pelwarden.ExtendResult{Extended: res.Released, NotOwned: res.NotOwned, Deleted: res.Deleted})
 }
 
 // reap: consumer idle times are the server's clock, so the check is what
