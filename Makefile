@@ -14,7 +14,7 @@ GO ?= go
 ## core module (the library and the driver: go-redis and nothing heavy) and
 ## one module per heavy dependency set.
 CORE_MODULE := .
-MODULES := driver/prommetrics pelwardenotel internal/testserver internal/bench internal/dashboard internal/cli pelwardentest cmd integration_test
+MODULES := driver/prommetrics pelwardenotel internal/testserver internal/bench internal/dashboard internal/cli pelwardentest pelwardenwatermill cmd integration_test
 
 .PHONY: test images lint deps unit integration chaos soak fuzz fuzz-lua bench bench-drain demo ui-scale ui-screenshots
 
@@ -51,10 +51,13 @@ deps:
 ## tests start containers (the images `images` builds).
 unit:
 	./scripts/with-server.sh $(GO) test -race -count=1 ./...
-	@for m in $(filter-out integration_test,$(MODULES)); do echo "go test: $$m"; (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
+	@for m in $(filter-out integration_test,$(MODULES)); do echo "go test: $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 30m ./...) || exit 1; done
 
+## integration: the integration matrix, then watermill's stress test (its
+## universal suite ten times at once per server) on the Watermill adapter.
 integration:
 	cd integration_test && $(GO) test -race -count=1 -parallel 8 -timeout 20m ./...
+	cd pelwardenwatermill && PELWARDEN_WATERMILL_STRESS=1 $(GO) test -race -count=1 -timeout 60m -run '^TestPubSubStressTest$$' ./...
 
 ## chaos: the chaos suite alone (integration_test/chaos_*): producers and
 ## consumer subprocesses under SIGKILL, toxiproxy toxics, FUNCTION FLUSH,

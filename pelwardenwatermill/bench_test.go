@@ -1,0 +1,144 @@
+package pelwardenwatermill_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+
+	"github.com/pelwarden/pelwarden/pelwardenwatermill"
+)
+
+// The benchmarks of BENCHMARKS.md ("Watermill"): this package's Publisher
+// and Subscriber with their defaults against watermill-redisstream's with
+// its defaults, on the first server of the matrix, in one run:
+//
+//	PELWARDEN_IMAGES=pelwarden/redis:8.0 go test -run '^$' -bench . -benchtime 20000x -count 3
+//
+// Each reports msgs/s: messages received (and acked) per second of the
+// measured time.
+
+// implementation makes a Publisher and a Subscriber of one group on its
+// own clients (watermill-redisstream's Publisher closes its client).
+type implementation struct {
+	name string
+	make func(b *testing.B, group string) (message.Publisher, message.Subscriber)
+}
+
+func implementations(s *server) []implementation {
+	return []implementation{
+		{"pelwarden", func(b *testing.B, group string) (message.Publisher, message.Subscriber) {
+			rdb := s.client()
+			b.Cleanup(func() { _ = rdb.Close() })
+			pub, err := pelwardenwatermill.NewPublisher(rdb, pelwardenwatermill.PublisherConfig{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			sub, err := pelwardenwatermill.NewSubscriber(rdb, pelwardenwatermill.SubscriberConfig{Group: group, Logger: testLogger()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return pub, sub
+		}},
+		{"redisstream", func(b *testing.B, group string) (message.Publisher, message.Subscriber) {
+			pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: s.client()}, watermill.NopLogger{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
+				Client: s.client(), Consumer: watermill.NewShortUUID(), ConsumerGroup: group}, watermill.NopLogger{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return pub, sub
+		}},
+	}
+}
+
+// BenchmarkSubscriber is watermill's BenchSubscriber: one goroutine
+// publishes b.N messages one Publish at a time while the subscription
+// reads and acks them.
+func BenchmarkSubscriber(b *testing.B) {
+	for _, impl := range implementations(servers[0]) {
+		b.Run(impl.name, func(b *testing.B) {
+			var pub message.Publisher
+			var sub message.Subscriber
+			start := time.Now()
+			tests.BenchSubscriber(b, func(n int) (message.Publisher, message.Subscriber) {
+				pub, sub = impl.make(b, "bench-"+watermill.NewShortUUID())
+				return pub, sub
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+			_ = pub.Close()
+			_ = sub.Close()
+		})
+	}
+}
+
+// BenchmarkRouter is end to end through a watermill Router with a no-op
+// handler: b.N messages are published first (batches of 500 for
+// pelwarden, one Publish per message for watermill-redisstream, which has
+// no batch), then the timer runs from the router's start until its
+// handler has seen all of them (each acked by the router).
+func BenchmarkRouter(b *testing.B) {
+	for _, impl := range implementations(servers[0]) {
+		b.Run(impl.name, func(b *testing.B) {
+			pub, sub := impl.make(b, "router-"+watermill.NewShortUUID())
+			topic := "bench-" + watermill.NewUUID()
+			if init, ok := sub.(message.SubscribeInitializer); ok {
+				if err := init.SubscribeInitialize(topic); err != nil {
+					b.Fatal(err)
+				}
+			}
+			batch := make([]*message.Message, 0, 500)
+			flush := func() {
+				if err := pub.Publish(topic, batch...); err != nil {
+					b.Fatal(err)
+				}
+				batch = batch[:0]
+			}
+			for range b.N {
+				batch = append(batch, message.NewMessage(watermill.NewUUID(), []byte("payload")))
+				if len(batch) == cap(batch) || impl.name == "redisstream" {
+					flush()
+				}
+			}
+			if len(batch) > 0 {
+				flush()
+			}
+			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var seen atomic.Int64
+			done := make(chan struct{})
+			router.AddConsumerHandler("noop", topic, sub, func(*message.Message) error {
+				if seen.Add(1) == int64(b.N) {
+					close(done)
+				}
+				return nil
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			b.ResetTimer()
+			start := time.Now()
+			go func() { _ = router.Run(ctx) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Minute):
+				b.Fatalf("the router handled %d of %d messages", seen.Load(), b.N)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+			_ = router.Close()
+			_ = pub.Close()
+			_ = sub.Close()
+		})
+	}
+}

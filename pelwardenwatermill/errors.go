@@ -1,0 +1,42 @@
+package pelwardenwatermill
+
+import (
+	"errors"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// ConfigError names the SubscriberConfig or PublisherConfig field that is
+// wrong. It matches pelwarden.ErrInvalidArgument with errors.Is.
+type ConfigError struct {
+	// Field is the field's name, e.g. "SubscriberConfig.Group".
+	Field string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return "pelwarden/watermill: invalid " + e.Field + ": " + e.Reason
+}
+
+// Unwrap returns pelwarden.ErrInvalidArgument.
+func (e *ConfigError) Unwrap() error { return pelwarden.ErrInvalidArgument }
+
+var (
+	// ErrClosed is returned by Subscribe and Publish once Close was called.
+	ErrClosed = errors.New("pelwarden/watermill: closed")
+	// ErrNacked is the error a Subscriber hands the driver for a message
+	// that was Nacked: it is wrapped in a *driver.RetryAfterError with
+	// SubscriberConfig.NackDelay, so driver middleware (such as
+	// pelwardenotel.Handler) sees the Nack as a retry.
+	ErrNacked = errors.New("pelwarden/watermill: message nacked")
+	// ErrNotAcked is the error a Subscriber hands the driver for a message
+	// that was neither acked nor nacked within CloseTimeout of its
+	// subscription closing (or that was still waiting for its turn on the
+	// channel): the entry is released for another consumer at once.
+	ErrNotAcked = errors.New("pelwarden/watermill: subscription closed before the message was acked")
+	// ErrNotWatermill is the cause recorded in the dead-letter record of
+	// an entry that is in neither layout DefaultMarshaler reads: it has no
+	// FieldUUID and no watermill-redisstream UUID field.
+	ErrNotWatermill = errors.New("pelwarden/watermill: entry is not a watermill message")
+)
