@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/subscriber"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/pelwarden/pelwarden/pelwardenwatermill"
 )
@@ -47,12 +48,20 @@ func implementations(s *server) []implementation {
 			return pub, sub
 		}},
 		{"redisstream", func(b *testing.B, group string) (message.Publisher, message.Subscriber) {
-			pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: s.client()}, watermill.NopLogger{})
+			// Its Publisher closes its client on Close, even while a
+			// Publish of BenchSubscriber's goroutine (which nothing joins)
+			// waits for its reply: the client is closed at cleanup instead,
+			// after the Subscriber's Close.
+			rdb := s.client()
+			b.Cleanup(func() { _ = rdb.Close() })
+			pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: keepOpen{rdb}}, watermill.NopLogger{})
 			if err != nil {
 				b.Fatal(err)
 			}
+			subClient := s.client()
+			b.Cleanup(func() { _ = subClient.Close() })
 			sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-				Client: s.client(), Consumer: watermill.NewShortUUID(), ConsumerGroup: group}, watermill.NopLogger{})
+				Client: subClient, Consumer: watermill.NewShortUUID(), ConsumerGroup: group}, watermill.NopLogger{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -60,6 +69,11 @@ func implementations(s *server) []implementation {
 		}},
 	}
 }
+
+// keepOpen is a client whose Close does nothing.
+type keepOpen struct{ redis.UniversalClient }
+
+func (keepOpen) Close() error { return nil }
 
 // BenchmarkSubscriber is watermill's BenchSubscriber: one goroutine
 // publishes b.N messages one Publish at a time while the subscription
