@@ -115,9 +115,9 @@ func (p *Publisher) producerFor(topic string) (*producer.Producer, error) {
 // server has added every message, or with the first error. All messages
 // are marshaled first, so a message that cannot be marshaled fails the
 // call before anything is sent; a Redis error fails the messages it hit
-// (the others of the call may have been added). The context of each
-// message is the context of its publish (for the Injector, and to cancel
-// a batch whose messages' contexts are all one). A publish whose reply was
+// (the others of the call may have been added). The Injector gets each
+// message's own context; the pipeline goes out under the first message's
+// context (cancelling it cuts the call short). A publish whose reply was
 // lost may have added its messages: retrying adds them again with new
 // stream ids (the UUIDs stay the same, so a handler can deduplicate on
 // them).
@@ -154,8 +154,6 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 		}
 		batch[i] = producer.Message{Key: key, Fields: fields}
 	}
-	// Messages published together usually share one context; a batch
-	// goes out under the first one's.
 	_, err = pr.PublishBatch(messages[0].Context(), batch)
 	if err != nil {
 		return fmt.Errorf("pelwarden/watermill: publish to %s: %w", topic, err)

@@ -2,6 +2,7 @@ package pelwardenwatermill
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -298,7 +299,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 // group is left as it is. With RequireGroup it only checks that the group
 // exists.
 func (s *Subscriber) SubscribeInitialize(topic string) error {
-	streams, _, err := s.cfg.Topics.streams(topic)
+	streams, dead, err := s.cfg.Topics.streams(topic)
 	if err != nil {
 		return err
 	}
@@ -309,7 +310,11 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 	ctx := context.Background()
 	for _, stream := range streams {
 		if s.cfg.RequireGroup {
-			if _, err := pelwarden.NewLibrary(s.rdb).Stats(ctx, pelwarden.StatsArgs{Stream: stream, DeadLetterStream: pelwarden.DeadLetterStreamFor(stream), Group: s.cfg.Group}); err != nil {
+			d := dead
+			if s.cfg.Topics.Partitions > 0 {
+				d = pelwarden.DeadLetterStreamFor(stream)
+			}
+			if _, err := pelwarden.NewLibrary(s.rdb).Stats(ctx, pelwarden.StatsArgs{Stream: stream, DeadLetterStream: d, Group: s.cfg.Group}); err != nil {
 				return fmt.Errorf("pelwarden/watermill: group %q on %s: %w", s.cfg.Group, stream, err)
 			}
 			continue
@@ -376,25 +381,37 @@ func (sub *subscription) handle(ctx context.Context, m *driver.Message) error {
 	case sub.out <- msg:
 	case <-sub.closing:
 		return driver.RetryAfter(0, ErrNotAcked)
+	case <-ctx.Done():
+		return context.Cause(ctx) // taken over before it was handed out
 	}
-	select {
-	case <-msg.Acked():
-		return nil
-	case <-msg.Nacked():
-		return driver.RetryAfter(sub.nackDelay, ErrNacked)
-	case <-sub.closing:
-	}
-	// Closing: tell the holder, then give it CloseTimeout to answer.
-	cancel()
-	t := time.NewTimer(sub.closeTimeout)
-	defer t.Stop()
-	select {
-	case <-msg.Acked():
-		return nil
-	case <-msg.Nacked():
-		return driver.RetryAfter(sub.nackDelay, ErrNacked)
-	case <-t.C:
-		return driver.RetryAfter(0, ErrNotAcked)
+	// ctx is cancelled when the entry is lost to another consumer (the
+	// driver then drops the outcome; the holder still answers before the
+	// next message goes out) or when the driver's ShutdownTimeout cut the
+	// wait short (which CloseTimeout < ShutdownTimeout leaves to a
+	// subscription that stopped for an error of its own).
+	cut := ctx.Done()
+	closing := sub.closing
+	var timeout <-chan time.Time
+	for {
+		select {
+		case <-msg.Acked():
+			return nil
+		case <-msg.Nacked():
+			return driver.RetryAfter(sub.nackDelay, ErrNacked)
+		case <-closing:
+			// Tell the holder, then give it CloseTimeout to answer.
+			cancel()
+			t := time.NewTimer(sub.closeTimeout)
+			defer t.Stop()
+			closing, timeout = nil, t.C
+		case <-timeout:
+			return driver.RetryAfter(0, ErrNotAcked)
+		case <-cut:
+			if !errors.Is(context.Cause(ctx), driver.ErrLostOwnership) {
+				return context.Cause(ctx)
+			}
+			cut = nil
+		}
 	}
 }
 
