@@ -227,9 +227,10 @@ func (s *Subscriber) driverConfig(topic string, h driver.Handler) (driver.Config
 //     claim it too.
 //
 // An entry that is not a watermill message (Unmarshaler fails) is
-// dead-lettered at once with the error's text; its Deliveries and the
-// entry's stream id are in the message's metadata (MetadataDeliveries,
-// MetadataStreamID).
+// dead-lettered at once with the error's text (reason "handler") and never
+// reaches the channel. Every message delivered carries its stream, stream
+// id and the server's delivery count in its metadata (MetadataStream,
+// MetadataStreamID, MetadataDeliveries).
 //
 // Cancelling ctx closes the subscription: the channel is closed once the
 // message handed out was answered (or CloseTimeout passed), entries
