@@ -22,7 +22,7 @@ GO ?= go
 ## (prommetrics, pelwardenotel, pelwardentest with its test servers), the CLI
 ## with its internals (cmd), and the integration tests (never published).
 CORE_MODULE := .
-MODULES := driver/prommetrics pelwardenotel pelwardentest cmd integration_test
+MODULES := driver/prommetrics pelwardenotel pelwardentest pelwardenwatermill cmd integration_test
 
 .PHONY: test tools release-check release tidy images lint deps unit integration chaos soak soak-model fuzz fuzz-lua bench bench-drain demo ui-scale ui-screenshots
 
@@ -84,10 +84,15 @@ deps:
 ## tests start containers (the images `images` builds).
 unit:
 	./scripts/with-server.sh $(GO) test -race -count=1 ./...
-	@for m in $(filter-out integration_test,$(MODULES)); do echo "go test: $$m"; (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
+	@for m in $(filter-out integration_test,$(MODULES)); do echo "go test: $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 30m ./...) || exit 1; done
 
+## integration: the integration matrix, then watermill's stress test (its
+## universal suite ten times at once per server) on the Watermill adapter:
+## about 4 minutes per server with -parallel 8 (the suite's tests mostly
+## wait; the default, GOMAXPROCS, runs two at a time: 13 minutes).
 integration:
 	cd integration_test && $(GO) test -race -count=1 -parallel 8 -timeout 20m ./...
+	cd pelwardenwatermill && PELWARDEN_WATERMILL_STRESS=1 $(GO) test -race -count=1 -parallel 8 -timeout 60m -run '^TestPubSubStressTest$$' ./...
 
 ## chaos: the chaos suite alone (integration_test/chaos_*): producers and
 ## consumer subprocesses under SIGKILL, toxiproxy toxics, FUNCTION FLUSH,

@@ -143,7 +143,9 @@ type Config struct {
 	Concurrency int
 	// MaxInHand bounds the entries the consumer holds: queued for a handler
 	// or running. Within it the consumer sizes its window by itself,
-	// starting at Concurrency: the window grows while handlers run out of
+	// starting at Concurrency (and never below 2 where MaxInHand allows,
+	// so a blocking read of an idle stream leaves room for a reclaim
+	// pass): the window grows while handlers run out of
 	// work before the next read arrives (fast handlers: reads of hundreds
 	// go out while the handlers work on the last batch), and shrinks when
 	// queued entries wait longer than they take to handle (slow handlers:

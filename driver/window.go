@@ -23,7 +23,8 @@ const (
 // flight may return) and their bytes of field data, and decides how many
 // the next call may fetch.
 //
-// Its size (limit) adapts between Concurrency and MaxInHand:
+// Its size (limit) adapts between Concurrency (at least 2, where MaxInHand
+// allows: see least) and MaxInHand:
 //   - it grows by half when a handler worker ran out of work while a call
 //     was in flight that the window had limited and that found as many
 //     entries as it asked for (not counting the call that first fills the
@@ -50,10 +51,16 @@ const (
 // only the reclaim loop takes, one entry per claim: its claims probe the
 // server.
 type window struct {
-	floor, ceil int   // bounds of limit: Concurrency, MaxInHand
-	fixed       bool  // Prefetch set: limit stays ceil
-	maxBytes    int64 // MaxInHandBytes
-	batchBytes  int64 // a call fetches about this many bytes at most
+	floor, ceil int // Concurrency, MaxInHand: the bounds of limit
+	// least is the smallest limit: floor, but at least 2 where ceil
+	// allows. An idle consumer's read blocks holding one place for up to
+	// ReadBlock, so a window of one (Concurrency 1) would leave a reclaim
+	// pass no room until the next new entry arrives: entries released
+	// for a retry would wait for it.
+	least      int
+	fixed      bool  // Prefetch set: limit stays ceil
+	maxBytes   int64 // MaxInHandBytes
+	batchBytes int64 // a call fetches about this many bytes at most
 	// maxWait: queued entries waiting longer are hoarded whatever their
 	// handling time (MinIdle/8: well before they need a lease extension
 	// at LeaseInterval, MinIdle/3 by default, or their acks the fence at
@@ -113,10 +120,11 @@ const (
 )
 
 func newWindow(floor, ceil int, fixed bool, maxBytes int64, minIdle time.Duration) *window {
+	least := max(floor, min(2, ceil))
 	w := &window{
-		floor: floor, ceil: ceil, fixed: fixed, maxBytes: maxBytes, maxWait: (minIdle / 8).Seconds(),
+		floor: floor, ceil: ceil, least: least, fixed: fixed, maxBytes: maxBytes, maxWait: (minIdle / 8).Seconds(),
 		batchBytes: min(batchBytesTarget, max(maxBytes/2, 1)),
-		limit:      floor,
+		limit:      least,
 	}
 	if fixed {
 		w.limit = ceil
@@ -340,8 +348,8 @@ func (w *window) resizeLocked(r reservation, more bool) {
 			w.handling += (took - w.handling) / 4
 		}
 		hoarding := wait > took && wait > max(hoardRoundTrips*w.rtt, hoardMinWait.Seconds())
-		if (hoarding || wait > w.maxWait) && w.limit > w.floor {
-			w.limit = max(w.floor, w.limit-w.limit/4)
+		if (hoarding || wait > w.maxWait) && w.limit > w.least {
+			w.limit = max(w.least, w.limit-w.limit/4)
 			return
 		}
 	}

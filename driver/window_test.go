@@ -346,3 +346,44 @@ func TestWindowWaiterFollowsAShrink(t *testing.T) {
 		t.Fatal("the waiter still waits for the room it needed before the shrink")
 	}
 }
+
+// With Concurrency 1, an idle consumer's blocking read holds one place;
+// a reclaim pass still gets one at once (a window of one would make it
+// wait for the next new entry), and a handler holding the other place
+// makes it wait only until that entry settles.
+func TestWindowOfOneHandlerLeavesRoomForReclaim(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	w := newWindow(1, 2000, false, 32<<20, time.Minute)
+	read := w.reserve(ctx, partyRead, 1) // the idle read, blocking
+	require.Equal(t, 1, read.n)
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	claim := w.reserve(short, partyReclaim, 500)
+	require.Equal(t, 1, claim.n, "the reclaim pass got a place beside the blocked read")
+	w.fill(claim, 1, 10, time.Millisecond, false) // one entry in hand, handler running
+	got := make(chan reservation, 1)
+	go func() { got <- w.reserve(ctx, partyReclaim, 500) }()
+	select {
+	case r := <-got:
+		t.Fatalf("reclaim got %d places while the read and a handler hold the window", r.n)
+	case <-time.After(50 * time.Millisecond):
+	}
+	w.free(10)
+	select {
+	case r := <-got:
+		require.Equal(t, 1, r.n)
+	case <-time.After(time.Second):
+		t.Fatal("the settled entry's place did not reach the waiting reclaim pass")
+	}
+	w.giveBack(read)
+}
+
+// MaxInHand 1 keeps the window at one entry.
+func TestWindowOfOneStaysWithinMaxInHand(t *testing.T) {
+	t.Parallel()
+	w := newWindow(1, 1, false, 32<<20, time.Minute)
+	r := w.reserve(t.Context(), partyRead, 500)
+	require.Equal(t, 1, r.n)
+	require.Equal(t, 1, w.limit)
+}

@@ -36,7 +36,8 @@ SRC
 cd "$dir"
 GOWORK=off GOFLAGS=-mod=mod go mod tidy >/dev/null
 GOWORK=off go build ./...
-mods=$(GOWORK=off go list -m all)
+# Module paths only: a replace target is a directory, which may contain any word.
+mods=$(GOWORK=off go list -m -f "{{.Path}}" all)
 bad=$(echo "$mods" | grep -Ei 'docker|moby|testcontainers|cobra|prometheus|watermill|toxiproxy|zerolog|opentelemetry' || true)
 if [ -n "$bad" ]; then
   echo "check-core-deps: a user of pelwarden and driver gets these modules:" >&2

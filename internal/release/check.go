@@ -119,7 +119,7 @@ func (r *repo) check(version string, w io.Writer) error {
 		return err
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	step("built and ran the user program (driver, producer, prommetrics, pelwardenotel): " + lines[len(lines)-1])
+	step("built and ran the user program (driver, producer, prommetrics, pelwardenotel, pelwardenwatermill): " + lines[len(lines)-1])
 	out, err = goIn("test", "-count=1", "-v", "-run", "TestBadOrdersAreDeadLettered", ".")
 	if err != nil {
 		return err

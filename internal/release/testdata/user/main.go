@@ -1,8 +1,9 @@
 // Command user is the release check's user program: it requires the
 // released modules from a module proxy, as a user's build does, and runs
 // them against a real server: a producer with the tracing injector
-// publishes entries, and a driver consumer with Prometheus metrics and the
-// tracing handler consumes them.
+// publishes entries, a driver consumer with Prometheus metrics and the
+// tracing handler consumes them, and the Watermill adapter's Publisher and
+// Subscriber pass messages.
 package main
 
 import (
@@ -12,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -19,6 +22,7 @@ import (
 	"github.com/pelwarden/pelwarden/driver"
 	"github.com/pelwarden/pelwarden/driver/prommetrics"
 	"github.com/pelwarden/pelwarden/pelwardenotel"
+	"github.com/pelwarden/pelwarden/pelwardenwatermill"
 	"github.com/pelwarden/pelwarden/producer"
 )
 
@@ -77,6 +81,43 @@ func run() error {
 	if n := handled.Load(); n != entries {
 		return fmt.Errorf("handled %d entries, want %d", n, entries)
 	}
-	fmt.Printf("user: %d entries published and handled\n", entries)
+	if err := throughWatermill(ctx, rdb, stream+".wm"); err != nil {
+		return fmt.Errorf("watermill: %w", err)
+	}
+	fmt.Printf("user: %d entries published and handled, and %d watermill messages\n", entries, entries)
+	return nil
+}
+
+// throughWatermill publishes messages with the adapter's Publisher and
+// receives and acks them with its Subscriber.
+func throughWatermill(ctx context.Context, rdb *redis.Client, topic string) error {
+	defer rdb.Del(context.Background(), topic, pelwarden.DeadLetterStreamFor(topic))
+	pub, err := pelwardenwatermill.NewPublisher(rdb, pelwardenwatermill.PublisherConfig{})
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	sub, err := pelwardenwatermill.NewSubscriber(rdb, pelwardenwatermill.SubscriberConfig{Group: "release-check"})
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	msgs, err := sub.Subscribe(ctx, topic)
+	if err != nil {
+		return err
+	}
+	for i := range entries {
+		if err := pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprint(i)))); err != nil {
+			return err
+		}
+	}
+	for range entries {
+		select {
+		case m := <-msgs:
+			m.Ack()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	return nil
 }

@@ -1,0 +1,128 @@
+package pelwardenwatermill_test
+
+import (
+	"context"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/subscriber"
+	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/pelwardenwatermill"
+)
+
+// reconnectMinIdle: a read whose reply is lost to a restart leaves its
+// entries pending, owned by a consumer that never saw them; they are
+// reclaimed once idle this long (the default, 1m, would outlast the test's
+// wait for the next message).
+const reconnectMinIdle = 5 * time.Second
+
+// TestReconnectRestartsServer is watermill's TestReconnect with its
+// bookkeeping ordered (see features): 100 publishers publish 10,000
+// messages while the server's container is restarted (docker restart, the
+// append-only file keeps the data) after a third and after half of them;
+// one subscription must receive every message a Publish confirmed.
+// Publishes that fail during a restart are retried, as the suite does.
+func TestReconnectRestartsServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts the server")
+	}
+	each(t, func(t *testing.T, s *server) {
+		const messagesCount, publishersCount = 10000, 100
+		rdb := s.client()
+		defer func() { _ = rdb.Close() }()
+		pub, err := pelwardenwatermill.NewPublisher(rdb, pelwardenwatermill.PublisherConfig{})
+		require.NoError(t, err)
+		sub, err := pelwardenwatermill.NewSubscriber(rdb, pelwardenwatermill.SubscriberConfig{
+			Group: "reconnect", Logger: testLogger(), Driver: driver.Config{MinIdle: reconnectMinIdle}})
+		require.NoError(t, err)
+		topic := "topic-" + watermill.NewUUID()
+		require.NoError(t, sub.SubscribeInitialize(topic))
+		messages, err := sub.Subscribe(context.Background(), topic)
+		require.NoError(t, err)
+
+		var (
+			mu        sync.Mutex
+			published message.Messages
+			restarts  sync.WaitGroup
+			pubs      sync.WaitGroup
+		)
+		work := make(chan int)
+		for range publishersCount {
+			pubs.Go(func() {
+				for range work {
+					msg := message.NewMessage(watermill.NewUUID(), []byte("x"))
+					for pub.Publish(topic, msg) != nil {
+						time.Sleep(100 * time.Millisecond)
+					}
+					mu.Lock()
+					published = append(published, msg)
+					mu.Unlock()
+				}
+			})
+		}
+		// The feeder starts each restart, then waits until the server is
+		// down before handing out more work, so the publishes after it
+		// meet the outage and the subscription is cut mid-stream.
+		down := 0
+		go func() {
+			defer close(work)
+			for i := range messagesCount {
+				if i == messagesCount/3 || i == messagesCount/2 {
+					done := make(chan struct{})
+					restarts.Go(func() {
+						defer close(done)
+						out, err := exec.Command(s.restartCommand()[0], s.restartCommand()[1:]...).CombinedOutput()
+						require.NoError(t, err, "%s", out)
+					})
+					if waitDown(s, done) {
+						down++
+					}
+				}
+				work <- i
+			}
+		}()
+
+		received, all := subscriber.BulkReadWithDeduplication(messages, messagesCount, 60*time.Second)
+		pubs.Wait()
+		restarts.Wait()
+		require.True(t, all, "received %d of %d", len(received), messagesCount)
+		require.Equal(t, 2, down, "the server was seen down during both restarts")
+		mu.Lock()
+		tests.AssertAllMessagesReceived(t, published, received)
+		mu.Unlock()
+		require.NoError(t, pub.Close())
+		require.NoError(t, sub.Close())
+	})
+}
+
+// waitDown waits until the server stops answering PING, or the restart is
+// over (done); it reports whether it saw the server down. Its client does
+// not retry (go-redis retries a failed PING on a new connection by
+// default, which hides a short outage).
+func waitDown(s *server, done <-chan struct{}) bool {
+	o := s.options()
+	o.MaxRetries = -1
+	rdb := redis.NewClient(o)
+	defer func() { _ = rdb.Close() }()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := rdb.Ping(ctx).Err()
+		cancel()
+		if err != nil {
+			return true
+		}
+		select {
+		case <-done:
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

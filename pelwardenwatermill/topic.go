@@ -1,0 +1,84 @@
+package pelwardenwatermill
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// Topics maps watermill topics to streams. The Publisher and the
+// Subscriber of one topic must use the same Topics.
+//
+// By default a topic is the stream of the same name, as in
+// watermill-redisstream, so both can run on one stream while a team
+// switches. Its dead-letter stream is pelwarden.DeadLetterStreamFor of it
+// when that lands in the stream's cluster slot ("{orders}" ->
+// "{orders}:dead"), and otherwise "{" + stream + "}:dead", which hashes the
+// whole stream name as the stream itself does ("orders" ->
+// "{orders}:dead"). Stream and dead-letter stream are then in one slot, as
+// the driver requires.
+type Topics struct {
+	// Stream names the stream of a topic. Defaults to the topic itself.
+	Stream func(topic string) string
+	// Partitions, when positive, spreads each topic over that many
+	// streams, pelwarden.Partitions(Stream(topic), Partitions) (the name
+	// must then not contain '{' or '}'), each with its dead-letter
+	// stream. The Publisher sends a message to the partition of its key
+	// (PublisherConfig.PartitionKey), the Subscriber runs one consumer
+	// over all partitions. At most pelwarden.MaxPartitions.
+	Partitions int
+}
+
+func (t Topics) validate(prefix string) error {
+	if t.Partitions < 0 || t.Partitions > pelwarden.MaxPartitions {
+		return &pelwarden.ArgumentError{Scope: "pelwarden/watermill", Field: prefix + "Topics.Partitions", Reason: fmt.Sprintf("must be between 0 and %d, got %d", pelwarden.MaxPartitions, t.Partitions)}
+	}
+	return nil
+}
+
+func (t Topics) streamName(topic string) (string, error) {
+	name := topic
+	if t.Stream != nil {
+		name = t.Stream(topic)
+	}
+	if name == "" || len(name) > pelwarden.MaxNameBytes-16 {
+		return "", &pelwarden.ArgumentError{Scope: "pelwarden/watermill", Field: "topic", Reason: fmt.Sprintf("topic %q maps to stream %q: stream names are 1 to %d bytes", topic, name, pelwarden.MaxNameBytes-16)}
+	}
+	return name, nil
+}
+
+// streams returns the topic's streams (one, or its partitions) and, for a
+// single stream, its dead-letter stream.
+func (t Topics) streams(topic string) (streams []string, deadLetter string, err error) {
+	name, err := t.streamName(topic)
+	if err != nil {
+		return nil, "", err
+	}
+	if t.Partitions > 0 {
+		parts, err := pelwarden.Partitions(name, t.Partitions)
+		if err != nil {
+			return nil, "", &pelwarden.ArgumentError{Scope: "pelwarden/watermill", Field: "topic", Reason: fmt.Sprintf("topic %q: %v", topic, err)}
+		}
+		return parts, "", nil
+	}
+	dead, err := DeadLetterStream(name)
+	if err != nil {
+		return nil, "", &pelwarden.ArgumentError{Scope: "pelwarden/watermill", Field: "topic", Reason: fmt.Sprintf("topic %q: %v", topic, err)}
+	}
+	return []string{name}, dead, nil
+}
+
+// DeadLetterStream returns the dead-letter stream the Subscriber uses for
+// stream (without partitions): see Topics. It fails for the rare name
+// neither rule puts in the stream's slot (one with an empty "{}" before
+// another brace).
+func DeadLetterStream(stream string) (string, error) {
+	if d := pelwarden.DeadLetterStreamFor(stream); pelwarden.Slot(d) == pelwarden.Slot(stream) {
+		return d, nil
+	}
+	if strings.Contains(stream, "}") {
+		return "", fmt.Errorf("no dead-letter stream name in the slot of %q; map the topic to a stream with a hash tag (Topics.Stream)", stream)
+	}
+	return "{" + stream + "}:dead", nil
+}
