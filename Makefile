@@ -24,7 +24,7 @@ GO ?= go
 CORE_MODULE := .
 MODULES := driver/prommetrics pelwardenotel pelwardentest pelwardenwatermill cmd integration_test
 
-.PHONY: test tools release-check release tidy images lint deps unit integration chaos soak soak-model fuzz fuzz-lua bench bench-drain demo ui-scale ui-screenshots
+.PHONY: watermill-stress test tools release-check release tidy images lint deps unit integration chaos soak soak-model fuzz fuzz-lua bench bench-drain demo ui-scale ui-screenshots
 
 ## test: everything CI checks: formatting, vet of every module, the core
 ## module's dependency promise, unit tests with -race, the release check,
@@ -84,14 +84,21 @@ deps:
 ## tests start containers (the images `images` builds).
 unit:
 	./scripts/with-server.sh $(GO) test -race -count=1 ./...
-	@for m in $(filter-out integration_test,$(MODULES)); do echo "go test: $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 30m ./...) || exit 1; done
+	@for m in $(filter-out integration_test pelwardenwatermill,$(MODULES)); do echo "go test: $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 30m ./...) || exit 1; done
 
-## integration: the integration matrix, then watermill's stress test (its
-## universal suite ten times at once per server) on the Watermill adapter:
-## about 4 minutes per server with -parallel 8 (the suite's tests mostly
-## wait; the default, GOMAXPROCS, runs two at a time: 13 minutes).
+## integration: the integration matrix, then the Watermill adapter's tests
+## (watermill's universal suite on every server of the matrix among them;
+## -parallel 8: the suite's tests mostly wait).
 integration:
 	cd integration_test && $(GO) test -race -count=1 -parallel 8 -timeout 20m ./...
+	cd pelwardenwatermill && $(GO) test -race -count=1 -parallel 8 -timeout 30m ./...
+
+## watermill-stress: watermill's stress test (its universal suite ten times
+## at once per server) on the adapter: about 4 minutes per server with
+## -parallel 8, 20 for the matrix, which does not fit CI's time beside the
+## rest; run it before a release (PELWARDEN_IMAGES narrows the matrix).
+watermill-stress:
+	./scripts/images.sh
 	cd pelwardenwatermill && PELWARDEN_WATERMILL_STRESS=1 $(GO) test -race -count=1 -parallel 8 -timeout 60m -run '^TestPubSubStressTest$$' ./...
 
 ## chaos: the chaos suite alone (integration_test/chaos_*): producers and
