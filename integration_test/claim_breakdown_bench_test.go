@@ -81,32 +81,14 @@ func BenchmarkClaimBreakdown(b *testing.B) {
 			return next, idsOf(msgs), err
 		}},
 		{"XAUTOCLAIM in a function", func(stream, cursor string) (string, []string, error) {
-			v, err := s.rdb.FCall(ctx, "pwbd_autoclaim", []string{stream}, "g", "rescuer", cursor, page).Slice()
-			if err != nil {
-				return "", nil, err
-			}
-			msgs, _ := v[1].([]any)
-			ids := make([]string, len(msgs))
-			for i, m := range msgs {
-				ids[i] = fmt.Sprint(m.([]any)[0])
-			}
-			return fmt.Sprint(v[0]), ids, nil
+			return cursorAndIDs(s.rdb.FCall(ctx, "pwbd_autoclaim", []string{stream}, "g", "rescuer", cursor, page).Slice())
 		}},
 		{"XPENDING page in a function", func(stream, cursor string) (string, []string, error) {
 			last, err := s.rdb.FCall(ctx, "pwbd_pending", []string{stream}, "g", "rescuer", cursor, page).Text()
 			return last, nil, err
 		}},
 		{"XPENDING + XCLAIM in a function", func(stream, cursor string) (string, []string, error) {
-			v, err := s.rdb.FCall(ctx, "pwbd_pending_claim", []string{stream}, "g", "rescuer", cursor, page).Slice()
-			if err != nil {
-				return "", nil, err
-			}
-			msgs, _ := v[1].([]any)
-			ids := make([]string, len(msgs))
-			for i, m := range msgs {
-				ids[i] = fmt.Sprint(m.([]any)[0])
-			}
-			return fmt.Sprint(v[0]), ids, nil
+			return cursorAndIDs(s.rdb.FCall(ctx, "pwbd_pending_claim", []string{stream}, "g", "rescuer", cursor, page).Slice())
 		}},
 		{"pelwarden_v1_claim", func(stream, cursor string) (string, []string, error) {
 			p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: stream, DeadLetterStream: pelwarden.DeadLetterStreamFor(stream), Group: "g",
@@ -172,6 +154,20 @@ func BenchmarkClaimBreakdown(b *testing.B) {
 		b.ReportMetric(results[m.name]/float64(b.N), strings.ReplaceAll(m.name, " ", "_")+"-µs/entry")
 		b.Logf("%-32s %.2fx the floor's server CPU per entry", m.name, results[m.name]/floor)
 	}
+}
+
+// cursorAndIDs reads a {cursor, {{id, fields}, ...}} reply: the next
+// cursor and the ids of the entries.
+func cursorAndIDs(v []any, err error) (string, []string, error) {
+	if err != nil {
+		return "", nil, err
+	}
+	msgs, _ := v[1].([]any)
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = fmt.Sprint(m.([]any)[0])
+	}
+	return fmt.Sprint(v[0]), ids, nil
 }
 
 // buildDeadPEL makes stream hold n entries (fields n and a 64-byte
