@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -193,6 +194,23 @@ func (f *fakeServer) anyIdle(_ context.Context, minIdle time.Duration) (bool, er
 		}
 	}
 	return false, nil
+}
+
+func (f *fakeServer) idlePending(_ context.Context, idle time.Duration, count int) ([]pendingEntry, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("idlePending"); err != nil {
+		return nil, err
+	}
+	ids := slices.SortedFunc(maps.Keys(f.pel), compareFakeIDs)
+	var out []pendingEntry
+	for _, id := range ids {
+		p := f.pel[id]
+		if d := f.clock.now() - p.at; d >= idle && len(out) < count {
+			out = append(out, pendingEntry{ID: id, Consumer: p.owner, Idle: d, Deliveries: p.deliveries})
+		}
+	}
+	return out, nil
 }
 
 func (f *fakeServer) claim(_ context.Context, a pelwarden.ClaimArgs) (*pelwarden.ClaimPage, error) {
@@ -512,6 +530,13 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
+}
+
+// Reset empties the sink.
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
 }
 
 func (s *syncBuffer) String() string {
