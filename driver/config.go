@@ -147,10 +147,11 @@ type Config struct {
 	// StallAfter: a pending entry of the group idle longer than this has
 	// outlasted the reclaim passes that should have taken it, and is
 	// reported as stalled: once per entry, with one log line naming the
-	// ids and owners (level Warn) and EventStalled. Whatever holds it (a
-	// consumer whose reclaim loop is stuck, or a bug in recovery: this is
-	// the check that makes one visible in production), no entry should
-	// ever be reported. Each consumer checks with one XPENDING IDLE call
+	// ids and owners (level Warn) and EventStalled. In a healthy group no
+	// entry is ever reported; one that is points at a consumer whose
+	// reclaim loop is wedged, an entry too large to dead-letter (see
+	// EventTooLarge), or a bug in recovery, and this check makes it
+	// visible in production. Each consumer checks with one XPENDING IDLE call
 	// every max(ReclaimInterval, StallAfter/3), for every stream of
 	// Streams. Defaults to max(MinIdle, the longest Backoff) plus three
 	// ReclaimIntervals (2m30s with the other defaults); NoStallCheck
