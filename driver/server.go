@@ -85,9 +85,9 @@ var _ laneServer = (*redisLane)(nil)
 // readMargin is added to ReadBlock for a read's context deadline.
 const readMargin = 2 * time.Second
 
-// errReadClaimRefused: the server refused XREADGROUP's CLAIM option
-// (an ERR reply to a read that has it: an older server or a fork behind
-// the same address, say after a failover).
+// errReadClaimRefused: the server refused XREADGROUP's CLAIM option (an
+// error reply of no known class to a read that has it: an older server or
+// a fork behind the same address, say after a failover).
 var errReadClaimRefused = errors.New("the server refused XREADGROUP ... CLAIM")
 
 func (s *redisLane) read(ctx context.Context, count int, block bool, claim time.Duration) ([]*Message, error) {
@@ -106,7 +106,9 @@ func (s *redisLane) read(ctx context.Context, count int, block bool, claim time.
 		return nil, nil
 	}
 	if err != nil {
-		if claim > 0 && pelwarden.Classify(err) == pelwarden.ClassServer && redis.HasErrorPrefix(err, "ERR") {
+		if claim > 0 && pelwarden.Classify(err) == pelwarden.ClassServer {
+			// Any other error reply: the read's arguments are well formed,
+			// so it is the option the server refuses (ERR syntax error).
 			err = fmt.Errorf("%w: %w", errReadClaimRefused, err)
 		}
 		return nil, &pelwarden.CommandError{Command: "XREADGROUP GROUP " + s.group + " " + s.consumer, Key: s.stream, Err: err}
