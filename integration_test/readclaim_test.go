@@ -111,7 +111,7 @@ func TestDriverReadClaimTakesOver(t *testing.T) {
 		xclaim(1, ids[3:]...)
 		require.NoError(t, s.rdb.XDel(ctx, f.Stream, ids[3]).Err())
 
-		f.Within(30*time.Second).RequireAcked(ids[4:]...)
+		f.Within(30 * time.Second).RequireAcked(ids[4:]...)
 		f.RequireDeadLetterIDs(ids[:3]...)
 		for _, id := range ids[:3] {
 			f.RequireDeadLettered(id, pelwardentest.DeadLettered{Reason: pelwarden.ReasonMaxDeliveries})
