@@ -149,8 +149,8 @@ type Config struct {
 	// Stream+":dead". Must be empty with Streams.
 	DeadLetterStream string
 	// MaxDeliveries: an entry delivered this many times without success is
-	// dead-lettered by the next reclaim pass instead of reaching a handler
-	// again. Defaults to DefaultMaxDeliveries; NoDeliveryLimit disables it
+	// dead-lettered by the next reclaim pass (or the read that takes it
+	// over: see ReadClaimAuto) instead of reaching a handler again. Defaults to DefaultMaxDeliveries; NoDeliveryLimit disables it
 	// (the library counts 0 as no limit: see NoDeliveryLimit).
 	MaxDeliveries int
 	// MinIdle: a pending entry idle this long is considered abandoned and

@@ -200,3 +200,27 @@ func TestDecodeReadClaimed(t *testing.T) {
 		require.ErrorIs(t, err, pelwarden.ErrMalformedReply)
 	}
 }
+
+// Where reads claim, the reclaim loop runs one page at start and then a
+// pass only while the reads find nothing: for the deleted entries they
+// leave.
+func TestReclaimLoopBesideReadClaims(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(cfg *Config) { cfg.ReclaimInterval = time.Millisecond; cfg.ClaimCount = 1 })
+	h.clock.advance(time.Hour)
+	ids := h.srv.add(3)
+	h.srv.pending("dead", 1, 2*time.Second, ids...)
+	h.srv.mu.Lock()
+	delete(h.srv.entries, ids[0])
+	delete(h.srv.entries, ids[1])
+	h.srv.mu.Unlock()
+	h.l.readClaim.Store(true)
+	loopUntil(t, "ticks while the reads are busy", func(ctx context.Context) { h.l.reclaimLoop(ctx, t.Context()) },
+		func() bool { return h.srv.callCount("claim") == 1 && h.m.get(EventDeletedFromPEL) == 1 })
+	require.Zero(t, h.srv.callCount("anyIdle"), "no pass beside busy reads")
+	h.l.readIdle.Store(true)
+	loopUntil(t, "a pass once the reads find nothing", func(ctx context.Context) { h.l.reclaimLoop(ctx, t.Context()) },
+		func() bool { return h.m.get(EventDeletedFromPEL) == 2 })
+	require.Positive(t, h.srv.callCount("anyIdle"), "passes run once the reads find nothing")
+	require.Equal(t, []string{ids[2]}, h.srv.pendingIDs())
+}

@@ -111,7 +111,8 @@ func (l *lane) detectReadClaim(ctx context.Context) {
 // takenOver counts a read's entries, new and taken over (Deliveries > 1),
 // and returns those that may reach a handler: an entry a read's CLAIM
 // handed over after MaxDeliveries deliveries (its count now one more) is
-// dead-lettered here instead, before any handler sees it.
+// dead-lettered here instead, before any handler sees it (unless this
+// consumer still holds it: see dispatch).
 func (l *lane) takenOver(ctx context.Context, msgs []*Message) []*Message {
 	limit := int64(l.cfg.claimMaxDeliveries())
 	var claimed int
@@ -122,7 +123,11 @@ func (l *lane) takenOver(ctx context.Context, msgs []*Message) []*Message {
 			claimed++
 		}
 		if limit > 0 && m.Deliveries > limit {
-			spent = append(spent, m.ID)
+			// One whose handler still runs here (its lease lapsed) is left
+			// to it, as dispatch leaves it: its outcome settles it.
+			if !l.held.holds(m.ID) {
+				spent = append(spent, m.ID)
+			}
 			continue
 		}
 		keep = append(keep, m)

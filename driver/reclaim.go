@@ -21,8 +21,22 @@ const reclaimAttempts = 6
 // idle entries or not (one page when nothing is idle): the library checks
 // the ACL for every command a claim can need, so a consumer that may not,
 // say, XACK stops at start instead of at its first poison entry.
+//
+// Where reads claim (readClaim), they take the idle entries over, and a
+// pass running beside them would only compete for the same entries and
+// places in the window: the pass at start is one page (the ACL check),
+// and later passes run only while the reads find nothing, for what they
+// leave: entries deleted while pending, which CLAIM skips.
 func (l *lane) reclaimLoop(ctx, handlerCtx context.Context) {
 	repeat(ctx, l.cfg.ReclaimInterval, func(first bool) {
+		if l.readClaim.Load() {
+			if first {
+				l.reclaimPass(ctx, handlerCtx, true)
+			} else if l.readIdle.Load() && l.anythingIdle(ctx) {
+				l.reclaimPass(ctx, handlerCtx, false)
+			}
+			return
+		}
 		if idle := l.anythingIdle(ctx); idle || first {
 			l.reclaimPass(ctx, handlerCtx, !idle)
 		}
