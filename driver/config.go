@@ -80,10 +80,11 @@ const (
 	// MinIdle and one read, without waiting for a reclaim pass. An entry
 	// such a read hands over after MaxDeliveries deliveries never reaches
 	// a handler: it is dead-lettered at once (reason max_deliveries, in
-	// one atomic call of the library). The reclaim passes go on as
-	// elsewhere, for what a read cannot do: clearing entries deleted
-	// while pending (the read skips them) and taking idle entries while
-	// the reads are busy. With Backoff set reads never claim (the server
+	// one atomic call of the library). The reclaim passes stay for what
+	// a read cannot do: clearing entries deleted while pending (CLAIM
+	// skips them); beside the reads they would only compete for the same
+	// entries, so after one page at start a pass runs only while the
+	// reads find nothing. With Backoff set reads never claim (the server
 	// knows only MinIdle). This is the default.
 	ReadClaimAuto ReadClaimMode = iota
 	// ReadClaimOff: reads take new entries only; idle entries wait for a
