@@ -204,9 +204,9 @@ func TestDecodeReadClaimed(t *testing.T) {
 // Where reads claim, the reclaim loop runs one page at start and then a
 // pass only while the reads find nothing: for the deleted entries they
 // leave.
-func TestReclaimLoopBesideReadClaims(t *testing.T) {
+func TestReclaimTickBesideReadClaims(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(cfg *Config) { cfg.ReclaimInterval = time.Millisecond; cfg.ClaimCount = 1 })
+	h := newHarness(t, func(cfg *Config) { cfg.ClaimCount = 1 })
 	h.clock.advance(time.Hour)
 	ids := h.srv.add(3)
 	h.srv.pending("dead", 1, 2*time.Second, ids...)
@@ -215,12 +215,20 @@ func TestReclaimLoopBesideReadClaims(t *testing.T) {
 	delete(h.srv.entries, ids[1])
 	h.srv.mu.Unlock()
 	h.l.readClaim.Store(true)
-	loopUntil(t, "ticks while the reads are busy", func(ctx context.Context) { h.l.reclaimLoop(ctx, t.Context()) },
-		func() bool { return h.srv.callCount("claim") == 1 && h.m.get(EventDeletedFromPEL) == 1 })
-	require.Zero(t, h.srv.callCount("anyIdle"), "no pass beside busy reads")
+
+	h.l.reclaimTick(t.Context(), t.Context(), true)
+	require.Equal(t, 1, h.srv.callCount("claim"), "one page at start")
+	require.Zero(t, h.srv.callCount("anyIdle"))
+	require.Equal(t, 1, h.m.get(EventDeletedFromPEL))
+
+	h.l.reclaimTick(t.Context(), t.Context(), false)
+	require.Equal(t, 1, h.srv.callCount("claim"), "no pass beside busy reads")
+	require.Zero(t, h.srv.callCount("anyIdle"))
+
 	h.l.readIdle.Store(true)
-	loopUntil(t, "a pass once the reads find nothing", func(ctx context.Context) { h.l.reclaimLoop(ctx, t.Context()) },
-		func() bool { return h.m.get(EventDeletedFromPEL) == 2 })
-	require.Positive(t, h.srv.callCount("anyIdle"), "passes run once the reads find nothing")
-	require.Equal(t, []string{ids[2]}, h.srv.pendingIDs())
+	h.l.reclaimTick(t.Context(), t.Context(), false)
+	require.Equal(t, 1, h.srv.callCount("anyIdle"))
+	require.Equal(t, 2, h.m.get(EventDeletedFromPEL), "a pass once the reads find nothing")
+	require.Len(t, h.s.jobs.drain(), 1, "and it takes what is idle")
+	require.Equal(t, 3, h.srv.callCount("claim"), "a whole pass: two pages, until the cursor returns")
 }

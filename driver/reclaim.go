@@ -28,19 +28,22 @@ const reclaimAttempts = 6
 // and later passes run only while the reads find nothing, for what they
 // leave: entries deleted while pending, which CLAIM skips.
 func (l *lane) reclaimLoop(ctx, handlerCtx context.Context) {
-	repeat(ctx, l.cfg.ReclaimInterval, func(first bool) {
-		if l.readClaim.Load() {
-			if first {
-				l.reclaimPass(ctx, handlerCtx, true)
-			} else if l.readIdle.Load() && l.anythingIdle(ctx) {
-				l.reclaimPass(ctx, handlerCtx, false)
-			}
-			return
+	repeat(ctx, l.cfg.ReclaimInterval, func(first bool) { l.reclaimTick(ctx, handlerCtx, first) })
+}
+
+// reclaimTick is one round of the reclaim loop (first: the one at start).
+func (l *lane) reclaimTick(ctx, handlerCtx context.Context, first bool) {
+	if l.readClaim.Load() {
+		if first {
+			l.reclaimPass(ctx, handlerCtx, true)
+		} else if l.readIdle.Load() && l.anythingIdle(ctx) {
+			l.reclaimPass(ctx, handlerCtx, false)
 		}
-		if idle := l.anythingIdle(ctx); idle || first {
-			l.reclaimPass(ctx, handlerCtx, !idle)
-		}
-	})
+		return
+	}
+	if idle := l.anythingIdle(ctx); idle || first {
+		l.reclaimPass(ctx, handlerCtx, !idle)
+	}
 }
 
 // anythingIdle reports whether some pending entry has been idle for MinIdle,
