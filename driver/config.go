@@ -74,7 +74,8 @@ type ReadClaimMode int
 
 const (
 	// ReadClaimAuto: on servers that have XREADGROUP ... CLAIM (Redis
-	// 8.4 and later; not Valkey), asked once per stream at start, every
+	// 8.4 and later; not Valkey; the first read of each stream asks with
+	// the option, and a server that refuses it is read without), every
 	// read also takes over entries idle for MinIdle, longest idle first,
 	// ahead of new ones: an abandoned entry reaches a handler within
 	// MinIdle and one read, without waiting for a reclaim pass. An entry
@@ -88,7 +89,8 @@ const (
 	// knows only MinIdle). This is the default.
 	ReadClaimAuto ReadClaimMode = iota
 	// ReadClaimOff: reads take new entries only; idle entries wait for a
-	// reclaim pass, as on servers without the option.
+	// reclaim pass, as on servers without the option (which then never
+	// see a read with it).
 	ReadClaimOff
 )
 

@@ -58,7 +58,7 @@
 //
 //	  - read loop (readloop.go): XREADGROUP ">" for as many entries as the
 //	    window offers; blocks for one entry when the stream is idle. Where
-//	    the server has it (Redis 8.4+, asked once at start), the read says
+//	    the server has it (Redis 8.4+; the first read is the probe), it says
 //	    CLAIM MinIdle and takes idle entries over first; those it hands
 //	    over after MaxDeliveries deliveries are dead-lettered by the
 //	    library before any handler sees them.

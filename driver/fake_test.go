@@ -41,7 +41,7 @@ type fakeServer struct {
 	reaped   []string
 	dlqLen   int64
 	noGroup  bool // every call but createGroup fails with NOGROUP
-	claims   bool // readClaim's answer: reads take CLAIM
+	claims   bool // reads take CLAIM (else refused)
 	hook     func(op string)
 }
 
@@ -205,15 +205,6 @@ func (f *fakeServer) read(ctx context.Context, count int, block bool, claim time
 		out = append(out, &Message{ID: id, Fields: f.entries[id], Deliveries: 1})
 	}
 	return out, nil
-}
-
-func (f *fakeServer) readClaim(context.Context) (bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("readClaim"); err != nil {
-		return false, err
-	}
-	return f.claims, nil
 }
 
 // deadLetterSpent dead-letters owned ids as the library's deadletter

@@ -29,10 +29,16 @@ import (
 // With readClaim each read also asks for entries idle for MinIdle (CLAIM
 // MinIdle): the server hands them over first, longest idle first, and
 // wakes a blocked read when one becomes idle. Those delivered
-// MaxDeliveries times before never reach a handler (see spent).
+// MaxDeliveries times before never reach a handler (see takenOver). A
+// read that took idle entries over is followed by one for new entries
+// only, so new and reclaimed entries take turns, as with the passes.
 func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 	idle := true // the last read found nothing new (or none ran yet)
 	block := l.single
+	// newTurn: the last read took idle entries over, so this one asks for
+	// new entries only. CLAIM hands idle entries out ahead of new ones;
+	// reads taking turns keep a backlog from holding new entries back.
+	newTurn := false
 	for first := true; ctx.Err() == nil; first = false {
 		want := l.cfg.ReadCount
 		if idle {
@@ -48,11 +54,11 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 		}
 		var msgs []*Message
 		var began, rtt time.Duration
+		var claim time.Duration
+		if l.readClaim.Load() && !newTurn {
+			claim = l.cfg.MinIdle
+		}
 		err := retry(ctx, l.readGiveUp, l.readFailed, func(ctx context.Context) error {
-			var claim time.Duration
-			if l.readClaim.Load() {
-				claim = l.cfg.MinIdle
-			}
 			began = l.clock.now()
 			var err error
 			msgs, err = l.srv.read(ctx, n, idle && block, claim)
@@ -66,7 +72,7 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 			}
 			if errors.Is(err, errReadClaimRefused) {
 				l.readClaim.Store(false)
-				l.log.Warn("the server refused XREADGROUP ... CLAIM; idle entries are left to the reclaim passes", "err", err)
+				l.log.Info("the server has no XREADGROUP ... CLAIM; idle entries are taken by the reclaim passes", "err", err)
 				continue
 			}
 			if errors.Is(err, pelwarden.ErrNoGroup) && !l.groupMissing(ctx, err) {
@@ -74,10 +80,26 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 			}
 			continue
 		}
+		if newTurn {
+			newTurn = false
+			if len(msgs) == 0 {
+				// Nothing new: the next read takes idle entries again at once.
+				l.flow.giveBack(res)
+				continue
+			}
+		}
 		if idle {
 			rtt = 0 // it waited for entries: not a round trip
 		}
 		got := len(msgs)
+		if claim > 0 {
+			for _, m := range msgs {
+				if m.Deliveries > 1 {
+					newTurn = true
+					break
+				}
+			}
+		}
 		idle = got == 0
 		l.readIdle.Store(idle)
 		msgs = l.takenOver(ctx, msgs)
@@ -88,24 +110,14 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 	}
 }
 
-// detectReadClaim sets readClaim when the server holding the stream takes
-// XREADGROUP ... CLAIM, unless Config.ReadClaim is off or Backoff is set
-// (a read claims by MinIdle alone). A failed check (INFO refused by the
-// ACL, say) is logged and leaves the reads as they are elsewhere: the
-// reclaim passes take idle entries either way.
-func (l *lane) detectReadClaim(ctx context.Context) {
-	if l.cfg.ReadClaim == ReadClaimOff || len(l.cfg.Backoff) > 0 {
-		return
-	}
-	ok, err := l.srv.readClaim(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			l.log.Warn("could not tell whether the server's XREADGROUP takes CLAIM; idle entries are left to the reclaim passes",
-				"class", pelwarden.Classify(err).String(), "err", err)
-		}
-		return
-	}
-	l.readClaim.Store(ok)
+// detectReadClaim sets readClaim unless Config.ReadClaim is off or
+// Backoff is set (a read claims by MinIdle alone). The first read is the
+// probe: a server without the option (Redis before 8.4, Valkey) refuses
+// it with an error reply before reading anything, and the read loop then
+// turns it off for the lane (see errReadClaimRefused). It needs no
+// command beyond XREADGROUP, so a least-privilege ACL user has it too.
+func (l *lane) detectReadClaim() {
+	l.readClaim.Store(l.cfg.ReadClaim != ReadClaimOff && len(l.cfg.Backoff) == 0)
 }
 
 // takenOver counts a read's entries, new and taken over (Deliveries > 1),
@@ -202,7 +214,7 @@ func (l *lane) readGiveUp(err error, _ int) bool {
 }
 
 func (l *lane) readFailed(err error, attempt int) {
-	if !errors.Is(err, pelwarden.ErrNoGroup) {
+	if !errors.Is(err, pelwarden.ErrNoGroup) && !errors.Is(err, errReadClaimRefused) {
 		l.commandError("read", err, attempt)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,15 +21,12 @@ import (
 type laneServer interface {
 	// read runs one XREADGROUP ">" for at most count entries, blocking up
 	// to ReadBlock when block is set; nil when there is nothing new. With
-	// claim > 0 it adds CLAIM claim (readClaim said the server has it):
+	// claim > 0 it adds CLAIM claim (Redis 8.4+):
 	// pending entries idle that long come first, taken over, each with its
 	// delivery count, this delivery included (Deliveries > 1). A server
 	// that refuses the option fails with an error matching
 	// errReadClaimRefused.
 	read(ctx context.Context, count int, block bool, claim time.Duration) ([]*Message, error)
-	// readClaim reports whether the server holding the stream takes
-	// XREADGROUP ... CLAIM (Redis 8.4+, not Valkey).
-	readClaim(ctx context.Context) (bool, error)
 	// deadLetterSpent moves entries this consumer owns, handed over by a
 	// read's CLAIM after MaxDeliveries deliveries, to the dead-letter
 	// stream with reason pelwarden.ReasonMaxDeliveries (one atomic call).
@@ -114,51 +110,6 @@ func (s *redisLane) read(ctx context.Context, count int, block bool, claim time.
 		return nil, &pelwarden.CommandError{Command: "XREADGROUP GROUP " + s.group + " " + s.consumer, Key: s.stream, Err: err}
 	}
 	return decodeRead(v, s.stream, s.group, s.consumer)
-}
-
-// readClaim asks the server that holds the stream (its cluster node's
-// primary on a cluster) for INFO server: see serverReadClaims.
-func (s *redisLane) readClaim(ctx context.Context) (bool, error) {
-	var node redis.Cmdable = s.rdb
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		n, err := cc.MasterForKey(ctx, s.stream)
-		if err != nil {
-			return false, fmt.Errorf("pelwarden/driver: find the cluster node of %q: %w", s.stream, err)
-		}
-		node = n
-	}
-	info, err := node.Info(ctx, "server").Result()
-	if err != nil {
-		return false, &pelwarden.CommandError{Command: "INFO server", Key: s.stream, Err: err}
-	}
-	return serverReadClaims(info), nil
-}
-
-// serverReadClaims reports whether the server of an INFO server reply
-// takes XREADGROUP ... CLAIM: Redis 8.4 or later. Valkey reports a
-// redis_version for compatibility (7.2.4) and does not have it.
-func serverReadClaims(info string) bool {
-	var version string
-	for line := range strings.Lines(info) {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		switch {
-		case !ok:
-		case k == "valkey_version", k == "server_name" && v != "redis":
-			return false
-		case k == "redis_version":
-			version = v
-		}
-	}
-	parts := strings.SplitN(version, ".", 3)
-	if len(parts) < 2 {
-		return false
-	}
-	major, err1 := strconv.Atoi(parts[0])
-	minor, err2 := strconv.Atoi(parts[1])
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	return major > 8 || major == 8 && minor >= 4
 }
 
 func (s *redisLane) deadLetterSpent(ctx context.Context, ids []string) (*pelwarden.DeadLetterResult, error) {

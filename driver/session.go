@@ -222,7 +222,7 @@ func (s *session) start(ctx context.Context, lanes []*lane) error {
 		if err != nil {
 			return err
 		}
-		l.detectReadClaim(ctx)
+		l.detectReadClaim()
 	}
 	return nil
 }
