@@ -39,6 +39,11 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 	// new entries only. CLAIM hands idle entries out ahead of new ones;
 	// reads taking turns keep a backlog from holding new entries back.
 	newTurn := false
+	// fresh: new entries were seen lately (the last read for new ones
+	// only found some, or a read that claimed also returned new ones).
+	// Turns are taken only then: without new entries they would only
+	// add an empty read per batch of a backlog.
+	fresh := true
 	for first := true; ctx.Err() == nil; first = false {
 		want := l.cfg.ReadCount
 		if idle {
@@ -84,6 +89,7 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 			newTurn = false
 			if len(msgs) == 0 {
 				// Nothing new: the next read takes idle entries again at once.
+				fresh = false
 				l.flow.giveBack(res)
 				continue
 			}
@@ -93,12 +99,15 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 		}
 		got := len(msgs)
 		if claim > 0 {
+			claimed := false
 			for _, m := range msgs {
 				if m.Deliveries > 1 {
-					newTurn = true
-					break
+					claimed = true
+				} else {
+					fresh = true
 				}
 			}
+			newTurn = claimed && fresh
 		}
 		idle = got == 0
 		l.readIdle.Store(idle)
