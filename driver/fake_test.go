@@ -42,6 +42,7 @@ type fakeServer struct {
 	dlqLen   int64
 	noGroup  bool // every call but createGroup fails with NOGROUP
 	claims   bool // reads take CLAIM (else refused)
+	plain    int  // reads without CLAIM
 	hook     func(op string)
 }
 
@@ -174,6 +175,9 @@ func (f *fakeServer) read(ctx context.Context, count int, block bool, claim time
 		return nil, err
 	}
 	var out []*Message
+	if claim == 0 {
+		f.plain++
+	}
 	if claim > 0 {
 		if !f.claims {
 			return nil, &pelwarden.CommandError{Command: "XREADGROUP", Key: "{s}", Err: errReadClaimRefused}

@@ -207,3 +207,31 @@ func TestReclaimTickBesideReadClaims(t *testing.T) {
 	require.Len(t, h.s.jobs.drain(), 1, "and it takes what is idle")
 	require.Equal(t, 3, h.srv.callCount("claim"), "a whole pass: two pages, until the cursor returns")
 }
+
+// Draining a backlog with no new entries, the reads do not take turns:
+// after one read for new entries finds none, every read claims (no empty
+// read per batch).
+func TestReadLoopClaimsBacklogWithoutTurns(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(cfg *Config) { cfg.Concurrency = 2; cfg.ReadCount = 2 })
+	h.clock.advance(time.Hour)
+	h.srv.claims = true
+	ids := h.srv.add(9)
+	h.srv.pending("dead", 1, 2*time.Second, ids...)
+	h.l.readClaim.Store(true)
+	go func() {
+		// Handlers: settle what is dispatched, so the window has room.
+		for {
+			j, ok := h.s.jobs.get()
+			if !ok {
+				return
+			}
+			h.l.runJob(j)
+		}
+	}()
+	t.Cleanup(h.s.jobs.close)
+	loopUntil(t, "the backlog taken", func(ctx context.Context) { h.l.readLoop(ctx, t.Context()) }, func() bool { return h.m.get(EventClaimed) == 9 })
+	h.srv.mu.Lock()
+	defer h.srv.mu.Unlock()
+	require.Equal(t, 1, h.srv.plain, "one read for new entries, which found none")
+}
