@@ -68,43 +68,6 @@ func (m AckMode) String() string {
 	return fmt.Sprintf("AckMode(%d)", int(m))
 }
 
-// ReadClaimMode says whether a Consumer's reads take idle pending entries
-// over (Config.ReadClaim).
-type ReadClaimMode int
-
-const (
-	// ReadClaimAuto: on servers that have XREADGROUP ... CLAIM (Redis
-	// 8.4 and later; not Valkey; the first read of each stream asks with
-	// the option, and a server that refuses it is read without), every
-	// read also takes over entries idle for MinIdle, longest idle first,
-	// ahead of new ones: an abandoned entry reaches a handler within
-	// MinIdle and one read, without waiting for a reclaim pass. An entry
-	// such a read hands over after MaxDeliveries deliveries never reaches
-	// a handler: it is dead-lettered at once (reason max_deliveries, in
-	// one atomic call of the library). The reclaim passes stay for what
-	// a read cannot do: clearing entries deleted while pending (CLAIM
-	// skips them); beside the reads they would only compete for the same
-	// entries, so after one page at start a pass runs only while the
-	// reads find nothing. With Backoff set reads never claim (the server
-	// knows only MinIdle). This is the default.
-	ReadClaimAuto ReadClaimMode = iota
-	// ReadClaimOff: reads take new entries only; idle entries wait for a
-	// reclaim pass, as on servers without the option (which then never
-	// see a read with it).
-	ReadClaimOff
-)
-
-// String returns "auto" or "off".
-func (m ReadClaimMode) String() string {
-	switch m {
-	case ReadClaimAuto:
-		return "auto"
-	case ReadClaimOff:
-		return "off"
-	}
-	return fmt.Sprintf("ReadClaimMode(%d)", int(m))
-}
-
 // NoLease as Config.LeaseInterval disables the lease heartbeat.
 const NoLease = -1
 
@@ -159,8 +122,8 @@ type Config struct {
 	// Stream+":dead". Must be empty with Streams.
 	DeadLetterStream string
 	// MaxDeliveries: an entry delivered this many times without success is
-	// dead-lettered by the next reclaim pass (or the read that takes it
-	// over: see ReadClaimAuto) instead of reaching a handler again. Defaults to DefaultMaxDeliveries; NoDeliveryLimit disables it
+	// dead-lettered by the next reclaim pass instead of reaching a handler
+	// again. Defaults to DefaultMaxDeliveries; NoDeliveryLimit disables it
 	// (the library counts 0 as no limit: see NoDeliveryLimit).
 	MaxDeliveries int
 	// MinIdle: a pending entry idle this long is considered abandoned and
@@ -179,8 +142,7 @@ type Config struct {
 	ReclaimInterval time.Duration
 	// Backoff is an optional delay per attempt for reclaimed entries: an
 	// entry delivered n times is not retried before it has been idle
-	// Backoff[min(n, len(Backoff))-1] (and at least MinIdle). With
-	// Backoff, reads never claim (see ReadClaimAuto).
+	// Backoff[min(n, len(Backoff))-1] (and at least MinIdle).
 	Backoff []time.Duration
 	// StallAfter: a pending entry of the group idle longer than this has
 	// outlasted the reclaim passes that should have taken it, and is
@@ -195,9 +157,6 @@ type Config struct {
 	// ReclaimIntervals (2m30s with the other defaults); NoStallCheck
 	// disables the check. Must be above max(MinIdle, the longest Backoff).
 	StallAfter time.Duration
-	// ReadClaim: whether reads also take over idle entries where the
-	// server can (ReadClaimAuto, the default) or never (ReadClaimOff).
-	ReadClaim ReadClaimMode
 
 	// Concurrency is the number of handlers run at once. Defaults to
 	// DefaultConcurrency.
@@ -549,9 +508,6 @@ func (c Config) validate() error {
 	}
 	if c.AckInterval < 0 {
 		return bad("AckInterval", "must be positive, got %v", c.AckInterval)
-	}
-	if c.ReadClaim != ReadClaimAuto && c.ReadClaim != ReadClaimOff {
-		return bad("ReadClaim", "must be ReadClaimAuto or ReadClaimOff, got %v", c.ReadClaim)
 	}
 	if c.AckMode != AckFenced && c.AckMode != AckPlain {
 		return bad("AckMode", "must be AckFenced or AckPlain, got %v", c.AckMode)

@@ -6,7 +6,7 @@ import "time"
 type Event int
 
 const (
-	// EventRead: new entries read from the stream with XREADGROUP ">".
+	// EventRead: entries read from the stream with XREADGROUP ">".
 	EventRead Event = iota
 	// EventHandled: handler calls that returned nil.
 	EventHandled
@@ -16,8 +16,7 @@ const (
 	// EventHandlerPanic: handler calls that panicked (also counted as
 	// EventHandlerError).
 	EventHandlerPanic
-	// EventClaimed: idle entries taken over, by a reclaim pass or by a
-	// read (XREADGROUP ... CLAIM, see ReadClaimAuto).
+	// EventClaimed: idle entries taken over by a reclaim pass.
 	EventClaimed
 	// EventDeletedFromPEL: pending ids whose entries were gone from the
 	// stream, cleared from the PEL. Not a success.

@@ -21,50 +21,23 @@ const reclaimAttempts = 6
 // idle entries or not (one page when nothing is idle): the library checks
 // the ACL for every command a claim can need, so a consumer that may not,
 // say, XACK stops at start instead of at its first poison entry.
-//
-// Where reads claim (readClaim), they take the idle entries over, and a
-// pass running beside them would only compete for the same entries and
-// places in the window: the pass at start is one page (the ACL check),
-// and later passes run only while the reads find nothing, or when an
-// entry has been idle for MinIdle plus a ReclaimInterval, which the reads
-// would have taken long before had they been able to: what they leave
-// (entries deleted while pending, which CLAIM skips) is cleared under
-// steady traffic too, where the reads never find nothing, one
-// ReclaimInterval before the stall check's default StallAfter.
 func (l *lane) reclaimLoop(ctx, handlerCtx context.Context) {
-	repeat(ctx, l.cfg.ReclaimInterval, func(first bool) { l.reclaimTick(ctx, handlerCtx, first) })
+	repeat(ctx, l.cfg.ReclaimInterval, func(first bool) {
+		if idle := l.anythingIdle(ctx); idle || first {
+			l.reclaimPass(ctx, handlerCtx, !idle)
+		}
+	})
 }
 
-// reclaimTick is one round of the reclaim loop (first: the one at start).
-func (l *lane) reclaimTick(ctx, handlerCtx context.Context, first bool) {
-	if l.readClaim.Load() {
-		if first {
-			l.reclaimPass(ctx, handlerCtx, true)
-			return
-		}
-		left := l.cfg.MinIdle // the reads find nothing: what is idle, they left
-		if !l.readIdle.Load() {
-			left += l.cfg.ReclaimInterval
-		}
-		if l.anythingIdle(ctx, left) {
-			l.reclaimPass(ctx, handlerCtx, false)
-		}
-		return
-	}
-	if idle := l.anythingIdle(ctx, l.cfg.MinIdle); idle || first {
-		l.reclaimPass(ctx, handlerCtx, !idle)
-	}
-}
-
-// anythingIdle reports whether some pending entry has been idle for minIdle,
+// anythingIdle reports whether some pending entry has been idle for MinIdle,
 // so a reclaim pass may find work. A pass over a PEL with nothing idle
 // would walk all of it through the claim function (about 6 ms of server
 // time per 5,000 entries: 1.2 s for 1,000,000); XPENDING IDLE scans the PEL
 // in the server's own code and stops at the first idle entry (75 ms for
 // 1,000,000 entries with nothing idle, microseconds for a small PEL). An
 // error is logged and the pass runs anyway.
-func (l *lane) anythingIdle(ctx context.Context, minIdle time.Duration) bool {
-	idle, err := l.srv.anyIdle(ctx, minIdle)
+func (l *lane) anythingIdle(ctx context.Context) bool {
+	idle, err := l.srv.anyIdle(ctx, l.cfg.MinIdle)
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, pelwarden.ErrNoGroup) {
 			l.commandError("check for idle entries", err, 0)

@@ -88,14 +88,6 @@ func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64
 	return skipped, false
 }
 
-// holds reports whether the entry id is in hand (queued or running).
-func (t *tracker) holds(id string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	_, ok := t.entries[id]
-	return ok
-}
-
 // close refuses further adds. Once every tracker feeding a job queue is
 // closed, no push can follow, and the queue may close.
 func (t *tracker) close() {

@@ -125,11 +125,7 @@ func (l *lane) applyOutcome(m *Message, f *inflight, err error, panicked bool) b
 		l.held.delay(m.ID, l.clock.now()+out.Delay)
 		return false
 	}
-	delay := out.Delay
-	if !out.Retry {
-		delay = l.failedRetryDelay()
-	}
-	l.release(ctx, []string{m.ID}, delay)
+	l.release(ctx, []string{m.ID}, out.Delay)
 	return false
 }
 
