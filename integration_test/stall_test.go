@@ -3,7 +3,6 @@ package integration_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -27,12 +26,7 @@ func TestDriverStallCheck(t *testing.T) {
 		abandoned := f.Produce(1, order)[0]
 		_, err := s.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: f.Group, Consumer: "dead", Streams: []string{f.Stream, ">"}, Count: 1}).Result()
 		require.NoError(t, err)
-		values := make([]string, 0, 20000)
-		for i := range 10000 {
-			values = append(values, fmt.Sprintf("f%d", i), "v")
-		}
-		big, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: values}).Result()
-		require.NoError(t, err)
+		big := addTooLarge(t, s.rdb, f.Stream)
 
 		logs := &lockedBuffer{}
 		m := &pelwardentest.Metrics{}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,21 +56,12 @@ func freePorts(n int) ([]int, error) {
 			return nil, fmt.Errorf("testserver: found only %d of %d free ports between %d and %d", len(ports), n, lowestPort, highest)
 		}
 		p := lowestPort + rand.IntN(highest-lowestPort+1)
-		if containsPort(ports, p) || !portFree(p) {
+		if slices.Contains(ports, p) || !portFree(p) {
 			continue
 		}
 		ports = append(ports, p)
 	}
 	return ports, nil
-}
-
-func containsPort(ports []int, p int) bool {
-	for _, q := range ports {
-		if q == p {
-			return true
-		}
-	}
-	return false
 }
 
 // portFree reports whether 127.0.0.1:p can be listened on now.
