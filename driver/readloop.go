@@ -68,7 +68,7 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 			l.acks.drained()
 		}
 		l.m.Count(EventRead, len(msgs))
-		l.dispatch(handlerCtx, msgs, res, began, rtt, len(msgs) == n)
+		l.dispatch(handlerCtx, msgs, res, began, rtt, len(msgs) == n, 0)
 	}
 }
 
@@ -97,7 +97,7 @@ func (l *lane) readFailed(err error, attempt int) {
 // began (a clock reading), to the handler workers, and reports the call
 // to the window. rtt is the call's round trip; more says the source had
 // at least as many entries as the call asked for.
-func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reservation, began, rtt time.Duration, more bool) {
+func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reservation, began, rtt time.Duration, more bool, claim claimTicket) {
 	sizes := make([]int64, len(msgs))
 	var total int64
 	for i, m := range msgs {
@@ -108,10 +108,11 @@ func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reserva
 		l.log.Debug("flow window resized", "max_in_hand", limit)
 	}
 	if len(msgs) == 0 {
+		l.held.endClaim(claim)
 		return
 	}
 	l.inHand.Add(int64(len(msgs)))
-	skipped, closed := l.held.add(handlerCtx, msgs, sizes, l.fenceFrom(began), l.jobs, l)
+	skipped, closed := l.held.add(handlerCtx, msgs, sizes, l.fenceFrom(began), l.jobs, l, claim)
 	if closed {
 		l.log.Warn("entries read during shutdown; they stay pending", "count", len(msgs), "ids", firstIDs(messageIDs(msgs)))
 	}
