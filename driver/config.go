@@ -108,6 +108,13 @@ func (m ReadClaimMode) String() string {
 // NoLease as Config.LeaseInterval disables the lease heartbeat.
 const NoLease = -1
 
+// NoStallCheck as Config.StallAfter disables the stall check.
+const NoStallCheck = -1
+
+// stallPasses is how many reclaim passes a pending entry may outlast past
+// the moment it became claimable before the default stall check reports it.
+const stallPasses = 3
+
 // NoDeliveryLimit as Config.MaxDeliveries disables dead-lettering by
 // delivery count.
 //
@@ -178,6 +185,19 @@ type Config struct {
 	// ReadClaim: whether reads also take over idle entries where the
 	// server can (ReadClaimAuto, the default) or never (ReadClaimOff).
 	ReadClaim ReadClaimMode
+	// StallAfter: a pending entry of the group idle longer than this has
+	// outlasted the reclaim passes that should have taken it, and is
+	// reported as stalled: once per entry, with one log line naming the
+	// ids and owners (level Warn) and EventStalled. In a healthy group no
+	// entry is ever reported; one that is points at a consumer whose
+	// reclaim loop is wedged, an entry too large to dead-letter (see
+	// EventTooLarge), or a bug in recovery, and this check makes it
+	// visible in production. Each consumer checks with one XPENDING IDLE call
+	// every max(ReclaimInterval, StallAfter/3), for every stream of
+	// Streams. Defaults to max(MinIdle, the longest Backoff) plus three
+	// ReclaimIntervals (2m30s with the other defaults); NoStallCheck
+	// disables the check. Must be above max(MinIdle, the longest Backoff).
+	StallAfter time.Duration
 
 	// Concurrency is the number of handlers run at once. Defaults to
 	// DefaultConcurrency.
@@ -323,6 +343,9 @@ func (c Config) withDefaults() Config {
 	if c.ReclaimInterval == 0 {
 		c.ReclaimInterval = DefaultReclaimInterval
 	}
+	if c.StallAfter == 0 {
+		c.StallAfter = c.claimableAfter() + stallPasses*c.ReclaimInterval
+	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
@@ -364,6 +387,16 @@ func (c Config) withDefaults() Config {
 	}
 	c.Backoff = append([]time.Duration(nil), c.Backoff...)
 	return c
+}
+
+// claimableAfter is the longest a pending entry may be idle before a
+// reclaim pass may take it: max(MinIdle, the longest Backoff).
+func (c Config) claimableAfter() time.Duration {
+	d := c.MinIdle
+	for _, b := range c.Backoff {
+		d = max(d, b)
+	}
+	return d
 }
 
 // claimMaxDeliveries is MaxDeliveries (defaults applied) as the library's
@@ -486,6 +519,9 @@ func (c Config) validate() error {
 		if d < 0 {
 			return bad(fmt.Sprintf("Backoff[%d]", i), "must not be negative, got %v", d)
 		}
+	}
+	if c.StallAfter != NoStallCheck && c.StallAfter <= c.claimableAfter() {
+		return bad("StallAfter", "must be above max(MinIdle, the longest Backoff) (%v), or NoStallCheck; got %v", c.claimableAfter(), c.StallAfter)
 	}
 	if c.Concurrency < 0 || c.Concurrency > pelwarden.MaxCount {
 		return bad("Concurrency", "must be between 1 and %d, got %d", pelwarden.MaxCount, c.Concurrency)

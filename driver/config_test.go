@@ -67,6 +67,11 @@ func TestNewValidatesAndNamesTheField(t *testing.T) {
 		{"DeadLetterMaxAge", func(c *Config) { c.DeadLetterMaxAge = -time.Hour }},
 		{"DeadLetterMaxAge", func(c *Config) { c.DeadLetterMaxAge = time.Microsecond }},
 		{"DeadLetterMaxLen", func(c *Config) { c.DeadLetterMaxLen = -1 }},
+		{"StallAfter", func(c *Config) { c.StallAfter = DefaultMinIdle }},
+		{"StallAfter", func(c *Config) {
+			c.StallAfter, c.Backoff = 5*time.Minute, []time.Duration{time.Second, 10 * time.Minute}
+		}},
+		{"StallAfter", func(c *Config) { c.StallAfter = -2 }},
 	}
 	for _, tc := range cases {
 		cfg := ok
@@ -123,6 +128,7 @@ func TestNewFillsDefaultsWithoutMutating(t *testing.T) {
 	require.Equal(t, DefaultMinIdle, got.MinIdle)
 	require.Equal(t, DefaultMinIdle/3, got.LeaseInterval)
 	require.Equal(t, DefaultReclaimInterval, got.ReclaimInterval)
+	require.Equal(t, DefaultMinIdle+3*DefaultReclaimInterval, got.StallAfter)
 	require.Equal(t, DefaultConcurrency, got.Concurrency)
 	require.Equal(t, DefaultAckBatch, got.AckBatch)
 	require.Equal(t, DefaultShutdownTimeout, got.ShutdownTimeout)

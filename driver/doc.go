@@ -55,6 +55,7 @@
 //		lease loop ──extend fn──┘   (window: room)        └─> dead-letter / release fns
 //		upkeep loop ──reap fn, XTRIM of the dead-letter stream
 //		trim loop ──trim fn
+//		stall check ──XPENDING IDLE
 //
 //	  - read loop (readloop.go): XREADGROUP ">" for as many entries as the
 //	    window offers; blocks for one entry when the stream is idle. Where
@@ -75,6 +76,10 @@
 //	  - trim loop (retention.go), only with TrimInterval: at start and every
 //	    TrimInterval, trim-function calls of TrimLimit entries delete what
 //	    every consumer group of the stream has acknowledged.
+//	  - stall check (stall.go), unless StallAfter is NoStallCheck: every
+//	    max(ReclaimInterval, StallAfter/3), one XPENDING IDLE StallAfter
+//	    call; entries that outlasted the reclaim passes are logged and
+//	    counted as EventStalled once each.
 //	  - workers (work.go): run handlers from the job queue (jobqueue.go) and
 //	    apply each outcome: success to the acker, the rest through the
 //	    dead-letter or release functions.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -238,6 +239,23 @@ func (f *fakeServer) anyIdle(_ context.Context, minIdle time.Duration) (bool, er
 		}
 	}
 	return false, nil
+}
+
+func (f *fakeServer) idlePending(_ context.Context, idle time.Duration, count int) ([]pendingEntry, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("idlePending"); err != nil {
+		return nil, err
+	}
+	ids := slices.SortedFunc(maps.Keys(f.pel), compareFakeIDs)
+	var out []pendingEntry
+	for _, id := range ids {
+		p := f.pel[id]
+		if d := f.clock.now() - p.at; d >= idle && len(out) < count {
+			out = append(out, pendingEntry{ID: id, Consumer: p.owner, Idle: d, Deliveries: p.deliveries})
+		}
+	}
+	return out, nil
 }
 
 func (f *fakeServer) claim(_ context.Context, a pelwarden.ClaimArgs) (*pelwarden.ClaimPage, error) {
@@ -564,6 +582,13 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 
+// Reset empties the sink.
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
+}
+
 func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -622,7 +647,7 @@ func (h *harness) dispatched(handlerCtx context.Context, msgs ...*Message) []job
 	h.t.Helper()
 	res := h.l.flow.reserve(h.t.Context(), partyRead, len(msgs))
 	require.Equal(h.t, len(msgs), res.n, "room for the entries")
-	h.l.dispatch(handlerCtx, msgs, res, h.clock.now(), time.Millisecond, false)
+	h.l.dispatch(handlerCtx, msgs, res, h.clock.now(), time.Millisecond, false, 0)
 	jobs := h.s.jobs.drain()
 	require.Len(h.t, jobs, len(msgs))
 	return jobs

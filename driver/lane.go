@@ -71,7 +71,7 @@ func newLane(s *session, srv laneServer, clk clock, cfg Config, log *slog.Logger
 }
 
 // startLoops starts the lane's loops on loops: read, reclaim, lease, and
-// the upkeep and trim loops when configured. They return when ctx ends.
+// the upkeep, trim and stall-check loops when configured. They return when ctx ends.
 // (The acker has its own start and stop.)
 func (l *lane) startLoops(ctx, handlerCtx context.Context, loops *sync.WaitGroup) {
 	loops.Go(func() { l.readLoop(ctx, handlerCtx) })
@@ -82,6 +82,9 @@ func (l *lane) startLoops(ctx, handlerCtx context.Context, loops *sync.WaitGroup
 	}
 	if l.cfg.TrimInterval > 0 {
 		loops.Go(func() { l.trimLoop(ctx) })
+	}
+	if l.cfg.StallAfter != NoStallCheck {
+		loops.Go(func() { l.stallLoop(ctx) })
 	}
 }
 

@@ -47,13 +47,16 @@ const (
 	// EventDeadLetterTrimmed: dead-letter records deleted by the
 	// dead-letter retention (Config.DeadLetterMaxAge, DeadLetterMaxLen).
 	EventDeadLetterTrimmed
+	// EventStalled: pending entries found idle past Config.StallAfter,
+	// each counted once by each consumer that found it (see StallAfter).
+	EventStalled
 	numEvents
 )
 
 var eventNames = [numEvents]string{
 	"read", "handled", "handler_error", "handler_panic", "claimed", "deleted_from_pel",
 	"acked", "lost_ownership", "lease_extended", "reaped", "command_error", "too_large",
-	"paused", "trimmed", "dead_letter_trimmed",
+	"paused", "trimmed", "dead_letter_trimmed", "stalled",
 }
 
 // String returns the event's snake_case name, e.g. "deleted_from_pel".

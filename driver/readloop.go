@@ -60,8 +60,10 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 		var msgs []*Message
 		var began, rtt time.Duration
 		var claim time.Duration
+		var ticket claimTicket // a read that claims can return entries settled meanwhile
 		if l.readClaim.Load() && !newTurn {
 			claim = l.cfg.MinIdle
+			ticket = l.held.beginClaim()
 		}
 		err := retry(ctx, l.readGiveUp, l.readFailed, func(ctx context.Context) error {
 			began = l.clock.now()
@@ -71,6 +73,7 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 			return err
 		})
 		if err != nil {
+			l.held.endClaim(ticket)
 			l.flow.giveBack(res)
 			if ctx.Err() != nil || l.stopping() {
 				return
@@ -115,7 +118,7 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 		if idle && l.inHand.Load() == 0 {
 			l.acks.drained()
 		}
-		l.dispatch(handlerCtx, msgs, res, began, rtt, got == n)
+		l.dispatch(handlerCtx, msgs, res, began, rtt, got == n, ticket)
 	}
 }
 
@@ -232,7 +235,7 @@ func (l *lane) readFailed(err error, attempt int) {
 // began (a clock reading), to the handler workers, and reports the call
 // to the window. rtt is the call's round trip; more says the source had
 // at least as many entries as the call asked for.
-func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reservation, began, rtt time.Duration, more bool) {
+func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reservation, began, rtt time.Duration, more bool, claim claimTicket) {
 	sizes := make([]int64, len(msgs))
 	var total int64
 	for i, m := range msgs {
@@ -243,10 +246,11 @@ func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reserva
 		l.log.Debug("flow window resized", "max_in_hand", limit)
 	}
 	if len(msgs) == 0 {
+		l.held.endClaim(claim)
 		return
 	}
 	l.inHand.Add(int64(len(msgs)))
-	skipped, closed := l.held.add(handlerCtx, msgs, sizes, l.fenceFrom(began), l.jobs, l)
+	skipped, closed := l.held.add(handlerCtx, msgs, sizes, l.fenceFrom(began), l.jobs, l, claim)
 	if closed {
 		l.log.Warn("entries read during shutdown; they stay pending", "count", len(msgs), "ids", firstIDs(messageIDs(msgs)))
 	}

@@ -83,6 +83,7 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 		}
 		var page *pelwarden.ClaimPage
 		var began, rtt time.Duration
+		claim := l.held.beginClaim()
 		err := retry(ctx, claimGiveUp(), func(err error, attempt int) {
 			if !errors.Is(err, pelwarden.ErrNoGroup) && !permanent(err) {
 				l.commandError("reclaim", err, attempt)
@@ -96,6 +97,7 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 			return err
 		})
 		if err != nil {
+			l.held.endClaim(claim)
 			l.flow.giveBack(res)
 			switch {
 			case ctx.Err() != nil:
@@ -117,7 +119,7 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 			msgs[i] = Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: l.cfg.Stream, Group: l.cfg.Group, Consumer: l.cfg.Consumer}
 			ptrs[i] = &msgs[i]
 		}
-		l.dispatch(handlerCtx, ptrs, res, began, rtt, !page.Done())
+		l.dispatch(handlerCtx, ptrs, res, began, rtt, !page.Done(), claim)
 		if page.Done() || onePage {
 			return
 		}

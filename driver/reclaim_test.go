@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -132,4 +133,63 @@ func TestClaimGiveUp(t *testing.T) {
 	}
 	require.True(t, stop(context.DeadlineExceeded, reclaimAttempts))
 	require.True(t, claimGiveUp()(&pelwarden.Error{Kind: pelwarden.ErrCrossSlot}, 0))
+}
+
+// claimThenAck is a laneServer whose claim runs afterClaim between the
+// claim's work on the server and its reply: what another goroutine of the
+// consumer did while the reply was on its way.
+type claimThenAck struct {
+	*fakeServer
+	afterClaim func()
+}
+
+func (c *claimThenAck) claim(ctx context.Context, a pelwarden.ClaimArgs) (*pelwarden.ClaimPage, error) {
+	page, err := c.fakeServer.claim(ctx, a)
+	if err == nil && c.afterClaim != nil {
+		c.afterClaim()
+		c.afterClaim = nil
+	}
+	return page, err
+}
+
+// An entry of this consumer's own that a pass claims (its lease was late)
+// while its ack lands, the ack's reply coming back before the page's, is
+// not run a second time: the ack removed it from the PEL, so the claimed
+// copy is stale. (TestDriverNewAndReclaimedShareTheWindow once handled an
+// entry twice in one consumer this way, under load.)
+func TestReclaimPassSkipsEntriesSettledDuringTheClaim(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	srv := &claimThenAck{fakeServer: h.srv}
+	s, lanes := newSession(h.l.cfg, consumerLogger(h.l.cfg), h.lib, func(Config) laneServer { return srv }, h.clock)
+	h.s, h.l = s, lanes[0]
+	ids := h.srv.add(2)
+	jobs := h.read(t.Context(), 2)
+	h.clock.advance(2 * time.Second) // the lease loop was late: both are idle
+	srv.afterClaim = func() {
+		// 1-0's handler succeeded; its ack lands after the claim and is
+		// settled before the page is dispatched.
+		n, err := h.srv.ack(t.Context(), ids[:1])
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+		h.l.held.forget(ids[0])
+		h.l.flow.free(jobs[0].f.bytes)
+		h.l.settled()
+	}
+	h.l.reclaimPass(t.Context(), t.Context(), false)
+	require.Empty(t, h.s.jobs.drain(), "1-0 was acked, 2-0 is still in hand")
+	h.l.held.mu.Lock()
+	require.Equal(t, []string{ids[1]}, slices.Collect(maps.Keys(h.l.held.entries)), "in hand")
+	h.l.held.mu.Unlock()
+	require.Equal(t, int64(1), h.l.inHand.Load())
+	_, held := h.l.flow.size()
+	require.Equal(t, 1, held, "2-0's place from the read; the claim's were given back")
+
+	// A pass that begins after the ack may take a settled entry again
+	// (it is pending once more only if something put it back): it runs.
+	h.srv.pending("dead", 1, 2*time.Second, ids[0])
+	h.l.reclaimPass(t.Context(), t.Context(), false)
+	again := h.s.jobs.drain()
+	require.Len(t, again, 1)
+	require.Equal(t, ids[0], again[0].m.ID)
 }

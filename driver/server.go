@@ -33,6 +33,9 @@ type laneServer interface {
 	deadLetterSpent(ctx context.Context, ids []string) (*pelwarden.DeadLetterResult, error)
 	// anyIdle reports whether some pending entry has been idle for minIdle.
 	anyIdle(ctx context.Context, minIdle time.Duration) (bool, error)
+	// idlePending returns at most count pending entries idle for at least
+	// idle, lowest ids first.
+	idlePending(ctx context.Context, idle time.Duration, count int) ([]pendingEntry, error)
 	// claim is one page of the claim function (a reclaim pass); Stream,
 	// DeadLetterStream, Group and Consumer of a are the lane's.
 	claim(ctx context.Context, a pelwarden.ClaimArgs) (*pelwarden.ClaimPage, error)
@@ -65,6 +68,14 @@ type laneServer interface {
 	// stale tells the client that err suggests its cluster slot map is out
 	// of date (see followTopology).
 	stale(err error)
+}
+
+// pendingEntry is one entry of the PEL, as XPENDING's extended form
+// reports it.
+type pendingEntry struct {
+	ID, Consumer string
+	Idle         time.Duration
+	Deliveries   int64
 }
 
 // redisLane is the laneServer of a real server: rdb, and lib over it.
@@ -124,6 +135,19 @@ func (s *redisLane) anyIdle(ctx context.Context, minIdle time.Duration) (bool, e
 		return false, &pelwarden.CommandError{Command: "XPENDING", Key: s.stream, Err: err}
 	}
 	return len(p) > 0, nil
+}
+
+func (s *redisLane) idlePending(ctx context.Context, idle time.Duration, count int) ([]pendingEntry, error) {
+	p, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.stream, Group: s.group,
+		Idle: idle, Start: "-", End: "+", Count: int64(count)}).Result()
+	if err != nil {
+		return nil, &pelwarden.CommandError{Command: "XPENDING IDLE", Key: s.stream, Err: err}
+	}
+	out := make([]pendingEntry, len(p))
+	for i, e := range p {
+		out[i] = pendingEntry{ID: e.ID, Consumer: e.Consumer, Idle: e.Idle, Deliveries: e.RetryCount}
+	}
+	return out, nil
 }
 
 func (s *redisLane) claim(ctx context.Context, a pelwarden.ClaimArgs) (*pelwarden.ClaimPage, error) {

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,7 +22,29 @@ type tracker struct {
 	delayed   map[string]time.Duration // RetryAfter beyond MinIdle: id -> retry at (a clock reading)
 	unstarted []string                 // queued entries skipped at shutdown
 	closed    bool                     // shutdown began: add refuses
+
+	// Claims under way and what was settled meanwhile (see claimTicket):
+	// seq numbers claims and forgets in the order they happen; forgotten
+	// holds, only while a claim is under way, the number of the last
+	// forget of each id.
+	seq       uint64
+	claims    []claimTicket
+	forgotten map[string]uint64
 }
+
+// claimTicket numbers a claim under way: a reclaim page, or any call that
+// can return entries already delivered. Such a call can return an entry
+// this consumer settled while the call was under way: the claim ran on the
+// server before the entry's ack (or release), the ack's reply came back
+// first, and the entry was forgotten before the page was dispatched. Its
+// ack removed the claimed copy from the PEL, so running it would be a
+// duplicate in one consumer. add skips the entries forgotten after their
+// claim's ticket was taken; the ticket is taken before the call is sent,
+// so nothing a claim can return is missed (an entry forgotten before the
+// call reached the server is skipped too, and stays pending: at worst it
+// comes back through a later pass). Zero is no ticket: reads of new
+// entries cannot return a delivered one.
+type claimTicket uint64
 
 // inflight is one entry in hand.
 type inflight struct {
@@ -57,13 +80,14 @@ func newTracker(clk clock) *tracker {
 //
 // ownedUntil is when another consumer could first take them over (see
 // fenceFrom).
-func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64, ownedUntil time.Duration, q *jobQueue, l *lane) (skipped []*Message, closed bool) {
+func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64, ownedUntil time.Duration, q *jobQueue, l *lane, claim claimTicket) (skipped []*Message, closed bool) {
 	now := t.clock.now()
 	fs := make([]inflight, len(msgs))
 	ctxs := make([]entryContext, len(msgs))
 	jobs := make([]job, 0, len(msgs))
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.endClaimLocked(claim)
 	if t.closed {
 		return msgs, true
 	}
@@ -71,6 +95,12 @@ func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64
 		if _, busy := t.entries[m.ID]; busy {
 			skipped = append(skipped, m)
 			continue
+		}
+		if claim != 0 {
+			if at, ok := t.forgotten[m.ID]; ok && at > uint64(claim) {
+				skipped = append(skipped, m) // settled during the claim: stale
+				continue
+			}
 		}
 		f := &fs[i]
 		f.queued = now
@@ -104,13 +134,66 @@ func (t *tracker) close() {
 	t.mu.Unlock()
 }
 
-// forget stops tracking ids.
+// beginClaim returns the ticket of a claim about to be sent; add (or
+// endClaim, when the claim failed) ends it.
+func (t *tracker) beginClaim() claimTicket {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.seq++
+	c := claimTicket(t.seq)
+	t.claims = append(t.claims, c)
+	return c
+}
+
+// endClaim ends a claim whose entries will not be added (it failed).
+func (t *tracker) endClaim(c claimTicket) {
+	t.mu.Lock()
+	t.endClaimLocked(c)
+	t.mu.Unlock()
+}
+
+// endClaimLocked ends claim c (zero: none) and drops the forgets no claim
+// under way can be told of any more. mu is held.
+func (t *tracker) endClaimLocked(c claimTicket) {
+	i := slices.Index(t.claims, c)
+	if c == 0 || i < 0 {
+		return
+	}
+	t.claims = slices.Delete(t.claims, i, i+1)
+	if len(t.claims) == 0 {
+		clear(t.forgotten)
+		return
+	}
+	oldest := uint64(slices.Min(t.claims))
+	for id, at := range t.forgotten {
+		if at < oldest {
+			delete(t.forgotten, id)
+		}
+	}
+}
+
+// forget stops tracking ids; while a claim is under way it notes them
+// (see claimTicket).
 func (t *tracker) forget(ids ...string) {
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.forgetLocked(ids...)
+}
+
+func (t *tracker) forgetLocked(ids ...string) {
 	for _, id := range ids {
 		delete(t.entries, id)
 	}
-	t.mu.Unlock()
+	if len(t.claims) == 0 {
+		return
+	}
+	if t.forgotten == nil {
+		t.forgotten = map[string]uint64{}
+	}
+	t.seq++
+	for _, id := range ids {
+		t.forgotten[id] = t.seq
+	}
 }
 
 // delay holds id back until at, a clock reading (a RetryAfter beyond
@@ -124,7 +207,7 @@ func (t *tracker) delay(id string, at time.Duration) {
 // skipped records a queued entry skipped at shutdown, for takeUnstarted.
 func (t *tracker) skipped(id string) {
 	t.mu.Lock()
-	delete(t.entries, id)
+	t.forgetLocked(id)
 	t.unstarted = append(t.unstarted, id)
 	t.mu.Unlock()
 }

@@ -30,7 +30,7 @@ func TestTrackerAdd(t *testing.T) {
 	tr := newTracker(clk)
 	q := newJobQueue(1, &atomic.Bool{})
 	msgs, sizes := trackerMsgs("1-0", "2-0")
-	skipped, closed := tr.add(t.Context(), msgs, sizes, 5*time.Second, q, nil)
+	skipped, closed := tr.add(t.Context(), msgs, sizes, 5*time.Second, q, nil, 0)
 	require.False(t, closed)
 	require.Empty(t, skipped)
 	require.Equal(t, 2, tr.count())
@@ -42,7 +42,7 @@ func TestTrackerAdd(t *testing.T) {
 
 	// A reclaim pass took back 2-0 while its handler runs: skipped.
 	msgs, sizes = trackerMsgs("2-0", "3-0")
-	skipped, closed = tr.add(t.Context(), msgs, sizes, 0, q, nil)
+	skipped, closed = tr.add(t.Context(), msgs, sizes, 0, q, nil, 0)
 	require.False(t, closed)
 	require.Equal(t, []*Message{msgs[0]}, skipped)
 	require.Len(t, q.drain(), 1)
@@ -50,11 +50,70 @@ func TestTrackerAdd(t *testing.T) {
 
 	tr.close()
 	msgs, sizes = trackerMsgs("4-0")
-	skipped, closed = tr.add(t.Context(), msgs, sizes, 0, q, nil)
+	skipped, closed = tr.add(t.Context(), msgs, sizes, 0, q, nil, 0)
 	require.True(t, closed)
 	require.Equal(t, msgs, skipped)
 	require.Empty(t, q.drain())
 	require.Equal(t, 3, tr.count())
+}
+
+// A claim's entries settled here while it was under way are skipped as
+// stale (see claimTicket); those settled before its ticket are added;
+// forgets are kept only while some claim that can be told of them is
+// under way.
+func TestTrackerClaimTickets(t *testing.T) {
+	t.Parallel()
+	tr := newTracker(&fakeClock{})
+	q := newJobQueue(1, &atomic.Bool{})
+	add := func(claim claimTicket, ids ...string) []*Message {
+		t.Helper()
+		msgs, sizes := trackerMsgs(ids...)
+		skipped, closed := tr.add(t.Context(), msgs, sizes, 0, q, nil, claim)
+		require.False(t, closed)
+		q.drain()
+		return skipped
+	}
+	require.Empty(t, add(0, "1-0", "2-0", "3-0", "4-0"))
+
+	tr.forget("1-0") // settled before any claim: nothing to note
+	require.Empty(t, tr.forgotten)
+	older := tr.beginClaim()
+	tr.forget("2-0") // settled during older
+	newer := tr.beginClaim()
+	tr.forget("3-0") // settled during both
+	require.Len(t, tr.forgotten, 2)
+
+	// newer returns 1-0, 2-0 and 3-0: 3-0 is stale; 1-0 and 2-0 were
+	// settled before it began, so what it claimed is a new delivery.
+	skipped := add(newer, "1-0", "2-0", "3-0")
+	require.Equal(t, []string{"3-0"}, messageIDs(skipped))
+	tr.forget("1-0", "2-0")
+	require.Len(t, tr.forgotten, 3, "older is still under way")
+
+	// older failed: nothing under way, nothing kept.
+	tr.endClaim(older)
+	require.Empty(t, tr.forgotten)
+	require.Empty(t, tr.claims)
+	tr.forget("4-0", "3-0")
+	require.Empty(t, tr.forgotten)
+
+	// A claim ended by add drops the forgets older than every claim left.
+	a := tr.beginClaim()
+	tr.forget("5-0")
+	b := tr.beginClaim()
+	tr.forget("6-0")
+	require.Equal(t, []string{"5-0"}, messageIDs(add(a, "5-0", "7-0")))
+	require.Equal(t, map[string]uint64{"6-0": tr.seq}, tr.forgotten, "5-0 was settled before b began")
+	require.Equal(t, []string{"6-0"}, messageIDs(add(b, "6-0")))
+	require.Empty(t, tr.forgotten)
+
+	// After close the claim ends too.
+	c := tr.beginClaim()
+	tr.close()
+	msgs, sizes := trackerMsgs("8-0")
+	_, closed := tr.add(t.Context(), msgs, sizes, 0, q, nil, c)
+	require.True(t, closed)
+	require.Empty(t, tr.claims)
 }
 
 // leaseDue: which entries get a lease extension on a tick, which delayed
@@ -112,7 +171,7 @@ func TestTrackerLeaseDue(t *testing.T) {
 				}
 				clk.t.Add(-int64(e.age))
 				msgs, sizes := trackerMsgs(e.id)
-				tr.add(t.Context(), msgs, sizes, 0, q, nil)
+				tr.add(t.Context(), msgs, sizes, 0, q, nil, 0)
 				clk.advance(e.age)
 				f := q.drain()[0].f
 				f.acking.Store(e.acking)
@@ -140,7 +199,7 @@ func TestTrackerSettling(t *testing.T) {
 	tr := newTracker(clk)
 	q := newJobQueue(1, &atomic.Bool{})
 	msgs, sizes := trackerMsgs("1-0", "2-0", "3-0")
-	tr.add(t.Context(), msgs, sizes, time.Second, q, nil)
+	tr.add(t.Context(), msgs, sizes, time.Second, q, nil, 0)
 	jobs := q.drain()
 	tr.delay("9-0", time.Hour)
 
@@ -164,7 +223,7 @@ func TestTrackerSettling(t *testing.T) {
 	// Adding an entry again drops its delay.
 	tr.delay("5-0", time.Hour)
 	msgs, sizes = trackerMsgs("5-0")
-	tr.add(t.Context(), msgs, sizes, 0, q, nil)
+	tr.add(t.Context(), msgs, sizes, 0, q, nil, 0)
 	_, release, _ := tr.leaseDue(false, time.Second, 2*time.Hour)
 	require.Empty(t, release)
 	extend, _, _ = tr.leaseDue(false, time.Second, 2*time.Hour)

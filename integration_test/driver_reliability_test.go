@@ -273,12 +273,7 @@ func TestDriverTooLargeToDeadLetterStaysPending(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
-		values := make([]string, 0, 20000)
-		for i := range 10000 {
-			values = append(values, fmt.Sprintf("f%d", i), "v")
-		}
-		id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: values}).Result()
-		require.NoError(t, err)
+		id := addTooLarge(t, s.rdb, f.Stream)
 		m := &pelwardentest.Metrics{}
 		cfg := driver.Config{Consumer: "w", MaxDeliveries: 3, Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			return driver.DeadLetter(errors.New("cannot parse"))
@@ -293,6 +288,19 @@ func TestDriverTooLargeToDeadLetterStaysPending(t *testing.T) {
 		require.EqualValues(t, 1, n, "still in the stream")
 		require.Zero(t, s.rdb.Exists(ctx, f.DeadLetterStream).Val(), "no partial dead-letter record")
 	})
+}
+
+// addTooLarge appends an entry with 10,000 fields, too many to copy into a
+// dead-letter record from a server-side function, and returns its id.
+func addTooLarge(t *testing.T, rdb redis.UniversalClient, stream string) string {
+	t.Helper()
+	values := make([]string, 0, 20000)
+	for i := range 10000 {
+		values = append(values, fmt.Sprintf("f%d", i), "v")
+	}
+	id, err := rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: stream, Values: values}).Result()
+	require.NoError(t, err)
+	return id
 }
 
 // replyError is an error reply as go-redis returns it (a redis.Error).

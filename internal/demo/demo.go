@@ -36,6 +36,10 @@ const (
 	MinIdle = 2 * time.Second
 	// ReclaimInterval is the consumers' ReclaimInterval.
 	ReclaimInterval = 500 * time.Millisecond
+	// StallAfter is the consumers' StallAfter, their default: MinIdle plus
+	// three ReclaimIntervals (the dashboard lists entries idle this long as
+	// stuck).
+	StallAfter = MinIdle + 3*ReclaimInterval
 	// MaxDeliveries is the consumers' MaxDeliveries: a declined order is
 	// dead-lettered after this many deliveries.
 	MaxDeliveries = 3
@@ -214,7 +218,7 @@ func (d *demo) play(ctx context.Context) (*Report, error) {
 		cfg := driver.Config{
 			Stream: d.stream, Group: Group, Consumer: name, Handler: d.st.handler(c),
 			DeadLetterStream: d.dlq, MaxDeliveries: MaxDeliveries,
-			MinIdle: MinIdle, ReclaimInterval: ReclaimInterval,
+			MinIdle: MinIdle, ReclaimInterval: ReclaimInterval, StallAfter: StallAfter,
 			Concurrency: concurrency, ReadBlock: 200 * time.Millisecond,
 			ShutdownTimeout: 5 * time.Second, CreateGroup: true,
 			Logger: logger, Metrics: c.m,

@@ -11,11 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/redis/go-redis/v9"
 	"github.com/testcontainers/testcontainers-go"
-	"github.com/testcontainers/testcontainers-go/wait"
 )
 
 // SlotCount is the number of hash slots of a Redis Cluster.
@@ -130,16 +128,12 @@ func StartCluster(ctx context.Context, image string, opts ClusterOptions) (*Clus
 // startNodes starts n nodes concurrently. It returns the nodes that started
 // even on error, so the caller can remove them.
 func (c *Cluster) startNodes(ctx context.Context, n int) ([]*ClusterNode, error) {
-	ports, err := freePorts(2 * n)
-	if err != nil {
-		return nil, err
-	}
 	nodes := make([]*ClusterNode, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			nodes[i], errs[i] = c.startNode(ctx, ports[2*i], ports[2*i+1])
+			nodes[i], errs[i] = c.startNode(ctx)
 		})
 	}
 	wg.Wait()
@@ -152,71 +146,38 @@ func (c *Cluster) startNodes(ctx context.Context, n int) ([]*ClusterNode, error)
 	return started, errors.Join(errs...)
 }
 
-func (c *Cluster) startNode(ctx context.Context, port, bus int) (*ClusterNode, error) {
-	p, b := strconv.Itoa(port), strconv.Itoa(bus)
-	args := append([]string{
-		"--port", p,
-		"--cluster-enabled", "yes",
-		"--cluster-config-file", "nodes-" + p + ".conf",
-		"--cluster-node-timeout", "2000",
-		"--cluster-port", b,
-		"--cluster-announce-ip", "127.0.0.1",
-		"--protected-mode", "no",
-		"--save", "",
-		"--bind", "127.0.0.1",
-	}, c.args...)
-	ctr, err := testcontainers.Run(ctx, c.Image,
-		testcontainers.WithCmd(args...),
-		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
-			hc.NetworkMode = "host"
-		}),
-		// The log is enough: PING below is the check that matters.
-		// (wait.ForListeningPort also works in host mode, where the
-		// "mapped" port is the port itself, but it execs shell tools in the
-		// container to look at the port from inside.)
-		testcontainers.WithWaitStrategyAndDeadline(60*time.Second,
-			wait.ForLog("Ready to accept connections"),
-		),
-	)
+// startNode starts a node on a free client port and a free bus port (see
+// loopback.go).
+func (c *Cluster) startNode(ctx context.Context) (*ClusterNode, error) {
+	n, ports, err := startLoopback(ctx, loopbackSpec{
+		image: c.Image,
+		ports: 2,
+		build: func(ports []int) ([]string, []testcontainers.ContainerFile, error) {
+			p, b := strconv.Itoa(ports[0]), strconv.Itoa(ports[1])
+			return append([]string{
+				"--port", p,
+				"--cluster-enabled", "yes",
+				"--cluster-config-file", "nodes-" + p + ".conf",
+				"--cluster-node-timeout", "2000",
+				"--cluster-port", b,
+				"--cluster-announce-ip", "127.0.0.1",
+				"--protected-mode", "no",
+				"--save", "",
+				"--bind", "127.0.0.1",
+			}, c.args...), nil, nil
+		},
+		ready: serverReady,
+	})
 	if err != nil {
-		if ctr != nil {
-			_ = ctr.Terminate(context.Background())
-		}
-		return nil, fmt.Errorf("testserver: start cluster node %s on port %d: %w (build the images with scripts/images.sh)", c.Image, port, err)
+		return n, fmt.Errorf("testserver: start cluster node: %w", err)
 	}
-	n := &ClusterNode{Port: port, BusPort: bus, container: ctr}
-	n.admin = redis.NewClient(n.options())
-	if err := n.waitPing(ctx); err != nil {
-		return n, err
-	}
+	n.BusPort = ports[1]
 	id, err := n.admin.ClusterMyID(ctx).Result()
 	if err != nil {
 		return n, fmt.Errorf("testserver: CLUSTER MYID on %s: %w", n.Addr(), err)
 	}
 	n.ID = id
 	return n, nil
-}
-
-// freePorts returns n distinct free TCP ports on 127.0.0.1. They are free
-// when the function returns, not reserved: a server started right after
-// takes them.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("testserver: find a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // form meets the nodes, assigns the slots and the replicas, and waits.

@@ -12,10 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/moby/moby/api/types/container"
 	"github.com/redis/go-redis/v9"
 	"github.com/testcontainers/testcontainers-go"
-	"github.com/testcontainers/testcontainers-go/wait"
 )
 
 // DefaultMasterName is the name the sentinels of a Sentinel monitor the
@@ -95,19 +93,26 @@ func StartSentinel(ctx context.Context, image string, opts SentinelOptions) (*Se
 		return nil, fmt.Errorf("testserver: %w", err)
 	}
 	s := &Sentinel{Image: image, MasterName: opts.MasterName, dir: dir}
-	ports, err := freePorts(1 + opts.Replicas + opts.Sentinels)
-	if err != nil {
-		return nil, errors.Join(err, s.Close())
-	}
-	primaryPort := ports[0]
 	base := []string{"--bind", "127.0.0.1", "--protected-mode", "no", "--save", ""}
-	n, err := startLoopback(ctx, image, primaryPort, append(append([]string{"--port", strconv.Itoa(primaryPort)}, base...), opts.Args...), nil, serverReady)
+	server := func(extra ...string) loopbackSpec {
+		return loopbackSpec{
+			image: image,
+			ports: 1,
+			build: func(ports []int) ([]string, []testcontainers.ContainerFile, error) {
+				args := append(append(append([]string{"--port", strconv.Itoa(ports[0])}, extra...), base...), opts.Args...)
+				return args, nil, nil
+			},
+			ready: serverReady,
+		}
+	}
+	n, _, err := startLoopback(ctx, server())
 	if n != nil {
 		s.Servers = append(s.Servers, n)
 	}
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
+	primaryPort := n.Port
 	started := func(ns []*ClusterNode, errs []error) error {
 		for _, n := range ns {
 			if n != nil {
@@ -121,9 +126,7 @@ func StartSentinel(ctx context.Context, image string, opts SentinelOptions) (*Se
 	var wg sync.WaitGroup
 	for i := range opts.Replicas {
 		wg.Go(func() {
-			p := ports[1+i]
-			args := append(append([]string{"--port", strconv.Itoa(p), "--replicaof", "127.0.0.1", strconv.Itoa(primaryPort)}, base...), opts.Args...)
-			replicas[i], errs[i] = startLoopback(ctx, image, p, args, nil, serverReady)
+			replicas[i], _, errs[i] = startLoopback(ctx, server("--replicaof", "127.0.0.1", strconv.Itoa(primaryPort)))
 		})
 	}
 	wg.Wait()
@@ -139,20 +142,26 @@ func StartSentinel(ctx context.Context, image string, opts SentinelOptions) (*Se
 	errs = make([]error, opts.Sentinels)
 	for i := range opts.Sentinels {
 		wg.Go(func() {
-			p := ports[1+opts.Replicas+i]
-			conf := filepath.Join(dir, fmt.Sprintf("sentinel-%d.conf", p))
-			text := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\n"+
-				"sentinel monitor %s 127.0.0.1 %d %d\n"+
-				"sentinel down-after-milliseconds %s %d\n"+
-				"sentinel failover-timeout %s 10000\n"+
-				"sentinel parallel-syncs %s 1\n",
-				p, opts.MasterName, primaryPort, quorum, opts.MasterName, opts.DownAfter.Milliseconds(), opts.MasterName, opts.MasterName)
-			if err := os.WriteFile(conf, []byte(text), 0o666); err != nil {
-				errs[i] = fmt.Errorf("testserver: %w", err)
-				return
-			}
-			files := []testcontainers.ContainerFile{{HostFilePath: conf, ContainerFilePath: "/sentinel/sentinel.conf", FileMode: 0o666}}
-			sentinels[i], errs[i] = startLoopback(ctx, image, p, []string{"/sentinel/sentinel.conf", "--sentinel"}, files, sentinelReady)
+			sentinels[i], _, errs[i] = startLoopback(ctx, loopbackSpec{
+				image: image,
+				ports: 1,
+				build: func(ports []int) ([]string, []testcontainers.ContainerFile, error) {
+					p := ports[0]
+					conf := filepath.Join(dir, fmt.Sprintf("sentinel-%d.conf", p))
+					text := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\n"+
+						"sentinel monitor %s 127.0.0.1 %d %d\n"+
+						"sentinel down-after-milliseconds %s %d\n"+
+						"sentinel failover-timeout %s 10000\n"+
+						"sentinel parallel-syncs %s 1\n",
+						p, opts.MasterName, primaryPort, quorum, opts.MasterName, opts.DownAfter.Milliseconds(), opts.MasterName, opts.MasterName)
+					if err := os.WriteFile(conf, []byte(text), 0o666); err != nil {
+						return nil, nil, fmt.Errorf("testserver: %w", err)
+					}
+					files := []testcontainers.ContainerFile{{HostFilePath: conf, ContainerFilePath: "/sentinel/sentinel.conf", FileMode: 0o666}}
+					return []string{"/sentinel/sentinel.conf", "--sentinel"}, files, nil
+				},
+				ready: sentinelReady,
+			})
 		})
 	}
 	wg.Wait()
@@ -176,26 +185,6 @@ const (
 	serverReady   = "Ready to accept connections"
 	sentinelReady = "Sentinel ID is"
 )
-
-// startLoopback starts image in host network mode with args, listening on
-// 127.0.0.1:port, waits for the log line ready, then until it answers PING.
-func startLoopback(ctx context.Context, image string, port int, args []string, files []testcontainers.ContainerFile, ready string) (*ClusterNode, error) {
-	ctr, err := testcontainers.Run(ctx, image,
-		testcontainers.WithCmd(args...),
-		testcontainers.WithFiles(files...),
-		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) { hc.NetworkMode = "host" }),
-		testcontainers.WithWaitStrategyAndDeadline(60*time.Second, wait.ForLog(ready)),
-	)
-	if err != nil {
-		if ctr != nil {
-			_ = ctr.Terminate(context.Background())
-		}
-		return nil, fmt.Errorf("testserver: start %s on port %d: %w (build the images with scripts/images.sh)", image, port, err)
-	}
-	n := &ClusterNode{Port: port, container: ctr}
-	n.admin = redis.NewClient(n.options())
-	return n, n.waitPing(ctx)
-}
 
 // SentinelAddrs returns every sentinel's address.
 func (s *Sentinel) SentinelAddrs() []string {

@@ -82,7 +82,7 @@ $PELWARDEN_UI_PASSWORD.`,
 			var ui *dashboard.Options
 			if f.ui != "" {
 				do, err := a.uiDashboardOptions(cmd, uiOptions{listen: f.ui, readOnly: true, refresh: time.Second,
-					minIdle: demo.MinIdle, maxDeliveries: demo.MaxDeliveries})
+					minIdle: demo.MinIdle, stuckAfter: demo.StallAfter, maxDeliveries: demo.MaxDeliveries})
 				if err != nil {
 					return err
 				}

@@ -24,6 +24,7 @@ type uiOptions struct {
 	listen, basePath, streams string
 	readOnly                  bool
 	refresh, minIdle          time.Duration
+	stuckAfter                time.Duration
 	maxDeliveries             int
 }
 
@@ -97,6 +98,7 @@ password with every request.`,
 	f.StringVar(&o.streams, "streams", "", "show only streams matching this `GLOB` (SCAN MATCH syntax; default: every stream with groups)")
 	f.DurationVar(&o.refresh, "refresh", dashboard.DefaultRefresh, "how often views refresh (one read of the server per view, whatever the number of viewers)")
 	f.DurationVar(&o.minIdle, "min-idle", dashboard.DefaultMinIdle, "flag consumers that own entries and have been idle this long as stalled (pages can change it)")
+	f.DurationVar(&o.stuckAfter, "stuck-after", dashboard.DefaultStuckAfter, "list pending entries idle this long as stuck: no reclaim pass took them (the driver's default StallAfter; pages can change it)")
 	f.IntVar(&o.maxDeliveries, "max-deliveries", dashboard.DefaultMaxDeliveries, "highlight pending entries delivered this many times as poison (pages can change it)")
 	return cmd
 }
@@ -120,6 +122,9 @@ func (a *app) uiDashboardOptions(cmd *cobra.Command, o uiOptions) (dashboard.Opt
 	if err := positiveDuration("min-idle", o.minIdle); err != nil {
 		return dashboard.Options{}, err
 	}
+	if err := positiveDuration("stuck-after", o.stuckAfter); err != nil {
+		return dashboard.Options{}, err
+	}
 	if err := positiveInt("max-deliveries", o.maxDeliveries); err != nil {
 		return dashboard.Options{}, err
 	}
@@ -130,7 +135,7 @@ func (a *app) uiDashboardOptions(cmd *cobra.Command, o uiOptions) (dashboard.Opt
 	}
 	do := dashboard.Options{
 		BasePath: o.basePath, ReadOnly: o.readOnly, Streams: o.streams, Refresh: o.refresh,
-		MinIdle: o.minIdle, MaxDeliveries: o.maxDeliveries,
+		MinIdle: o.minIdle, StuckAfter: o.stuckAfter, MaxDeliveries: o.maxDeliveries,
 		Logger: slog.New(slog.NewTextHandler(a.stderr, nil)),
 	}
 	if user != "" {

@@ -28,6 +28,7 @@ type Server struct {
 	overviews *cache[*overview]
 	groups    *cache[*groupView]
 	pels      *cache[*pelPage]
+	stuck     *cache[*stuckView]
 	deads     *cache[*deadPage]
 	lengths   *cache[int64]
 	history   *histories
@@ -57,6 +58,7 @@ func New(rdb redis.UniversalClient, o Options) (*Server, error) {
 		overviews: newCache[*overview](o.Refresh),
 		groups:    newCache[*groupView](o.Refresh),
 		pels:      newCache[*pelPage](o.Refresh),
+		stuck:     newCache[*stuckView](o.Refresh),
 		deads:     newCache[*deadPage](o.Refresh),
 		lengths:   newCache[int64](o.Refresh),
 		history:   newHistories(o.History),
@@ -161,6 +163,7 @@ func (s *Server) forget() {
 	s.overviews.forget()
 	s.groups.forget()
 	s.pels.forget()
+	s.stuck.forget()
 	s.deads.forget()
 	s.lengths.forget()
 }

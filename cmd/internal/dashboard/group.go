@@ -118,12 +118,48 @@ func (s *Server) loadPEL(ctx context.Context, stream, group, consumer, from, aft
 	return p, nil
 }
 
+// stuckScan bounds the stuck entries a group page counts (XPENDING IDLE
+// COUNT), stuckShown the ones it lists.
+const (
+	stuckScan  = 100
+	stuckShown = 10
+)
+
+// stuckView is what a group page shows of its stuck entries: pending
+// entries idle past the stuck threshold, which the driver's reclaim passes
+// should have taken long before (its stall check reports the same).
+type stuckView struct {
+	// Rows are the first stuckShown stuck entries, lowest ids first.
+	Rows []redis.XPendingExt
+	// Count is how many there are, up to stuckScan; More is set when
+	// there may be more.
+	Count int
+	More  bool
+	// Unlisted is Count less the rows listed.
+	Unlisted int
+}
+
+// loadStuck reads the group's stuck entries: one XPENDING IDLE call,
+// which stops after stuckScan of them.
+func (s *Server) loadStuck(ctx context.Context, stream, group string, after time.Duration) (*stuckView, error) {
+	rows, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: group, Idle: after, Start: "-", End: "+", Count: stuckScan}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("XPENDING %s %s IDLE %d - + %d: %w", stream, group, after.Milliseconds(), stuckScan, err)
+	}
+	v := &stuckView{Count: len(rows), More: len(rows) == stuckScan}
+	v.Rows = rows[:min(len(rows), stuckShown)]
+	v.Unlisted = v.Count - len(v.Rows)
+	return v, nil
+}
+
 // groupPage is the data of the group template.
 type groupPage struct {
 	page
 	V             *groupView
 	PEL           *pelPage
 	MinIdle       time.Duration
+	StuckAfter    time.Duration
+	Stuck         *stuckView
 	MaxDeliveries int
 	Consumer      string
 	// From and After are the PEL page's position ("" for the first page).
@@ -164,6 +200,11 @@ func (s *Server) handleGroup(w http.ResponseWriter, r *http.Request) {
 	}
 	p := &groupPage{page: s.newPage(stream+" / "+group, "group")}
 	if p.MinIdle, err = duration(q, "min_idle", s.opts.MinIdle); err == nil {
+		if p.StuckAfter, err = duration(q, "stuck_after", s.opts.StuckAfter); err == nil && p.StuckAfter == 0 {
+			err = &paramError{"stuck_after", "must be a positive duration such as 2m30s"}
+		}
+	}
+	if err == nil {
 		if p.MaxDeliveries, err = integer(q, "max_deliveries", s.opts.MaxDeliveries, 1, 1<<31-1); err == nil {
 			if p.Count, err = integer(q, "count", s.opts.PageSize, 1, MaxPageSize); err == nil {
 				if p.Consumer, err = optName(q, "consumer"); err == nil {
@@ -186,6 +227,13 @@ func (s *Server) handleGroup(w http.ResponseWriter, r *http.Request) {
 		s.failPage(w, r, http.StatusNotFound, "%v", err)
 		return
 	}
+	if err != nil {
+		s.failPage(w, r, http.StatusBadGateway, "%v", err)
+		return
+	}
+	p.Stuck, err = s.stuck.get(r.Context(), fmt.Sprintf("%s\x00%s\x00%d", stream, group, p.StuckAfter), func(ctx context.Context) (*stuckView, error) {
+		return s.loadStuck(ctx, stream, group, p.StuckAfter)
+	})
 	if err != nil {
 		s.failPage(w, r, http.StatusBadGateway, "%v", err)
 		return

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/driver"
 	"github.com/pelwarden/pelwarden/internal/ops"
 )
 
@@ -21,6 +22,10 @@ const (
 	// DefaultMinIdle flags consumers that own entries and have been idle
 	// this long as stalled (the group page can set another).
 	DefaultMinIdle = time.Minute
+	// DefaultStuckAfter lists pending entries idle this long as stuck on
+	// the group page: the driver's default StallAfter, past which its
+	// stall check reports them (the group page can set another).
+	DefaultStuckAfter = driver.DefaultMinIdle + 3*driver.DefaultReclaimInterval
 	// DefaultMaxDeliveries highlights pending entries delivered this many
 	// times as poison (the group page can set another).
 	DefaultMaxDeliveries = 5
@@ -70,6 +75,10 @@ type Options struct {
 	DiscoverEvery time.Duration
 	// MinIdle is the default stalled threshold. Defaults to DefaultMinIdle.
 	MinIdle time.Duration
+	// StuckAfter is the default stuck threshold: pending entries idle this
+	// long are listed as stuck, as the driver's stall check reports them.
+	// Defaults to DefaultStuckAfter.
+	StuckAfter time.Duration
 	// MaxDeliveries is the default poison threshold. Defaults to
 	// DefaultMaxDeliveries.
 	MaxDeliveries int
@@ -118,6 +127,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.MinIdle <= 0 {
 		o.MinIdle = DefaultMinIdle
+	}
+	if o.StuckAfter <= 0 {
+		o.StuckAfter = DefaultStuckAfter
 	}
 	if o.MaxDeliveries <= 0 {
 		o.MaxDeliveries = DefaultMaxDeliveries

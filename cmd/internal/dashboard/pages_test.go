@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -280,4 +281,38 @@ func TestOverviewSortFilter(t *testing.T) {
 	r = get(t, ts, "/?sort=nonsense&q=nothing-matches")
 	require.Contains(t, r.Body, "matching the filter")
 	require.Contains(t, r.Body, `hx-get="/fragment/overview?q=nothing-matches"`)
+}
+
+// The group page lists the entries idle past stuck_after (the driver's
+// stall threshold) as stuck, with their owners, and none below it.
+func TestStuckEntries(t *testing.T) {
+	t.Parallel()
+	rdb := client(t)
+	sc := seed(t, rdb, "stuck", 30, 4)
+	_, ts := newTest(t, rdb, Options{Streams: sc.Stream})
+	ctx := t.Context()
+	// Two of the reader's entries idle for an hour, owned by "gone".
+	for _, id := range sc.Pending[:2] {
+		require.NoError(t, rdb.Do(ctx, "XCLAIM", sc.Stream, sc.Group, "gone", 0, id, "IDLE", time.Hour.Milliseconds(), "JUSTID").Err())
+	}
+
+	r := get(t, ts, "/group"+q("stream", sc.Stream, "group", sc.Group, "stuck_after", "30m"))
+	require.Equal(t, http.StatusOK, r.Status, r.Body)
+	require.Contains(t, r.Body, `<dd class="stuck bad">2</dd>`)
+	require.Contains(t, r.Body, "Stuck entries")
+	require.Contains(t, r.Body, `name="stuck_after" value="30m"`)
+	stuck := r.Body[strings.Index(r.Body, `<table class="stuck-table">`):]
+	stuck = stuck[:strings.Index(stuck, "</table>")]
+	require.Contains(t, stuck, sc.Pending[0])
+	require.Contains(t, stuck, sc.Pending[1])
+	require.NotContains(t, stuck, sc.Pending[2])
+	require.Contains(t, stuck, "gone")
+
+	r = get(t, ts, "/fragment/group"+q("stream", sc.Stream, "group", sc.Group, "stuck_after", "2h"))
+	require.Equal(t, http.StatusOK, r.Status)
+	require.Contains(t, r.Body, `<dd class="stuck">0</dd>`)
+	require.NotContains(t, r.Body, "Stuck entries")
+
+	require.Equal(t, http.StatusBadRequest, get(t, ts, "/group"+q("stream", sc.Stream, "group", sc.Group, "stuck_after", "0s")).Status)
+	require.Equal(t, http.StatusBadRequest, get(t, ts, "/group"+q("stream", sc.Stream, "group", sc.Group, "stuck_after", "soon")).Status)
 }

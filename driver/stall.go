@@ -1,0 +1,90 @@
+package driver
+
+// The stall check: pending entries idle past Config.StallAfter, which the
+// reclaim passes should have taken long before, reported once each.
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// stallCount bounds the entries one stall check looks at (XPENDING COUNT):
+// the reply stays small however many are stalled, and what lies beyond is
+// seen once the first ones are gone.
+const stallCount = 100
+
+// stallLogIDs bounds the ids one stall report names.
+const stallLogIDs = 10
+
+// stallLoop checks for stalled entries every max(ReclaimInterval,
+// StallAfter/3), the first time one such interval after start (nothing can
+// have stalled under this consumer's watch before).
+func (l *lane) stallLoop(ctx context.Context) {
+	every := max(l.cfg.ReclaimInterval, l.cfg.StallAfter/3)
+	var reported map[string]bool
+	repeat(ctx, every, func(first bool) {
+		if !first {
+			reported = l.stallCheck(ctx, reported)
+		}
+	})
+}
+
+// stallCheck asks for the pending entries idle past StallAfter, and logs
+// and counts those that reported (what the previous check found) does not
+// hold. It returns what it found, for the next check: an entry that leaves
+// the list and stalls again later is reported again. On an error it logs,
+// counts and keeps reported.
+func (l *lane) stallCheck(ctx context.Context, reported map[string]bool) map[string]bool {
+	found, err := l.srv.idlePending(ctx, l.cfg.StallAfter, stallCount)
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, pelwarden.ErrNoGroup) {
+			l.commandError("stall check", err, 0)
+		}
+		return reported
+	}
+	now := make(map[string]bool, len(found))
+	var n int
+	var ids []string
+	owners := map[string]int{}
+	var oldest time.Duration
+	var mostDeliveries int64
+	for _, p := range found {
+		now[p.ID] = true
+		if reported[p.ID] {
+			continue
+		}
+		n++
+		if len(ids) < stallLogIDs {
+			ids = append(ids, p.ID)
+		}
+		owners[p.Consumer]++
+		oldest = max(oldest, p.Idle)
+		mostDeliveries = max(mostDeliveries, p.Deliveries)
+	}
+	if n > 0 {
+		l.m.Count(EventStalled, n)
+		attrs := []any{"count", n, "stall_after", l.cfg.StallAfter, "oldest_idle", oldest.Round(time.Millisecond),
+			"most_deliveries", mostDeliveries, "ids", ids, "owners", ownerList(owners)}
+		if len(found) == stallCount {
+			attrs = append(attrs, "more", "the check looks at the first "+strconv.Itoa(stallCount)+" only")
+		}
+		l.log.Warn("pending entries idle past StallAfter that no reclaim pass took: recovery is stalled (a consumer's reclaim loop is stuck, or a bug)", attrs...)
+	}
+	return now
+}
+
+// ownerList names each owner with its count of stalled entries, sorted:
+// "c1:3", "c2:1".
+func ownerList(owners map[string]int) []string {
+	out := make([]string, 0, len(owners))
+	for _, name := range slices.Sorted(maps.Keys(owners)) {
+		out = append(out, name+":"+strconv.Itoa(owners[name]))
+	}
+	return out
+}
