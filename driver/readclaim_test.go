@@ -235,3 +235,62 @@ func TestReadLoopClaimsBacklogWithoutTurns(t *testing.T) {
 	defer h.srv.mu.Unlock()
 	require.Equal(t, 1, h.srv.plain, "one read for new entries, which found none")
 }
+
+// An entry a read hands over after MaxDeliveries deliveries that is too
+// large to dead-letter is parked: never dispatched, held under the lease
+// (so reads do not take it again and again), skipped when a read does
+// take it, reported once by the stall check after StallAfter, and let go
+// once someone else settles it.
+func TestReadLoopParksTooLarge(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(cfg *Config) { cfg.MaxDeliveries = 3 })
+	h.clock.advance(time.Hour)
+	h.srv.claims = true
+	ids := h.srv.add(1)
+	big := ids[0]
+	h.srv.mu.Lock()
+	h.srv.entries[big] = append(h.srv.entries[big], pelwarden.Field{Name: "huge", Value: "x"})
+	h.srv.mu.Unlock()
+	h.srv.pending("dead", 3, 2*time.Second, big)
+	h.l.readClaim.Store(true)
+	loopUntil(t, "parked", func(ctx context.Context) { h.l.readLoop(ctx, t.Context()) }, func() bool { return h.m.get(EventTooLarge) == 1 })
+	require.Empty(t, h.s.jobs.drain())
+	require.True(t, h.l.held.holds(big))
+	require.Zero(t, h.l.inHand.Load(), "a parked entry holds no place")
+	require.Contains(t, h.logs.String(), "parked")
+	extend, _, _ := h.l.held.leaseDue(false, time.Millisecond, h.l.cfg.MinIdle)
+	require.Equal(t, []string{big}, extend, "under the lease even without the heartbeat")
+
+	// Its lease lapsed (nothing extends it here): a read takes it again;
+	// it is neither dispatched nor sent to the dead-letter call again.
+	h.clock.advance(2 * time.Second)
+	reads := h.srv.callCount("read")
+	loopUntil(t, "read again", func(ctx context.Context) { h.l.readLoop(ctx, t.Context()) }, func() bool { return h.srv.callCount("read") > reads+1 })
+	require.Empty(t, h.s.jobs.drain())
+	require.Equal(t, 1, h.srv.callCount("deadLetterSpent"))
+	require.EqualValues(t, 5, h.srv.pel[big].deliveries)
+
+	// Reported once when parked for StallAfter (parked 2s before the
+	// read that took it again).
+	h.clock.advance(h.l.cfg.StallAfter - 3*time.Second)
+	require.Empty(t, h.l.stallCheck(t.Context(), nil), "not parked for StallAfter yet")
+	h.clock.advance(2 * time.Second)
+	reported := h.l.stallCheck(t.Context(), nil)
+	require.Equal(t, map[string]bool{big: true}, reported)
+	require.Equal(t, 1, h.m.get(EventStalled))
+	require.Contains(t, h.logs.String(), "owners=[me:1]")
+	require.Contains(t, h.logs.String(), "most_deliveries=4")
+	// The fake finds it idle past StallAfter too (no lease loop runs
+	// here): still one report.
+	h.clock.advance(2 * time.Second)
+	reported = h.l.stallCheck(t.Context(), reported)
+	require.Equal(t, map[string]bool{big: true}, reported)
+	require.Equal(t, 1, h.m.get(EventStalled), "once")
+
+	// An operator acked it: the lease extension finds it gone, and it is
+	// let go.
+	_, err := h.srv.ack(t.Context(), []string{big})
+	require.NoError(t, err)
+	h.l.leaseTick(t.Context(), time.Millisecond)
+	require.False(t, h.l.held.holds(big))
+}

@@ -141,6 +141,7 @@ func (l *lane) takenOver(ctx context.Context, msgs []*Message) []*Message {
 	limit := int64(l.cfg.claimMaxDeliveries())
 	var claimed int
 	var spent []string
+	deliveries := map[string]int64{}
 	keep := msgs[:0]
 	for _, m := range msgs {
 		if m.Deliveries > 1 {
@@ -151,6 +152,7 @@ func (l *lane) takenOver(ctx context.Context, msgs []*Message) []*Message {
 			// to it, as dispatch leaves it: its outcome settles it.
 			if !l.held.holds(m.ID) {
 				spent = append(spent, m.ID)
+				deliveries[m.ID] = m.Deliveries
 			}
 			continue
 		}
@@ -161,7 +163,7 @@ func (l *lane) takenOver(ctx context.Context, msgs []*Message) []*Message {
 		l.m.Count(EventClaimed, claimed-len(spent))
 	}
 	if len(spent) > 0 {
-		l.deadLetterSpent(ctx, spent)
+		l.deadLetterSpent(ctx, spent, deliveries)
 	}
 	return keep
 }
@@ -170,8 +172,9 @@ func (l *lane) takenOver(ctx context.Context, msgs []*Message) []*Message {
 // MaxDeliveries deliveries, retried as a handler's dead-letter is. If it
 // gives up, they stay pending with a count above MaxDeliveries, so
 // whoever takes them next (a read or a reclaim pass) dead-letters them
-// too: they never reach a handler.
-func (l *lane) deadLetterSpent(ctx context.Context, ids []string) {
+// too: they never reach a handler. Those too large to dead-letter are
+// parked (see parkedEntry); deliveries has the count of each id.
+func (l *lane) deadLetterSpent(ctx context.Context, ids []string, deliveries map[string]int64) {
 	l.withRetry(context.WithoutCancel(ctx), "dead-letter", func(ctx context.Context) error {
 		res, err := l.srv.deadLetterSpent(ctx, ids)
 		if err != nil {
@@ -191,7 +194,12 @@ func (l *lane) deadLetterSpent(ctx context.Context, ids []string) {
 		}
 		if len(res.TooLarge) > 0 {
 			l.m.Count(EventTooLarge, len(res.TooLarge))
-			l.log.Error("entries at MaxDeliveries have too many fields to dead-letter atomically; they stay pending for an operator",
+			park := make(map[string]int64, len(res.TooLarge))
+			for _, id := range res.TooLarge {
+				park[id] = deliveries[id]
+			}
+			l.held.park(park)
+			l.log.Error("entries at MaxDeliveries have too many fields to dead-letter atomically; parked: they stay pending with this consumer, untouched, for an operator",
 				"count", len(res.TooLarge), "first_ids", firstIDs(res.TooLarge))
 		}
 		return nil

@@ -84,7 +84,10 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 		var page *pelwarden.ClaimPage
 		var began, rtt time.Duration
 		claim := l.held.beginClaim()
-		err := retry(ctx, claimGiveUp(), func(err error, attempt int) {
+		err := retry(ctx, claimGiveUp(l.passBesideReads), func(err error, attempt int) {
+			if outOfMemory(err) && l.passBesideReads() {
+				return // the pass ends; see passBesideReads
+			}
 			if !errors.Is(err, pelwarden.ErrNoGroup) && !permanent(err) {
 				l.commandError("reclaim", err, attempt)
 			}
@@ -127,15 +130,27 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 	}
 }
 
+// passBesideReads reports whether a pass only clears what reads that
+// claim leave (entries deleted while pending) and the consumer is not
+// paused. A full server refusing such a pass is no reason to pause: the
+// reads and acks need no memory, so consumption goes on, and a refused
+// write that matters (a dead-letter) pauses it. The pass just ends, and
+// the next one tries again. Once paused, the pass's claims are the probe
+// that ends the pause, as everywhere else.
+func (l *lane) passBesideReads() bool {
+	return l.readClaim.Load() && !l.flow.isPaused()
+}
+
 // claimGiveUp ends a pass at errors retrying cannot fix and after
 // reclaimAttempts other failures, but never while the server is out of
 // memory: the claim is then the probe that ends the pause (see
 // memoryFull), and refusals for lack of memory do not count as attempts.
-func claimGiveUp() giveUp {
+// A pass beside reads that claim (besideReads) ends at once instead.
+func claimGiveUp(besideReads func() bool) giveUp {
 	failures := 0
 	return func(err error, _ int) bool {
 		if outOfMemory(err) {
-			return false
+			return besideReads()
 		}
 		failures++
 		return permanent(err) || failures >= reclaimAttempts

@@ -18,13 +18,13 @@ import (
 // serverClaims asks the server itself, on a scratch key, whether
 // XREADGROUP takes CLAIM: the ground truth the driver's detection (INFO
 // server) must agree with.
-func serverClaims(t *testing.T, s *target) bool {
+func serverClaims(t *testing.T, rdb *redis.Client) bool {
 	t.Helper()
 	ctx := t.Context()
 	key := "{readclaim-probe-" + t.Name() + "}"
-	require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, key, "g", "$").Err())
-	t.Cleanup(func() { s.rdb.Del(context.WithoutCancel(ctx), key) })
-	err := s.rdb.Do(ctx, "XREADGROUP", "GROUP", "g", "c", "COUNT", 1, "CLAIM", 1000, "STREAMS", key, ">").Err()
+	require.NoError(t, rdb.XGroupCreateMkStream(ctx, key, "g", "$").Err())
+	t.Cleanup(func() { rdb.Del(context.WithoutCancel(ctx), key) })
+	err := rdb.Do(ctx, "XREADGROUP", "GROUP", "g", "c", "COUNT", 1, "CLAIM", 1000, "STREAMS", key, ">").Err()
 	if err == nil || err == redis.Nil {
 		return true
 	}
@@ -70,7 +70,7 @@ func (h passClaims) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func TestDriverReadClaimTakesOver(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
-		claims := serverClaims(t, s)
+		claims := serverClaims(t, s.rdb)
 		f := s.fixture(t)
 		ids := f.Produce(40, order)
 		// The group starts past them: the consumer reads none of them as new.
@@ -171,7 +171,7 @@ func TestDriverReadClaimDeletedCleared(t *testing.T) {
 // dead-lettered it, one more where a read had taken it over first.
 func TestDriverReadClaimPoisonExact(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		claims := serverClaims(t, s)
+		claims := serverClaims(t, s.rdb)
 		f := s.fixture(t)
 		poison := f.Add("n", "poison")
 		calls := &pelwardentest.Calls{}
