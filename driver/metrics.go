@@ -35,7 +35,8 @@ const (
 	EventCommandError
 	// EventTooLarge: entries that should be dead-lettered but have too many
 	// fields to copy from a server-side function (see pelwarden.ClaimPage's
-	// TooLarge); they stay pending, untouched, for an operator.
+	// TooLarge); they stay pending, untouched, for an operator. (Where
+	// reads claim, the consumer that met one parks it: see the README.)
 	EventTooLarge
 	// EventPaused: times the consumer stopped taking new entries because
 	// the server refused a write for lack of memory (it resumes by itself
