@@ -172,7 +172,7 @@ func TestReclaimPassSkipsEntriesSettledDuringTheClaim(t *testing.T) {
 		n, err := h.srv.ack(t.Context(), ids[:1])
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n)
-		h.l.held.forget(ids[0])
+		h.l.held.gone(ids[0])
 		h.l.flow.free(jobs[0].f.bytes)
 		h.l.settled()
 	}
@@ -192,4 +192,27 @@ func TestReclaimPassSkipsEntriesSettledDuringTheClaim(t *testing.T) {
 	again := h.s.jobs.drain()
 	require.Len(t, again, 1)
 	require.Equal(t, ids[0], again[0].m.ID)
+}
+
+// An entry released after a failure while a pass is under way (forgotten
+// after the pass's ticket, before its claim ran) is still pending: the
+// claim that returns it is a delivery, and it runs. (Skipping it spent one
+// of a poison entry's MaxDeliveries without a handler run:
+// TestDriverPoisonAndDeadLetter.)
+func TestReclaimPassRunsEntriesReleasedDuringTheClaim(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	ids := h.srv.add(1)
+	h.read(t.Context(), 1)
+	h.clock.advance(2 * time.Second)
+	h.srv.hook = func(op string) {
+		if op == "claim" {
+			h.l.held.forget(ids[0]) // its handler failed; it was released
+		}
+	}
+	h.l.reclaimPass(t.Context(), t.Context(), false)
+	jobs := h.s.jobs.drain()
+	require.Len(t, jobs, 1)
+	require.Equal(t, ids[0], jobs[0].m.ID)
+	require.Equal(t, int64(2), jobs[0].m.Deliveries)
 }
