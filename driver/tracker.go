@@ -27,9 +27,9 @@ type tracker struct {
 	// seq numbers claims and gone calls in the order they happen; gone
 	// holds, only while a claim is under way, the number of the last
 	// gone call of each id.
-	seq       uint64
-	claims    []claimTicket
-	goneAt    map[string]uint64
+	seq    uint64
+	claims []claimTicket
+	goneAt map[string]uint64
 }
 
 // claimTicket numbers a claim under way: a reclaim page, or any call that
