@@ -196,7 +196,7 @@ func (a *acker) flush(ctx context.Context, pending []ackItem) ([]ackItem, bool) 
 			a.log.Info("acked entries were no longer pending (acked already, or cleared from the group)",
 				"count", res.notPending, "ids", firstIDs(res.notPendingIDs))
 		}
-		a.held.forget(itemIDs(batch)...)
+		a.settle(batch, res.ownedElsewhere)
 		pending = pending[len(batch):]
 	}
 	return pending, true
@@ -247,6 +247,29 @@ func (a *acker) send(ctx context.Context, batch []ackItem) (ackResult, error) {
 		res.notPendingIDs = f.NotPending
 	}
 	return res, nil
+}
+
+// settle stops tracking an acked batch: the entries owned elsewhere are
+// still pending (another consumer handles them), the others are gone from
+// the PEL (see tracker.gone).
+func (a *acker) settle(batch []ackItem, ownedElsewhere []string) {
+	ids := itemIDs(batch)
+	if len(ownedElsewhere) == 0 {
+		a.held.gone(ids...)
+		return
+	}
+	elsewhere := make(map[string]bool, len(ownedElsewhere))
+	for _, id := range ownedElsewhere {
+		elsewhere[id] = true
+	}
+	gone := ids[:0]
+	for _, id := range ids {
+		if !elsewhere[id] {
+			gone = append(gone, id)
+		}
+	}
+	a.held.forget(ownedElsewhere...)
+	a.held.gone(gone...)
 }
 
 func itemIDs(items []ackItem) []string {

@@ -2,6 +2,8 @@ package driver
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -103,6 +105,31 @@ func TestAckerFlush(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A flushed batch is settled in the tracker: the acked entries as gone
+// from the PEL (a claim under way that returns them has a stale copy),
+// the ones another consumer owns as only forgotten (still pending).
+func TestAckerFlushSettles(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	ids := h.srv.add(2)
+	jobs := h.read(t.Context(), 2)
+	h.clock.advance(time.Second) // past the fence: the fenced ack tells who owns what
+	h.srv.pending("other", 2, 0, ids[0])
+	claim := h.l.held.beginClaim()
+	var items []ackItem
+	for _, j := range jobs {
+		items = append(items, ackItem{id: j.m.ID, ownedUntil: time.Duration(j.f.ownedUntil.Load())})
+	}
+	left, ok := h.l.acks.flush(t.Context(), items)
+	require.True(t, ok)
+	require.Empty(t, left)
+	require.Zero(t, h.l.held.count())
+	h.l.held.mu.Lock()
+	require.Equal(t, []string{ids[1]}, slices.Collect(maps.Keys(h.l.held.goneAt)), "only the acked one")
+	h.l.held.mu.Unlock()
+	h.l.held.endClaim(claim)
 }
 
 // The loop sends a full batch at once, the rest at the interval or when

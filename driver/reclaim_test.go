@@ -174,7 +174,7 @@ func TestReclaimPassSkipsEntriesSettledDuringTheClaim(t *testing.T) {
 		n, err := h.srv.ack(t.Context(), ids[:1])
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n)
-		h.l.held.forget(ids[0])
+		h.l.held.gone(ids[0])
 		h.l.flow.free(jobs[0].f.bytes)
 		h.l.settled()
 	}
@@ -218,4 +218,27 @@ func TestReclaimPassBesideReadsOnFullServer(t *testing.T) {
 	require.Equal(t, 3, h.srv.callCount("claim"), "probed until the claim went through")
 	require.False(t, h.l.flow.isPaused(), "the claim that went through ended the pause")
 	require.Len(t, h.s.jobs.drain(), 1)
+}
+
+// An entry released after a failure while a pass is under way (forgotten
+// after the pass's ticket, before its claim ran) is still pending: the
+// claim that returns it is a delivery, and it runs. (Skipping it spent one
+// of a poison entry's MaxDeliveries without a handler run:
+// TestDriverPoisonAndDeadLetter.)
+func TestReclaimPassRunsEntriesReleasedDuringTheClaim(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	ids := h.srv.add(1)
+	h.read(t.Context(), 1)
+	h.clock.advance(2 * time.Second)
+	h.srv.hook = func(op string) {
+		if op == "claim" {
+			h.l.held.forget(ids[0]) // its handler failed; it was released
+		}
+	}
+	h.l.reclaimPass(t.Context(), t.Context(), false)
+	jobs := h.s.jobs.drain()
+	require.Len(t, jobs, 1)
+	require.Equal(t, ids[0], jobs[0].m.ID)
+	require.Equal(t, int64(2), jobs[0].m.Deliveries)
 }

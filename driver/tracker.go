@@ -26,12 +26,12 @@ type tracker struct {
 	closed    bool                     // shutdown began: add refuses
 
 	// Claims under way and what was settled meanwhile (see claimTicket):
-	// seq numbers claims and forgets in the order they happen; forgotten
+	// seq numbers claims and gone calls in the order they happen; goneAt
 	// holds, only while a claim is under way, the number of the last
-	// forget of each id.
-	seq       uint64
-	claims    []claimTicket
-	forgotten map[string]uint64
+	// gone call of each id.
+	seq    uint64
+	claims []claimTicket
+	goneAt map[string]uint64
 
 	parked map[string]parkedEntry // by entry id
 }
@@ -52,14 +52,15 @@ type parkedEntry struct {
 // claimTicket numbers a claim under way: a reclaim page, or any call that
 // can return entries already delivered. Such a call can return an entry
 // this consumer settled while the call was under way: the claim ran on the
-// server before the entry's ack (or release), the ack's reply came back
-// first, and the entry was forgotten before the page was dispatched. Its
-// ack removed the claimed copy from the PEL, so running it would be a
-// duplicate in one consumer. add skips the entries forgotten after their
-// claim's ticket was taken; the ticket is taken before the call is sent,
-// so nothing a claim can return is missed (an entry forgotten before the
-// call reached the server is skipped too, and stays pending: at worst it
-// comes back through a later pass). Zero is no ticket: reads of new
+// server before the entry's ack (or dead-letter), the ack's reply came
+// back first, and the entry was forgotten before the page was dispatched.
+// The ack removed it from the PEL, so the claimed copy is stale, and
+// running it would be a duplicate in one consumer. add skips the entries
+// gone (see gone) after their claim's ticket was taken. Only those: an
+// entry settled otherwise (released after a failure, or refused its ack
+// because another consumer owns it) is still pending, so a claim that
+// returns it is a delivery, to be run (skipping it would spend one of its
+// MaxDeliveries without a handler run). Zero is no ticket: reads of new
 // entries cannot return a delivered one.
 type claimTicket uint64
 
@@ -118,8 +119,8 @@ func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64
 			continue
 		}
 		if claim != 0 {
-			if at, ok := t.forgotten[m.ID]; ok && at > uint64(claim) {
-				skipped = append(skipped, m) // settled during the claim: stale
+			if at, ok := t.goneAt[m.ID]; ok && at > uint64(claim) {
+				skipped = append(skipped, m) // acked during the claim: stale
 				continue
 			}
 		}
@@ -207,8 +208,8 @@ func (t *tracker) endClaim(c claimTicket) {
 	t.mu.Unlock()
 }
 
-// endClaimLocked ends claim c (zero: none) and drops the forgets no claim
-// under way can be told of any more. mu is held.
+// endClaimLocked ends claim c (zero: none) and drops the gone ids no claim
+// under way can return any more. mu is held.
 func (t *tracker) endClaimLocked(c claimTicket) {
 	i := slices.Index(t.claims, c)
 	if c == 0 || i < 0 {
@@ -216,38 +217,45 @@ func (t *tracker) endClaimLocked(c claimTicket) {
 	}
 	t.claims = slices.Delete(t.claims, i, i+1)
 	if len(t.claims) == 0 {
-		clear(t.forgotten)
+		clear(t.goneAt)
 		return
 	}
 	oldest := uint64(slices.Min(t.claims))
-	for id, at := range t.forgotten {
+	for id, at := range t.goneAt {
 		if at < oldest {
-			delete(t.forgotten, id)
+			delete(t.goneAt, id)
 		}
 	}
 }
 
-// forget stops tracking ids; while a claim is under way it notes them
-// (see claimTicket).
+// forget stops tracking ids, which are still pending (released, or owned
+// by another consumer now) or no longer of this group.
 func (t *tracker) forget(ids ...string) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.forgetLocked(ids...)
+	for _, id := range ids {
+		delete(t.entries, id)
+	}
+	t.mu.Unlock()
 }
 
-func (t *tracker) forgetLocked(ids ...string) {
+// gone stops tracking ids that are no longer pending: acked, or
+// dead-lettered. While a claim is under way it notes them (see
+// claimTicket).
+func (t *tracker) gone(ids ...string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	for _, id := range ids {
 		delete(t.entries, id)
 	}
 	if len(t.claims) == 0 {
 		return
 	}
-	if t.forgotten == nil {
-		t.forgotten = map[string]uint64{}
+	if t.goneAt == nil {
+		t.goneAt = map[string]uint64{}
 	}
 	t.seq++
 	for _, id := range ids {
-		t.forgotten[id] = t.seq
+		t.goneAt[id] = t.seq
 	}
 }
 
@@ -262,7 +270,7 @@ func (t *tracker) delay(id string, at time.Duration) {
 // skipped records a queued entry skipped at shutdown, for takeUnstarted.
 func (t *tracker) skipped(id string) {
 	t.mu.Lock()
-	t.forgetLocked(id)
+	delete(t.entries, id)
 	t.unstarted = append(t.unstarted, id)
 	t.mu.Unlock()
 }

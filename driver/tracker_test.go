@@ -57,10 +57,11 @@ func TestTrackerAdd(t *testing.T) {
 	require.Equal(t, 3, tr.count())
 }
 
-// A claim's entries settled here while it was under way are skipped as
-// stale (see claimTicket); those settled before its ticket are added;
-// forgets are kept only while some claim that can be told of them is
-// under way.
+// A claim's entries gone from the PEL here (acked, dead-lettered) while
+// it was under way are skipped as stale (see claimTicket); those gone
+// before its ticket, and those only forgotten (released after a failure:
+// still pending), are added; gone ids are kept only while some claim that
+// can return them is under way.
 func TestTrackerClaimTickets(t *testing.T) {
 	t.Parallel()
 	tr := newTracker(&fakeClock{})
@@ -73,39 +74,41 @@ func TestTrackerClaimTickets(t *testing.T) {
 		q.drain()
 		return skipped
 	}
-	require.Empty(t, add(0, "1-0", "2-0", "3-0", "4-0"))
+	require.Empty(t, add(0, "1-0", "2-0", "3-0", "4-0", "9-0"))
 
-	tr.forget("1-0") // settled before any claim: nothing to note
-	require.Empty(t, tr.forgotten)
+	tr.gone("1-0") // acked before any claim: nothing to note
+	require.Empty(t, tr.goneAt)
 	older := tr.beginClaim()
-	tr.forget("2-0") // settled during older
+	tr.gone("2-0")   // acked during older
+	tr.forget("9-0") // released during older: still pending
 	newer := tr.beginClaim()
-	tr.forget("3-0") // settled during both
-	require.Len(t, tr.forgotten, 2)
+	tr.gone("3-0") // acked during both
+	require.Len(t, tr.goneAt, 2)
 
-	// newer returns 1-0, 2-0 and 3-0: 3-0 is stale; 1-0 and 2-0 were
-	// settled before it began, so what it claimed is a new delivery.
-	skipped := add(newer, "1-0", "2-0", "3-0")
+	// newer returns 1-0, 2-0, 3-0 and 9-0: 3-0 is stale; 1-0 and 2-0 went
+	// before newer began (it cannot have run before those acks), and 9-0
+	// is a delivery of a released entry.
+	skipped := add(newer, "1-0", "2-0", "3-0", "9-0")
 	require.Equal(t, []string{"3-0"}, messageIDs(skipped))
-	tr.forget("1-0", "2-0")
-	require.Len(t, tr.forgotten, 3, "older is still under way")
+	tr.gone("1-0", "2-0")
+	require.Len(t, tr.goneAt, 3, "older is still under way")
 
 	// older failed: nothing under way, nothing kept.
 	tr.endClaim(older)
-	require.Empty(t, tr.forgotten)
+	require.Empty(t, tr.goneAt)
 	require.Empty(t, tr.claims)
-	tr.forget("4-0", "3-0")
-	require.Empty(t, tr.forgotten)
+	tr.gone("4-0", "3-0")
+	require.Empty(t, tr.goneAt)
 
-	// A claim ended by add drops the forgets older than every claim left.
+	// A claim ended by add drops the gone ids older than every claim left.
 	a := tr.beginClaim()
-	tr.forget("5-0")
+	tr.gone("5-0")
 	b := tr.beginClaim()
-	tr.forget("6-0")
+	tr.gone("6-0")
 	require.Equal(t, []string{"5-0"}, messageIDs(add(a, "5-0", "7-0")))
-	require.Equal(t, map[string]uint64{"6-0": tr.seq}, tr.forgotten, "5-0 was settled before b began")
+	require.Equal(t, map[string]uint64{"6-0": tr.seq}, tr.goneAt, "5-0 went before b began")
 	require.Equal(t, []string{"6-0"}, messageIDs(add(b, "6-0")))
-	require.Empty(t, tr.forgotten)
+	require.Empty(t, tr.goneAt)
 
 	// After close the claim ends too.
 	c := tr.beginClaim()

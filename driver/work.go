@@ -109,12 +109,15 @@ func (l *lane) applyOutcome(m *Message, f *inflight, err error, panicked bool) b
 		l.log.Error("handler succeeded after the ack loop stopped; entry stays pending and will be handled again", "id", m.ID)
 		return false
 	}
-	l.held.forget(m.ID)
 	ctx := context.WithoutCancel(f.ctx.parent)
-	switch {
-	case out.Action == ActionDeadLetter:
+	if out.Action == ActionDeadLetter {
+		// Held until the call settles it: a claim that returns it
+		// meanwhile is skipped (see tracker.gone).
 		l.deadLetter(ctx, m, out.ErrText)
 		return false
+	}
+	l.held.forget(m.ID)
+	switch {
 	case out.Retry:
 		l.entryLog(false, "handler asked for a retry", "id", m.ID, "deliveries", m.Deliveries, "after", out.Delay, "err", err)
 	case !panicked:
@@ -133,16 +136,29 @@ func (l *lane) applyOutcome(m *Message, f *inflight, err error, panicked bool) b
 	return false
 }
 
-// deadLetter moves one entry to the dead-letter stream, retrying transient
-// errors for up to ShutdownTimeout (while the server is out of memory, for
-// as long as the run lasts). If it cannot, the entry stays pending and the
-// reclaim pass dead-letters it at MaxDeliveries.
+// deadLetter moves one entry in hand to the dead-letter stream, retrying
+// transient errors for up to ShutdownTimeout (while the server is out of
+// memory, for as long as the run lasts), and stops tracking it. If it
+// cannot, the entry stays pending and the reclaim pass dead-letters it at
+// MaxDeliveries.
 func (l *lane) deadLetter(ctx context.Context, m *Message, text string) {
+	settled := false
+	defer func() {
+		if !settled {
+			l.held.forget(m.ID)
+		}
+	}()
 	l.withRetry(ctx, "dead-letter", func(ctx context.Context) error {
 		res, err := l.srv.deadLetter(ctx, m.ID, text)
 		if err != nil {
 			return err
 		}
+		if len(res.DeadLettered) > 0 || len(res.Deleted) > 0 {
+			l.held.gone(m.ID) // copied and acked, or cleared from the PEL
+		} else {
+			l.held.forget(m.ID) // still pending (ours, or another's)
+		}
+		settled = true
 		l.sess.memoryFreed("dead-letter")
 		if len(res.DeadLettered) > 0 {
 			l.m.DeadLettered(pelwarden.ReasonHandler, len(res.DeadLettered))
