@@ -68,6 +68,43 @@ func (m AckMode) String() string {
 	return fmt.Sprintf("AckMode(%d)", int(m))
 }
 
+// ReadClaimMode says whether a Consumer's reads take idle pending entries
+// over (Config.ReadClaim).
+type ReadClaimMode int
+
+const (
+	// ReadClaimAuto: on servers that have XREADGROUP ... CLAIM (Redis
+	// 8.4 and later; not Valkey; the first read of each stream asks with
+	// the option, and a server that refuses it is read without), every
+	// read also takes over entries idle for MinIdle, longest idle first,
+	// ahead of new ones: an abandoned entry reaches a handler within
+	// MinIdle and one read, without waiting for a reclaim pass. An entry
+	// such a read hands over after MaxDeliveries deliveries never reaches
+	// a handler: it is dead-lettered at once (reason max_deliveries, in
+	// one atomic call of the library). The reclaim passes stay for what
+	// a read cannot do: clearing entries deleted while pending (CLAIM
+	// skips them); beside the reads they would only compete for the same
+	// entries, so after one page at start a pass runs only while the
+	// reads find nothing. With Backoff set reads never claim (the server
+	// knows only MinIdle). This is the default.
+	ReadClaimAuto ReadClaimMode = iota
+	// ReadClaimOff: reads take new entries only; idle entries wait for a
+	// reclaim pass, as on servers without the option (which then never
+	// see a read with it).
+	ReadClaimOff
+)
+
+// String returns "auto" or "off".
+func (m ReadClaimMode) String() string {
+	switch m {
+	case ReadClaimAuto:
+		return "auto"
+	case ReadClaimOff:
+		return "off"
+	}
+	return fmt.Sprintf("ReadClaimMode(%d)", int(m))
+}
+
 // NoLease as Config.LeaseInterval disables the lease heartbeat.
 const NoLease = -1
 
@@ -122,8 +159,8 @@ type Config struct {
 	// Stream+":dead". Must be empty with Streams.
 	DeadLetterStream string
 	// MaxDeliveries: an entry delivered this many times without success is
-	// dead-lettered by the next reclaim pass instead of reaching a handler
-	// again. Defaults to DefaultMaxDeliveries; NoDeliveryLimit disables it
+	// dead-lettered by the next reclaim pass (or the read that takes it
+	// over: see ReadClaimAuto) instead of reaching a handler again. Defaults to DefaultMaxDeliveries; NoDeliveryLimit disables it
 	// (the library counts 0 as no limit: see NoDeliveryLimit).
 	MaxDeliveries int
 	// MinIdle: a pending entry idle this long is considered abandoned and
@@ -142,8 +179,12 @@ type Config struct {
 	ReclaimInterval time.Duration
 	// Backoff is an optional delay per attempt for reclaimed entries: an
 	// entry delivered n times is not retried before it has been idle
-	// Backoff[min(n, len(Backoff))-1] (and at least MinIdle).
+	// Backoff[min(n, len(Backoff))-1] (and at least MinIdle). With
+	// Backoff, reads never claim (see ReadClaimAuto).
 	Backoff []time.Duration
+	// ReadClaim: whether reads also take over idle entries where the
+	// server can (ReadClaimAuto, the default) or never (ReadClaimOff).
+	ReadClaim ReadClaimMode
 	// StallAfter: a pending entry of the group idle longer than this has
 	// outlasted the reclaim passes that should have taken it, and is
 	// reported as stalled: once per entry, with one log line naming the
@@ -508,6 +549,9 @@ func (c Config) validate() error {
 	}
 	if c.AckInterval < 0 {
 		return bad("AckInterval", "must be positive, got %v", c.AckInterval)
+	}
+	if c.ReadClaim != ReadClaimAuto && c.ReadClaim != ReadClaimOff {
+		return bad("ReadClaim", "must be ReadClaimAuto or ReadClaimOff, got %v", c.ReadClaim)
 	}
 	if c.AckMode != AckFenced && c.AckMode != AckPlain {
 		return bad("AckMode", "must be AckFenced or AckPlain, got %v", c.AckMode)

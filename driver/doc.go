@@ -58,13 +58,18 @@
 //		stall check ──XPENDING IDLE
 //
 //	  - read loop (readloop.go): XREADGROUP ">" for as many entries as the
-//	    window offers; blocks for one entry when the stream is idle.
+//	    window offers; blocks for one entry when the stream is idle. Where
+//	    the server has it (Redis 8.4+; the first read is the probe), it says
+//	    CLAIM MinIdle and takes idle entries over first; those it hands
+//	    over after MaxDeliveries deliveries are dead-lettered by the
+//	    library before any handler sees them.
 //	    dispatch (readloop.go too) is where read and reclaimed entries
 //	    enter the tracker and the job queue.
 //	  - reclaim loop (reclaim.go): at start and every ReclaimInterval, when
 //	    something is idle, a pass of claim-function pages until the cursor
 //	    returns; the function dead-letters entries delivered MaxDeliveries
-//	    times.
+//	    times. Where reads claim, it still clears the entries deleted while
+//	    pending, which a read's CLAIM leaves.
 //	  - upkeep loop (retention.go), only with ReapIdle, DeadLetterMaxAge or
 //	    DeadLetterMaxLen: at start and every ReclaimInterval, reaps dead
 //	    consumers and bounds the dead-letter stream.

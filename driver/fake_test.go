@@ -42,6 +42,8 @@ type fakeServer struct {
 	reaped   []string
 	dlqLen   int64
 	noGroup  bool // every call but createGroup fails with NOGROUP
+	claims   bool // reads take CLAIM (else refused)
+	plain    int  // reads without CLAIM
 	hook     func(op string)
 }
 
@@ -157,7 +159,7 @@ func compareFakeIDs(a, b string) int {
 	return x - y
 }
 
-func (f *fakeServer) read(ctx context.Context, count int, block bool) ([]*Message, error) {
+func (f *fakeServer) read(ctx context.Context, count int, block bool, claim time.Duration) ([]*Message, error) {
 	f.mu.Lock()
 	if block && f.next == len(f.order) {
 		// A blocked read of an idle stream: wait a little, as the server
@@ -174,12 +176,55 @@ func (f *fakeServer) read(ctx context.Context, count int, block bool) ([]*Messag
 		return nil, err
 	}
 	var out []*Message
+	if claim == 0 {
+		f.plain++
+	}
+	if claim > 0 {
+		if !f.claims {
+			return nil, &pelwarden.CommandError{Command: "XREADGROUP", Key: "{s}", Err: errReadClaimRefused}
+		}
+		// Idle entries first, longest idle first; entries deleted from the
+		// stream are skipped and left pending, as Redis 8.6 does.
+		var idle []string
+		for id, p := range f.pel {
+			if _, ok := f.entries[id]; ok && f.clock.now()-p.at >= claim {
+				idle = append(idle, id)
+			}
+		}
+		slices.SortFunc(idle, func(a, b string) int {
+			if c := int(f.pel[a].at - f.pel[b].at); c != 0 {
+				return c
+			}
+			return compareFakeIDs(a, b)
+		})
+		for _, id := range idle[:min(len(idle), count)] {
+			p := f.pel[id]
+			p.owner, p.at = f.consumer, f.clock.now()
+			p.deliveries++
+			out = append(out, &Message{ID: id, Fields: f.entries[id], Deliveries: p.deliveries})
+		}
+	}
 	for ; f.next < len(f.order) && len(out) < count; f.next++ {
 		id := f.order[f.next]
 		f.pel[id] = &fakePending{owner: f.consumer, deliveries: 1, at: f.clock.now()}
 		out = append(out, &Message{ID: id, Fields: f.entries[id], Deliveries: 1})
 	}
 	return out, nil
+}
+
+// deadLetterSpent dead-letters owned ids as the library's deadletter
+// function does (reason max_deliveries: no text).
+func (f *fakeServer) deadLetterSpent(_ context.Context, ids []string) (*pelwarden.DeadLetterResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("deadLetterSpent"); err != nil {
+		return nil, err
+	}
+	res := &pelwarden.DeadLetterResult{}
+	for _, id := range ids {
+		f.deadLetterOne(res, id, "")
+	}
+	return res, nil
 }
 
 func (f *fakeServer) anyIdle(_ context.Context, minIdle time.Duration) (bool, error) {
@@ -345,24 +390,29 @@ func (f *fakeServer) deadLetter(_ context.Context, id, text string) (*pelwarden.
 		return nil, err
 	}
 	res := &pelwarden.DeadLetterResult{}
+	f.deadLetterOne(res, id, text)
+	return res, nil
+}
+
+// deadLetterOne is the deadletter function's step for one id; mu is held.
+func (f *fakeServer) deadLetterOne(res *pelwarden.DeadLetterResult, id, text string) {
 	p, ok := f.pel[id]
 	switch {
 	case !ok:
-		res.NotOwned, res.NotPending = []string{id}, []string{id}
+		res.NotOwned, res.NotPending = append(res.NotOwned, id), append(res.NotPending, id)
 	case p.owner != f.consumer:
-		res.NotOwned = []string{id}
+		res.NotOwned = append(res.NotOwned, id)
 	case f.entries[id] == nil:
 		delete(f.pel, id)
-		res.Deleted = []string{id}
+		res.Deleted = append(res.Deleted, id)
 	case len(f.entries[id]) > 1 && f.entries[id][1].Name == "huge":
-		res.TooLarge = []string{id}
+		res.TooLarge = append(res.TooLarge, id)
 	default:
 		delete(f.pel, id)
 		f.dead = append(f.dead, id)
 		f.deadText[id] = text
-		res.DeadLettered = []string{id}
+		res.DeadLettered = append(res.DeadLettered, id)
 	}
-	return res, nil
 }
 
 func (f *fakeServer) trim(_ context.Context, limit int) (*pelwarden.TrimResult, error) {
@@ -607,7 +657,7 @@ func (h *harness) dispatched(handlerCtx context.Context, msgs ...*Message) []job
 // their jobs.
 func (h *harness) read(handlerCtx context.Context, n int) []job {
 	h.t.Helper()
-	msgs, err := h.srv.read(h.t.Context(), n, false)
+	msgs, err := h.srv.read(h.t.Context(), n, false, 0)
 	require.NoError(h.t, err)
 	require.Len(h.t, msgs, n)
 	return h.dispatched(handlerCtx, msgs...)

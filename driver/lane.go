@@ -47,6 +47,10 @@ type lane struct {
 	// full batch (see drained).
 	inHand   atomic.Int64
 	readIdle atomic.Bool
+
+	// readClaim is set while the lane's reads take idle entries over
+	// (XREADGROUP ... CLAIM MinIdle): see detectReadClaim.
+	readClaim atomic.Bool
 }
 
 // newLane returns the lane of cfg.Stream in session s; its acker queues at

@@ -6,7 +6,7 @@ import "time"
 type Event int
 
 const (
-	// EventRead: entries read from the stream with XREADGROUP ">".
+	// EventRead: new entries read from the stream with XREADGROUP ">".
 	EventRead Event = iota
 	// EventHandled: handler calls that returned nil.
 	EventHandled
@@ -16,7 +16,8 @@ const (
 	// EventHandlerPanic: handler calls that panicked (also counted as
 	// EventHandlerError).
 	EventHandlerPanic
-	// EventClaimed: idle entries taken over by a reclaim pass.
+	// EventClaimed: idle entries taken over, by a reclaim pass or by a
+	// read (XREADGROUP ... CLAIM, see ReadClaimAuto).
 	EventClaimed
 	// EventDeletedFromPEL: pending ids whose entries were gone from the
 	// stream, cleared from the PEL. Not a success.
@@ -34,7 +35,8 @@ const (
 	EventCommandError
 	// EventTooLarge: entries that should be dead-lettered but have too many
 	// fields to copy from a server-side function (see pelwarden.ClaimPage's
-	// TooLarge); they stay pending, untouched, for an operator.
+	// TooLarge); they stay pending, untouched, for an operator. (Where
+	// reads claim, the consumer that met one parks it: see the README.)
 	EventTooLarge
 	// EventPaused: times the consumer stopped taking new entries because
 	// the server refused a write for lack of memory (it resumes by itself

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/pelwarden/pelwarden"
 )
@@ -9,7 +10,10 @@ import (
 // decodeRead decodes an XREADGROUP reply of one stream, keeping each entry's
 // fields in stream order (go-redis's XMessage uses a map, which loses order
 // and duplicate fields). It accepts the RESP2 shape [[stream, entries]] and
-// the RESP3 shape {stream: entries}.
+// the RESP3 shape {stream: entries}. A read with CLAIM (Redis 8.4+) gives
+// every entry two more elements: its idle time and the number of times it
+// was delivered before this read (0 for a new entry), so a taken-over
+// entry's Deliveries is that number plus one.
 func decodeRead(v any, stream, group, consumer string) ([]*Message, error) {
 	var entries any
 	switch r := v.(type) {
@@ -74,11 +78,30 @@ func decodeRead(v any, stream, group, consumer string) ([]*Message, error) {
 			}
 			all = append(all, pelwarden.Field{Name: name, Value: value})
 		}
+		deliveries := int64(1)
+		if len(pair) >= 4 {
+			before, err := replyInt(pair[3])
+			if err != nil || before < 0 {
+				return nil, fmt.Errorf("%w: XREADGROUP: unexpected delivery count of %s: %v", pelwarden.ErrMalformedReply, id, pair[3])
+			}
+			deliveries = before + 1
+		}
 		m := &msgs[i]
 		// A full slice expression: a handler appending to its Fields must
 		// not write into the next message's.
-		*m = Message{ID: id, Fields: all[first:len(all):len(all)], Deliveries: 1, Stream: stream, Group: group, Consumer: consumer}
+		*m = Message{ID: id, Fields: all[first:len(all):len(all)], Deliveries: deliveries, Stream: stream, Group: group, Consumer: consumer}
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// replyInt is an integer element of a reply (a string holding one too).
+func replyInt(v any) (int64, error) {
+	switch n := v.(type) {
+	case int64:
+		return n, nil
+	case string:
+		return strconv.ParseInt(n, 10, 64)
+	}
+	return 0, fmt.Errorf("unexpected %T", v)
 }

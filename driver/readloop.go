@@ -1,8 +1,9 @@
 package driver
 
 // The read loop: new entries with XREADGROUP ">", as many as the window
-// has room for; and dispatch, where read and reclaimed entries enter the
-// tracker and the job queue.
+// has room for, and on servers that have it (readClaim) the idle entries
+// of dead consumers with the same read; and dispatch, where read and
+// reclaimed entries enter the tracker and the job queue.
 
 import (
 	"context"
@@ -24,9 +25,25 @@ import (
 // A lane of a consumer of several streams does not block: an idle stream
 // is polled without BLOCK every ReadBlock/2 (see idlePoll), so idle
 // streams hold neither a connection nor a place in the window.
+//
+// With readClaim each read also asks for entries idle for MinIdle (CLAIM
+// MinIdle): the server hands them over first, longest idle first, and
+// wakes a blocked read when one becomes idle. Those delivered
+// MaxDeliveries times before never reach a handler (see takenOver). A
+// read that took idle entries over is followed by one for new entries
+// only, so new and reclaimed entries take turns, as with the passes.
 func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 	idle := true // the last read found nothing new (or none ran yet)
 	block := l.single
+	// newTurn: the last read took idle entries over, so this one asks for
+	// new entries only. CLAIM hands idle entries out ahead of new ones;
+	// reads taking turns keep a backlog from holding new entries back.
+	newTurn := false
+	// fresh: new entries were seen lately (the last read for new ones
+	// only found some, or a read that claimed also returned new ones).
+	// Turns are taken only then: without new entries they would only
+	// add an empty read per batch of a backlog.
+	fresh := true
 	for first := true; ctx.Err() == nil; first = false {
 		want := l.cfg.ReadCount
 		if idle {
@@ -42,34 +59,163 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 		}
 		var msgs []*Message
 		var began, rtt time.Duration
+		var claim time.Duration
+		var ticket claimTicket // a read that claims can return entries settled meanwhile
+		if l.readClaim.Load() && !newTurn {
+			claim = l.cfg.MinIdle
+			ticket = l.held.beginClaim()
+		}
 		err := retry(ctx, l.readGiveUp, l.readFailed, func(ctx context.Context) error {
 			began = l.clock.now()
 			var err error
-			msgs, err = l.srv.read(ctx, n, idle && block)
+			msgs, err = l.srv.read(ctx, n, idle && block, claim)
 			rtt = l.clock.now() - began
 			return err
 		})
 		if err != nil {
+			l.held.endClaim(ticket)
 			l.flow.giveBack(res)
 			if ctx.Err() != nil || l.stopping() {
 				return
+			}
+			if errors.Is(err, errReadClaimRefused) {
+				l.readClaim.Store(false)
+				l.log.Info("the server has no XREADGROUP ... CLAIM; idle entries are taken by the reclaim passes", "err", err)
+				continue
 			}
 			if errors.Is(err, pelwarden.ErrNoGroup) && !l.groupMissing(ctx, err) {
 				return
 			}
 			continue
 		}
+		if newTurn {
+			newTurn = false
+			if len(msgs) == 0 {
+				// Nothing new: the next read takes idle entries again at once.
+				fresh = false
+				l.flow.giveBack(res)
+				continue
+			}
+		}
 		if idle {
 			rtt = 0 // it waited for entries: not a round trip
 		}
-		idle = len(msgs) == 0
+		got := len(msgs)
+		if claim > 0 {
+			claimed := false
+			for _, m := range msgs {
+				if m.Deliveries > 1 {
+					claimed = true
+				} else {
+					fresh = true
+				}
+			}
+			newTurn = claimed && fresh
+		}
+		idle = got == 0
 		l.readIdle.Store(idle)
+		msgs = l.takenOver(ctx, msgs)
 		if idle && l.inHand.Load() == 0 {
 			l.acks.drained()
 		}
-		l.m.Count(EventRead, len(msgs))
-		l.dispatch(handlerCtx, msgs, res, began, rtt, len(msgs) == n, 0)
+		l.dispatch(handlerCtx, msgs, res, began, rtt, got == n, ticket)
 	}
+}
+
+// detectReadClaim sets readClaim unless Config.ReadClaim is off or
+// Backoff is set (a read claims by MinIdle alone). The first read is the
+// probe: a server without the option (Redis before 8.4, Valkey) refuses
+// it with an error reply before reading anything, and the read loop then
+// turns it off for the lane (see errReadClaimRefused). It needs no
+// command beyond XREADGROUP, so a least-privilege ACL user has it too.
+func (l *lane) detectReadClaim() {
+	l.readClaim.Store(l.cfg.ReadClaim != ReadClaimOff && len(l.cfg.Backoff) == 0)
+}
+
+// takenOver counts a read's entries, new and taken over (Deliveries > 1),
+// and returns those that may reach a handler: an entry a read's CLAIM
+// handed over after MaxDeliveries deliveries (its count now one more) is
+// dead-lettered here instead, before any handler sees it (unless this
+// consumer still holds it: see dispatch).
+func (l *lane) takenOver(ctx context.Context, msgs []*Message) []*Message {
+	limit := int64(l.cfg.claimMaxDeliveries())
+	var claimed int
+	var spent []string
+	deliveries := map[string]int64{}
+	keep := msgs[:0]
+	for _, m := range msgs {
+		if m.Deliveries > 1 {
+			claimed++
+		}
+		if limit > 0 && m.Deliveries > limit {
+			// One whose handler still runs here (its lease lapsed) is left
+			// to it, as dispatch leaves it: its outcome settles it.
+			if !l.held.holds(m.ID) {
+				spent = append(spent, m.ID)
+				deliveries[m.ID] = m.Deliveries
+			}
+			continue
+		}
+		keep = append(keep, m)
+	}
+	l.m.Count(EventRead, len(msgs)-claimed)
+	if claimed > 0 {
+		l.m.Count(EventClaimed, claimed-len(spent))
+	}
+	if len(spent) > 0 {
+		l.deadLetterSpent(ctx, spent, deliveries)
+	}
+	return keep
+}
+
+// deadLetterSpent dead-letters entries a read handed over after
+// MaxDeliveries deliveries, retried as a handler's dead-letter is. If it
+// gives up, they stay pending with a count above MaxDeliveries, so
+// whoever takes them next (a read or a reclaim pass) dead-letters them
+// too: they never reach a handler. Those too large to dead-letter are
+// parked (see parkedEntry); deliveries has the count of each id.
+func (l *lane) deadLetterSpent(ctx context.Context, ids []string, deliveries map[string]int64) {
+	l.withRetry(context.WithoutCancel(ctx), "dead-letter", func(ctx context.Context) error {
+		res, err := l.srv.deadLetterSpent(ctx, ids)
+		if err != nil {
+			return err
+		}
+		l.sess.memoryFreed("dead-letter")
+		if len(res.DeadLettered) > 0 {
+			l.m.DeadLettered(pelwarden.ReasonMaxDeliveries, len(res.DeadLettered))
+			l.entryLog(true, "dead-lettered entries delivered too often", "count", len(res.DeadLettered),
+				"max_deliveries", l.cfg.claimMaxDeliveries(), "first_ids", firstIDs(res.DeadLettered))
+		}
+		if lost := res.OwnedElsewhere(); len(lost) > 0 {
+			l.m.Count(EventLostOwnership, len(lost))
+		}
+		if len(res.Deleted) > 0 {
+			l.m.Count(EventDeletedFromPEL, len(res.Deleted))
+		}
+		if len(res.TooLarge) > 0 {
+			l.m.Count(EventTooLarge, len(res.TooLarge))
+			park := make(map[string]int64, len(res.TooLarge))
+			for _, id := range res.TooLarge {
+				park[id] = deliveries[id]
+			}
+			l.held.park(park)
+			l.log.Error("entries at MaxDeliveries have too many fields to dead-letter atomically; parked: they stay pending with this consumer, untouched, for an operator",
+				"count", len(res.TooLarge), "first_ids", firstIDs(res.TooLarge))
+		}
+		return nil
+	})
+}
+
+// failedRetryDelay is how long a failed entry (no RetryAfter) waits before
+// it may be taken again: at once (the next reclaim pass) where only the
+// passes take idle entries; where reads take them (readClaim), which would
+// be at once, ReclaimInterval (at most MinIdle), the longest it would have
+// waited for a pass.
+func (l *lane) failedRetryDelay() time.Duration {
+	if !l.readClaim.Load() {
+		return 0
+	}
+	return min(l.cfg.ReclaimInterval, l.cfg.MinIdle)
 }
 
 // idlePoll waits before the next read of an idle stream of a consumer of
@@ -81,14 +227,14 @@ func (l *lane) idlePoll(ctx context.Context) bool {
 	return ctxwait.Sleep(ctx, d)
 }
 
-// readGiveUp stops retrying a read at a missing group (handled by the
-// caller) and once the consumer is stopping.
+// readGiveUp stops retrying a read at a missing group and at a refused
+// CLAIM (both handled by the caller), and once the consumer is stopping.
 func (l *lane) readGiveUp(err error, _ int) bool {
-	return errors.Is(err, pelwarden.ErrNoGroup) || l.stopping()
+	return errors.Is(err, pelwarden.ErrNoGroup) || errors.Is(err, errReadClaimRefused) || l.stopping()
 }
 
 func (l *lane) readFailed(err error, attempt int) {
-	if !errors.Is(err, pelwarden.ErrNoGroup) {
+	if !errors.Is(err, pelwarden.ErrNoGroup) && !errors.Is(err, errReadClaimRefused) {
 		l.commandError("read", err, attempt)
 	}
 }

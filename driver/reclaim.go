@@ -21,12 +21,29 @@ const reclaimAttempts = 6
 // idle entries or not (one page when nothing is idle): the library checks
 // the ACL for every command a claim can need, so a consumer that may not,
 // say, XACK stops at start instead of at its first poison entry.
+//
+// Where reads claim (readClaim), they take the idle entries over, and a
+// pass running beside them would only compete for the same entries and
+// places in the window: the pass at start is one page (the ACL check),
+// and later passes run only while the reads find nothing, for what they
+// leave: entries deleted while pending, which CLAIM skips.
 func (l *lane) reclaimLoop(ctx, handlerCtx context.Context) {
-	repeat(ctx, l.cfg.ReclaimInterval, func(first bool) {
-		if idle := l.anythingIdle(ctx); idle || first {
-			l.reclaimPass(ctx, handlerCtx, !idle)
+	repeat(ctx, l.cfg.ReclaimInterval, func(first bool) { l.reclaimTick(ctx, handlerCtx, first) })
+}
+
+// reclaimTick is one round of the reclaim loop (first: the one at start).
+func (l *lane) reclaimTick(ctx, handlerCtx context.Context, first bool) {
+	if l.readClaim.Load() {
+		if first {
+			l.reclaimPass(ctx, handlerCtx, true)
+		} else if l.readIdle.Load() && l.anythingIdle(ctx) {
+			l.reclaimPass(ctx, handlerCtx, false)
 		}
-	})
+		return
+	}
+	if idle := l.anythingIdle(ctx); idle || first {
+		l.reclaimPass(ctx, handlerCtx, !idle)
+	}
 }
 
 // anythingIdle reports whether some pending entry has been idle for MinIdle,
@@ -67,7 +84,10 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 		var page *pelwarden.ClaimPage
 		var began, rtt time.Duration
 		claim := l.held.beginClaim()
-		err := retry(ctx, claimGiveUp(), func(err error, attempt int) {
+		err := retry(ctx, claimGiveUp(l.passBesideReads), func(err error, attempt int) {
+			if outOfMemory(err) && l.passBesideReads() {
+				return // the pass ends; see passBesideReads
+			}
 			if !errors.Is(err, pelwarden.ErrNoGroup) && !permanent(err) {
 				l.commandError("reclaim", err, attempt)
 			}
@@ -110,15 +130,27 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 	}
 }
 
+// passBesideReads reports whether a pass only clears what reads that
+// claim leave (entries deleted while pending) and the consumer is not
+// paused. A full server refusing such a pass is no reason to pause: the
+// reads and acks need no memory, so consumption goes on, and a refused
+// write that matters (a dead-letter) pauses it. The pass just ends, and
+// the next one tries again. Once paused, the pass's claims are the probe
+// that ends the pause, as everywhere else.
+func (l *lane) passBesideReads() bool {
+	return l.readClaim.Load() && !l.flow.isPaused()
+}
+
 // claimGiveUp ends a pass at errors retrying cannot fix and after
 // reclaimAttempts other failures, but never while the server is out of
 // memory: the claim is then the probe that ends the pause (see
 // memoryFull), and refusals for lack of memory do not count as attempts.
-func claimGiveUp() giveUp {
+// A pass beside reads that claim (besideReads) ends at once instead.
+func claimGiveUp(besideReads func() bool) giveUp {
 	failures := 0
 	return func(err error, _ int) bool {
 		if outOfMemory(err) {
-			return false
+			return besideReads()
 		}
 		failures++
 		return permanent(err) || failures >= reclaimAttempts

@@ -124,15 +124,17 @@ func TestReclaimLoop(t *testing.T) {
 // never while the server is out of memory.
 func TestClaimGiveUp(t *testing.T) {
 	t.Parallel()
-	stop := claimGiveUp()
+	never := func() bool { return false }
+	stop := claimGiveUp(never)
 	for range 100 {
 		require.False(t, stop(replyErr("OOM full"), 0))
 	}
+	require.True(t, claimGiveUp(func() bool { return true })(replyErr("OOM full"), 0), "beside reads that claim")
 	for i := range reclaimAttempts - 1 {
 		require.False(t, stop(context.DeadlineExceeded, i))
 	}
 	require.True(t, stop(context.DeadlineExceeded, reclaimAttempts))
-	require.True(t, claimGiveUp()(&pelwarden.Error{Kind: pelwarden.ErrCrossSlot}, 0))
+	require.True(t, claimGiveUp(never)(&pelwarden.Error{Kind: pelwarden.ErrCrossSlot}, 0))
 }
 
 // claimThenAck is a laneServer whose claim runs afterClaim between the
@@ -192,6 +194,30 @@ func TestReclaimPassSkipsEntriesSettledDuringTheClaim(t *testing.T) {
 	again := h.s.jobs.drain()
 	require.Len(t, again, 1)
 	require.Equal(t, ids[0], again[0].m.ID)
+}
+
+// Beside reads that claim, a pass the full server refuses ends at once
+// without pausing the consumer (reads and acks need no memory); once
+// paused (a refused dead-letter), the pass is the probe again.
+func TestReclaimPassBesideReadsOnFullServer(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	h.clock.advance(time.Hour)
+	ids := h.srv.add(1)
+	h.srv.pending("dead", 1, 2*time.Second, ids...)
+	h.l.readClaim.Store(true)
+	h.srv.failNext("claim", replyErr("OOM full"), replyErr("OOM full"))
+	h.l.reclaimPass(t.Context(), t.Context(), false)
+	require.Equal(t, 1, h.srv.callCount("claim"), "the pass ended")
+	require.Zero(t, h.m.get(EventPaused))
+	require.Zero(t, h.m.get(EventCommandError))
+	require.Empty(t, h.s.jobs.drain())
+
+	h.s.memoryFull("dead-letter", replyErr("OOM full"))
+	h.l.reclaimPass(t.Context(), t.Context(), false)
+	require.Equal(t, 3, h.srv.callCount("claim"), "probed until the claim went through")
+	require.False(t, h.l.flow.isPaused(), "the claim that went through ended the pause")
+	require.Len(t, h.s.jobs.drain(), 1)
 }
 
 // An entry released after a failure while a pass is under way (forgotten

@@ -6,6 +6,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -19,8 +20,17 @@ import (
 // unit tests use a fake.
 type laneServer interface {
 	// read runs one XREADGROUP ">" for at most count entries, blocking up
-	// to ReadBlock when block is set; nil when there is nothing new.
-	read(ctx context.Context, count int, block bool) ([]*Message, error)
+	// to ReadBlock when block is set; nil when there is nothing new. With
+	// claim > 0 it adds CLAIM claim (Redis 8.4+):
+	// pending entries idle that long come first, taken over, each with its
+	// delivery count, this delivery included (Deliveries > 1). A server
+	// that refuses the option fails with an error matching
+	// errReadClaimRefused.
+	read(ctx context.Context, count int, block bool, claim time.Duration) ([]*Message, error)
+	// deadLetterSpent moves entries this consumer owns, handed over by a
+	// read's CLAIM after MaxDeliveries deliveries, to the dead-letter
+	// stream with reason pelwarden.ReasonMaxDeliveries (one atomic call).
+	deadLetterSpent(ctx context.Context, ids []string) (*pelwarden.DeadLetterResult, error)
 	// anyIdle reports whether some pending entry has been idle for minIdle.
 	anyIdle(ctx context.Context, minIdle time.Duration) (bool, error)
 	// idlePending returns at most count pending entries idle for at least
@@ -82,12 +92,20 @@ var _ laneServer = (*redisLane)(nil)
 // readMargin is added to ReadBlock for a read's context deadline.
 const readMargin = 2 * time.Second
 
-func (s *redisLane) read(ctx context.Context, count int, block bool) ([]*Message, error) {
+// errReadClaimRefused: the server refused XREADGROUP's CLAIM option (an
+// error reply of no known class to a read that has it: an older server or
+// a fork behind the same address, say after a failover).
+var errReadClaimRefused = errors.New("the server refused XREADGROUP ... CLAIM")
+
+func (s *redisLane) read(ctx context.Context, count int, block bool, claim time.Duration) ([]*Message, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.readBlock+readMargin)
 	defer cancel()
 	args := []any{"XREADGROUP", "GROUP", s.group, s.consumer, "COUNT", count}
 	if block {
 		args = append(args, "BLOCK", s.readBlock.Milliseconds())
+	}
+	if claim > 0 {
+		args = append(args, "CLAIM", claim.Milliseconds())
 	}
 	args = append(args, "STREAMS", s.stream, ">")
 	v, err := s.rdb.Do(ctx, args...).Result()
@@ -95,9 +113,19 @@ func (s *redisLane) read(ctx context.Context, count int, block bool) ([]*Message
 		return nil, nil
 	}
 	if err != nil {
+		if claim > 0 && pelwarden.Classify(err) == pelwarden.ClassServer {
+			// Any other error reply: the read's arguments are well formed,
+			// so it is the option the server refuses (ERR syntax error).
+			err = fmt.Errorf("%w: %w", errReadClaimRefused, err)
+		}
 		return nil, &pelwarden.CommandError{Command: "XREADGROUP GROUP " + s.group + " " + s.consumer, Key: s.stream, Err: err}
 	}
 	return decodeRead(v, s.stream, s.group, s.consumer)
+}
+
+func (s *redisLane) deadLetterSpent(ctx context.Context, ids []string) (*pelwarden.DeadLetterResult, error) {
+	return s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: s.stream, DeadLetterStream: s.deadLetterStream,
+		Group: s.group, Consumer: s.consumer, IDs: ids, Reason: pelwarden.ReasonMaxDeliveries})
 }
 
 func (s *redisLane) anyIdle(ctx context.Context, minIdle time.Duration) (bool, error) {

@@ -99,7 +99,8 @@ func (s *session) serve(ctx context.Context, lanes []*lane) (lingering <-chan st
 		return nil, err
 	}
 	s.log.Info("pelwarden consumer started", "streams", len(lanes), "concurrency", cfg.Concurrency, "max_in_hand", s.flow.ceil,
-		"min_idle", cfg.MinIdle, "max_deliveries", cfg.MaxDeliveries, "library_mode", s.lib.Mode().String())
+		"min_idle", cfg.MinIdle, "max_deliveries", cfg.MaxDeliveries, "library_mode", s.lib.Mode().String(),
+		"read_claim", readClaimCount(lanes))
 
 	// loopCtx stops the readers, reclaimers and lease loops; handlerCtx is
 	// independent of ctx so handlers can finish during the shutdown.
@@ -221,8 +222,20 @@ func (s *session) start(ctx context.Context, lanes []*lane) error {
 		if err != nil {
 			return err
 		}
+		l.detectReadClaim()
 	}
 	return nil
+}
+
+// readClaimCount is how many of the lanes' reads take idle entries over.
+func readClaimCount(lanes []*lane) int {
+	n := 0
+	for _, l := range lanes {
+		if l.readClaim.Load() {
+			n++
+		}
+	}
+	return n
 }
 
 // heldCount is how many entries the lanes hold.

@@ -35,7 +35,8 @@ func (l *lane) stallLoop(ctx context.Context) {
 	})
 }
 
-// stallCheck asks for the pending entries idle past StallAfter, and logs
+// stallCheck asks for the pending entries idle past StallAfter (and the
+// entries this consumer parked that long ago), and logs
 // and counts those that reported (what the previous check found) does not
 // hold. It returns what it found, for the next check: an entry that leaves
 // the list and stalls again later is reported again. On an error it logs,
@@ -48,6 +49,10 @@ func (l *lane) stallCheck(ctx context.Context, reported map[string]bool) map[str
 		}
 		return reported
 	}
+	more := len(found) == stallCount
+	// Parked entries (see parkedEntry) are held under the lease, so never
+	// idle: they are reported once parked for StallAfter.
+	found = append(found, l.held.parkedSince(l.cfg.StallAfter, l.cfg.Consumer)...)
 	now := make(map[string]bool, len(found))
 	var n int
 	var ids []string
@@ -55,6 +60,9 @@ func (l *lane) stallCheck(ctx context.Context, reported map[string]bool) map[str
 	var oldest time.Duration
 	var mostDeliveries int64
 	for _, p := range found {
+		if now[p.ID] {
+			continue // idle and parked at once: parked as the check ran
+		}
 		now[p.ID] = true
 		if reported[p.ID] {
 			continue
@@ -71,7 +79,7 @@ func (l *lane) stallCheck(ctx context.Context, reported map[string]bool) map[str
 		l.m.Count(EventStalled, n)
 		attrs := []any{"count", n, "stall_after", l.cfg.StallAfter, "oldest_idle", oldest.Round(time.Millisecond),
 			"most_deliveries", mostDeliveries, "ids", ids, "owners", ownerList(owners)}
-		if len(found) == stallCount {
+		if more {
 			attrs = append(attrs, "more", "the check looks at the first "+strconv.Itoa(stallCount)+" only")
 		}
 		l.log.Warn("pending entries idle past StallAfter that no reclaim pass took: recovery is stalled (a consumer's reclaim loop is stuck, or a bug)", attrs...)

@@ -6,12 +6,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pelwarden/pelwarden"
 )
 
 // tracker owns the entries a consumer holds: dispatched to the handler
 // workers and not yet settled (queued or running, or succeeded with the
 // ack not yet sent), entries held back by a RetryAfter delay beyond MinIdle,
-// and queued entries skipped at shutdown. The lease loop asks it which
+// parked entries (see park), and queued entries skipped at shutdown. The lease loop asks it which
 // entries are due for a lease extension; every other part goes through it
 // to add, settle or give entries back.
 type tracker struct {
@@ -24,12 +26,27 @@ type tracker struct {
 	closed    bool                     // shutdown began: add refuses
 
 	// Claims under way and what was settled meanwhile (see claimTicket):
-	// seq numbers claims and gone calls in the order they happen; gone
+	// seq numbers claims and gone calls in the order they happen; goneAt
 	// holds, only while a claim is under way, the number of the last
 	// gone call of each id.
 	seq    uint64
 	claims []claimTicket
 	goneAt map[string]uint64
+
+	parked map[string]parkedEntry // by entry id
+}
+
+// parkedEntry is an entry that can be neither handled nor dead-lettered:
+// delivered MaxDeliveries times, and with too many fields for the
+// library to copy to the dead-letter stream. Left idle, a read that
+// claims would take it again every MinIdle, its delivery count growing
+// without end, its idle time never reaching StallAfter. Parked, it stays
+// pending with this consumer under the lease heartbeat, untouched, and
+// the stall check reports it once it has been parked for StallAfter: an
+// operator's to settle (see EventTooLarge).
+type parkedEntry struct {
+	at         time.Duration // when it was parked (a clock reading)
+	deliveries int64
 }
 
 // claimTicket numbers a claim under way: a reclaim page, or any call that
@@ -97,6 +114,10 @@ func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64
 			skipped = append(skipped, m)
 			continue
 		}
+		if _, ok := t.parked[m.ID]; ok {
+			skipped = append(skipped, m)
+			continue
+		}
 		if claim != 0 {
 			if at, ok := t.goneAt[m.ID]; ok && at > uint64(claim) {
 				skipped = append(skipped, m) // acked during the claim: stale
@@ -117,6 +138,48 @@ func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64
 	}
 	q.push(jobs...)
 	return skipped, false
+}
+
+// holds reports whether the entry id is in hand (queued or running) or
+// parked.
+func (t *tracker) holds(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.entries[id]
+	_, parked := t.parked[id]
+	return ok || parked
+}
+
+// park holds entries that can be neither handled nor dead-lettered (see
+// parkedEntry), with their delivery count.
+func (t *tracker) park(deliveries map[string]int64) {
+	now := t.clock.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.parked == nil {
+		t.parked = map[string]parkedEntry{}
+	}
+	for id, n := range deliveries {
+		if _, ok := t.parked[id]; !ok {
+			t.parked[id] = parkedEntry{at: now, deliveries: n}
+		}
+	}
+}
+
+// parkedSince returns the entries parked for at least d, as the stall
+// check reports them (this consumer owns them; idle is the time parked).
+func (t *tracker) parkedSince(d time.Duration, consumer string) []pendingEntry {
+	now := t.clock.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []pendingEntry
+	for id, p := range t.parked {
+		if now-p.at >= d {
+			out = append(out, pendingEntry{ID: id, Consumer: consumer, Idle: now - p.at, Deliveries: p.deliveries})
+		}
+	}
+	slices.SortFunc(out, func(a, b pendingEntry) int { return pelwarden.CompareIDs(a.ID, b.ID) })
+	return out
 }
 
 // close refuses further adds. Once every tracker feeding a job queue is
@@ -244,6 +307,9 @@ func (t *tracker) leaseDue(heartbeat bool, every, minIdle time.Duration) (extend
 			extend = append(extend, id)
 		}
 	}
+	for id := range t.parked {
+		extend = append(extend, id)
+	}
 	for id, at := range t.delayed {
 		left := at - now
 		if left <= minIdle-every {
@@ -280,6 +346,7 @@ func (t *tracker) lost(ids []string) {
 			f.ctx.cancelWith(ErrLostOwnership)
 		}
 		delete(t.delayed, id)
+		delete(t.parked, id) // settled by someone else (an operator)
 	}
 }
 

@@ -419,6 +419,13 @@ func (w *window) pause() bool {
 }
 
 // resume ends a pause; it reports whether there was one.
+// isPaused reports whether the window is paused (see pause).
+func (w *window) isPaused() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.paused
+}
+
 func (w *window) resume() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()

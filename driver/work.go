@@ -128,7 +128,11 @@ func (l *lane) applyOutcome(m *Message, f *inflight, err error, panicked bool) b
 		l.held.delay(m.ID, l.clock.now()+out.Delay)
 		return false
 	}
-	l.release(ctx, []string{m.ID}, out.Delay)
+	delay := out.Delay
+	if !out.Retry {
+		delay = l.failedRetryDelay()
+	}
+	l.release(ctx, []string{m.ID}, delay)
 	return false
 }
 

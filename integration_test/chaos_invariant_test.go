@@ -20,6 +20,7 @@ import (
 // the group's PEL is empty. Handler re-executions are counted, not hidden.
 type chaosReport struct {
 	Scenario string `json:"scenario"`
+	Image    string `json:"image"`
 
 	// Produced: entries whose XADD returned an id to the producer.
 	Produced int `json:"produced"`
@@ -100,8 +101,8 @@ func (r *chaosReport) violations() []string {
 
 func (r *chaosReport) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "chaos %s: %d entries produced (+%d maybe produced, %d XADD errors retried) in %.0fs\n",
-		r.Scenario, r.Produced, r.MaybeProduced, r.XAddErrors, r.Seconds)
+	fmt.Fprintf(&b, "chaos %s on %s: %d entries produced (+%d maybe produced, %d XADD errors retried) in %.0fs\n",
+		r.Scenario, r.Image, r.Produced, r.MaybeProduced, r.XAddErrors, r.Seconds)
 	fmt.Fprintf(&b, "  acked after success %d, dead-lettered %d %v (healthy %d, of which had succeeded %d)\n",
 		r.AckedAfterSuccess, r.DeadLettered, r.DeadLetterReasons, r.HealthyDeadLettered, r.SucceededAndDeadLettered)
 	if len(r.HealthyDeadLetteredIDs) > 0 {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,7 +27,9 @@ import (
 // then checks the invariant (chaos_invariant_test.go). Every scenario has
 // its own server. Settings, from the environment:
 //
-//	PELWARDEN_CHAOS_IMAGE      server image (default pelwarden/redis:8.0)
+//	PELWARDEN_CHAOS_IMAGE      server images, comma-separated (default
+//	                           pelwarden/redis:8.0,pelwarden/redis:8.6: the
+//	                           reclaim passes, and the reads that claim)
 //	PELWARDEN_CHAOS_ENTRIES    entries per scenario (default 4000)
 //	PELWARDEN_CHAOS_RATE       entries produced per second (default 400)
 //	PELWARDEN_CHAOS_CONSUMERS  consumer processes (default 3)
@@ -36,7 +39,7 @@ import (
 // `make chaos` runs every scenario; `make soak` runs the mixed one with
 // 200,000 entries (RELIABILITY.md).
 type chaosSettings struct {
-	image     string
+	images    []string
 	entries   int
 	rate      int
 	consumers int
@@ -45,9 +48,14 @@ type chaosSettings struct {
 }
 
 func chaosSettingsFromEnv(t *testing.T) chaosSettings {
-	s := chaosSettings{image: "pelwarden/redis:8.0", entries: 4000, rate: 400, consumers: 3}
+	s := chaosSettings{images: []string{"pelwarden/redis:8.0", "pelwarden/redis:8.6"}, entries: 4000, rate: 400, consumers: 3}
 	if v := strings.TrimSpace(os.Getenv("PELWARDEN_CHAOS_IMAGE")); v != "" {
-		s.image = v
+		s.images = nil
+		for _, image := range strings.Split(v, ",") {
+			if image = strings.TrimSpace(image); image != "" {
+				s.images = append(s.images, image)
+			}
+		}
 	}
 	num := func(name string, into *int, min int) {
 		v := strings.TrimSpace(os.Getenv(name))
@@ -85,12 +93,21 @@ var chaosScenarios = []struct {
 // Chaos: under each fault, on its own and mixed, nothing acknowledged to the
 // producer is lost, nothing is dead-lettered twice, the PEL drains, and the
 // duplicates are counted.
+//
+// It runs on each image of PELWARDEN_CHAOS_IMAGE at once (by default a
+// server whose reclaim is the passes and one whose reads claim), the
+// scenarios of one image one after another.
 func TestChaos(t *testing.T) {
 	t.Parallel()
 	set := chaosSettingsFromEnv(t)
-	for _, sc := range chaosScenarios {
-		t.Run(sc.name, func(t *testing.T) {
-			runChaos(t, set, sc.name, sc.faults)
+	for _, image := range set.images {
+		t.Run(strings.ReplaceAll(path.Base(image), ":", "-"), func(t *testing.T) {
+			t.Parallel()
+			for _, sc := range chaosScenarios {
+				t.Run(sc.name, func(t *testing.T) {
+					runChaos(t, set, image, sc.name, sc.faults)
+				})
+			}
 		})
 	}
 }
@@ -108,7 +125,7 @@ func chaosConsumerBase(addr string, k chaosKeys) chaosConsumerConfig {
 	}
 }
 
-func runChaos(t *testing.T, set chaosSettings, name string, faults chaosFault) {
+func runChaos(t *testing.T, set chaosSettings, image, name string, faults chaosFault) {
 	began := time.Now()
 	// The whole scenario's bound: production, faults, drain and check.
 	limit := 5*time.Minute + time.Duration(set.entries/set.rate)*time.Second*3
@@ -119,7 +136,7 @@ func runChaos(t *testing.T, set chaosSettings, name string, faults chaosFault) {
 	if faults&faultRestart != 0 {
 		opts.Args = []string{"--appendonly", "yes", "--appendfsync", "always", "--dir", "/tmp"}
 	}
-	srv, err := testserver.Start(ctx, set.image, opts)
+	srv, err := testserver.Start(ctx, image, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, srv.Close()) })
 	adminOpts := srv.Options()
@@ -221,6 +238,7 @@ func runChaos(t *testing.T, set chaosSettings, name string, faults chaosFault) {
 	rep, err := checkChaosInvariant(ctx, admin, k, ids)
 	require.NoError(t, err)
 	rep.Scenario = name
+	rep.Image = image
 	rep.XAddErrors = xaddErrors
 	rep.Faults, _ = in.result()
 	started, killed := fleet.counts()

@@ -121,7 +121,10 @@ func TestCLIDemoInvariant(t *testing.T) {
 			if rec["reason"] == pelwarden.ReasonHandler {
 				require.Contains(t, rec["error"], "unsupported currency")
 			} else {
-				require.EqualValues(t, 3, num(t, rec["deliveries"]))
+				// The server's count when it was dead-lettered: MaxDeliveries
+				// (3) from a reclaim pass, one more where a read took it over
+				// first (Redis 8.4+: that delivery reached no handler).
+				require.Contains(t, []int64{3, 4}, num(t, rec["deliveries"]))
 				require.Contains(t, rec["last_handler_error"], "payment gateway timeout")
 			}
 		}

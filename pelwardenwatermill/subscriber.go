@@ -20,7 +20,8 @@ import (
 const (
 	// DefaultReclaimInterval is the Subscriber's driver.Config.ReclaimInterval:
 	// a Nacked message comes back at the first reclaim pass after
-	// NackDelay, so the interval bounds how late a Nack is redelivered. A
+	// NackDelay, so the interval bounds how late a Nack is redelivered
+	// (where reads claim, Redis 8.4+, with the first read after it). A
 	// pass that finds nothing idle costs one XPENDING.
 	DefaultReclaimInterval = time.Second
 	// DefaultCloseTimeout is SubscriberConfig.CloseTimeout.
@@ -46,8 +47,9 @@ type SubscriberConfig struct {
 	// Topics maps topics to streams; the Publisher must use the same.
 	Topics Topics
 	// NackDelay is how long a Nacked message waits before it is delivered
-	// again (at the first reclaim pass after it; see
-	// DefaultReclaimInterval). Defaults to 0: the next pass.
+	// again (at the first reclaim pass after it, or the first read where
+	// reads claim; see DefaultReclaimInterval). Defaults to 0: the next
+	// pass or read.
 	NackDelay time.Duration
 	// CloseTimeout is how long a closing subscription (Close, or its
 	// context cancelled) waits for the message it has handed out to be

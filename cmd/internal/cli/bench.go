@@ -90,7 +90,7 @@ supported. --json prints the reclaim suite's results as JSON.`,
 	f.IntVar(&o.pageSize, "page-size", reclaim.DefaultPageSize, "reclaim suite: page size of pelwarden and the pipelined loop")
 	f.IntVar(&o.consumeEntries, "consume-entries", consume.DefaultEntries, "consume suite: stream size per method of the main path")
 	f.StringVar(&o.consumeParts, "consume-parts", "all", "consume suite: comma-separated parts: main, reclaim, pel, ack, slow, large")
-	f.StringVar(&o.consumeDrivers, "consume-drivers", consume.DefaultDriversSpec, "consume suite: driver configurations of the main path, comma-separated, each \"default\" (every field at its default) or options joined by /: c=N, p=N, r=N, plain or fenced (Concurrency, Prefetch, ReadCount, AckMode; an option left out keeps the default)")
+	f.StringVar(&o.consumeDrivers, "consume-drivers", consume.DefaultDriversSpec, "consume suite: driver configurations of the main path, comma-separated, each \"default\" (every field at its default) or options joined by /: c=N, p=N, r=N, plain or fenced, noreadclaim (Concurrency, Prefetch, ReadCount, AckMode, ReadClaim off; an option left out keeps the default)")
 	f.IntVar(&o.consumeRounds, "consume-rounds", 5, "consume suite: run the methods of the main and reclaim parts this many times, interleaved, and report the median of each (watermill runs once); the slow part runs this many times")
 	f.BoolVar(&o.consumeWatermill, "consume-watermill", true, "consume suite: include watermill-redisstream in the main path (over a minute)")
 	f.IntVar(&o.consumeReclaimEntries, "consume-reclaim-entries", consume.DefaultReclaimEntries, "consume suite: PEL size of the reclaim part (make bench-drain: 1000000)")

@@ -137,6 +137,9 @@ type DriverVariant struct {
 	// AckMode is the driver's Config.AckMode: AckFenced (the default) or
 	// AckPlain.
 	AckMode driver.AckMode
+	// ReadClaim is the driver's Config.ReadClaim: ReadClaimAuto (the
+	// default) or ReadClaimOff.
+	ReadClaim driver.ReadClaimMode
 }
 
 // String names the variant in the report, e.g. "driver defaults",
@@ -155,12 +158,15 @@ func (v DriverVariant) String() string {
 	s := "driver " + strings.Join(opts, " ")
 	if len(opts) == 0 {
 		s = "driver defaults"
-		if v.AckMode != driver.AckFenced {
+		if v.AckMode != driver.AckFenced || v.ReadClaim != driver.ReadClaimAuto {
 			s += ","
 		}
 	}
 	if v.AckMode != driver.AckFenced {
 		s += " " + v.AckMode.String() + " acks"
+	}
+	if v.ReadClaim != driver.ReadClaimAuto {
+		s += " read claim " + v.ReadClaim.String()
 	}
 	return s
 }
@@ -186,8 +192,9 @@ var DefaultDrivers = []DriverVariant{{}, {AckMode: driver.AckPlain}, {Concurrenc
 // ParseDrivers parses driver variants for Config.Drivers: a comma-separated
 // list of variants, each a slash-separated list of options: "default"
 // (every field at its default; the same as leaving the others out),
-// "c=N" (Concurrency), "p=N" (Prefetch), "r=N" (ReadCount) and "plain" or
-// "fenced" (AckMode), e.g. "default,plain,c=16/p=984". An option left out
+// "c=N" (Concurrency), "p=N" (Prefetch), "r=N" (ReadCount), "plain" or
+// "fenced" (AckMode) and "noreadclaim" (ReadClaim off), e.g.
+// "default,plain,c=16/p=984". An option left out
 // keeps the driver's default. "" means DefaultDrivers.
 func ParseDrivers(s string) ([]DriverVariant, error) {
 	if s = strings.TrimSpace(s); s == "" {
@@ -208,6 +215,8 @@ func ParseDrivers(s string) ([]DriverVariant, error) {
 				v.AckMode = driver.AckPlain
 			case name == "fenced" && !hasVal:
 				v.AckMode = driver.AckFenced
+			case name == "noreadclaim" && !hasVal:
+				v.ReadClaim = driver.ReadClaimOff
 			case name == "c" && hasVal && (err != nil || n < 1):
 				return nil, fmt.Errorf("consume: driver variant %q: c wants a positive integer (leave it out for the default), got %q", f, val)
 			case (name == "p" || name == "r") && hasVal && (err != nil || n < 0):
@@ -219,7 +228,7 @@ func ParseDrivers(s string) ([]DriverVariant, error) {
 			case name == "r" && hasVal:
 				v.ReadCount = n
 			default:
-				return nil, fmt.Errorf("consume: driver variant %q: unknown option %q (want default, c=N, p=N, r=N, plain, fenced)", f, opt)
+				return nil, fmt.Errorf("consume: driver variant %q: unknown option %q (want default, c=N, p=N, r=N, plain, fenced, noreadclaim)", f, opt)
 			}
 		}
 		out = append(out, v)
