@@ -160,12 +160,21 @@ func (a *acker) abandon(pending []ackItem) {
 // flush sends pending in batches, retrying each until ctx ends, and
 // returns what is left to send: nothing and true, or the rest and false
 // when ctx ended or an error stopped the consumer.
+//
+// Each attempt is bounded by flushTimeout (ShutdownTimeout), as the
+// driver's other settling calls are (see lane.withRetry): go-redis does
+// not stop a call in progress when its context is cancelled, only at a
+// deadline (Options.ContextTimeoutEnabled), so without one an ack call
+// under way on a server that hangs when the consumer stops would hold the
+// shutdown for the client's whole ReadTimeout.
 func (a *acker) flush(ctx context.Context, pending []ackItem) ([]ackItem, bool) {
 	failed := func(err error, attempt int) { a.faults.commandError("ack", err, attempt) }
 	for len(pending) > 0 {
 		batch := pending[:min(len(pending), a.batch)]
 		var res ackResult
 		err := retry(ctx, onPermanent, failed, func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, a.flushTimeout)
+			defer cancel()
 			var err error
 			res, err = a.send(ctx, batch)
 			return err

@@ -204,3 +204,59 @@ func TestAckerLoopAbandons(t *testing.T) {
 		require.Contains(t, h.logs.String(), "acks not sent")
 	})
 }
+
+// hungAcks is a laneServer whose ack calls hang the way go-redis's do on
+// a server that stopped answering (with ContextTimeoutEnabled): they end
+// at their context's deadline, not when it is cancelled.
+type hungAcks struct {
+	*fakeServer
+	hang    chan struct{} // closed: the server answers again
+	entered chan struct{} // gets a token per call
+}
+
+func (h *hungAcks) ack(ctx context.Context, ids []string) (int64, error) {
+	select {
+	case h.entered <- struct{}{}:
+	default:
+	}
+	var deadline <-chan time.Time
+	if d, ok := ctx.Deadline(); ok {
+		deadline = time.After(time.Until(d))
+	}
+	select {
+	case <-deadline:
+		return 0, context.DeadlineExceeded
+	case <-h.hang:
+		return h.fakeServer.ack(ctx, ids)
+	}
+}
+
+// A stop while an ack call hangs (the server stopped answering after the
+// lane drained) is not held up by it: each attempt is bounded by
+// ShutdownTimeout, so the loop gives way to the final, bounded flush and
+// exits, the entries left pending. (TestDriverShutdownBoundedWhenServerHangs
+// took the client's ReadTimeout, 10 s, to return.)
+func TestAckerStopWhileAnAckHangs(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(cfg *Config) { cfg.AckInterval = time.Hour; cfg.ShutdownTimeout = 50 * time.Millisecond })
+	srv := &hungAcks{fakeServer: h.srv, hang: make(chan struct{}), entered: make(chan struct{}, 1)}
+	t.Cleanup(func() { close(srv.hang) })
+	s, lanes := newSession(h.l.cfg, consumerLogger(h.l.cfg), h.lib, func(Config) laneServer { return srv }, h.clock)
+	h.s, h.l = s, lanes[0]
+	ids := h.srv.add(1)
+	h.read(t.Context(), 1)
+	h.l.acks.start(t.Context())
+	h.l.acks.add(ids[0], time.Hour)
+	h.l.acks.drained() // the lane has nothing else in hand: flush now
+	<-srv.entered      // the ack call is under way
+	began := time.Now()
+	h.l.acks.stop()
+	select {
+	case <-h.l.acks.done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the ack loop did not exit within 5s of stop")
+	}
+	require.Less(t, time.Since(began), time.Second, "stop waited for the hung call")
+	require.Equal(t, ids, h.srv.pendingIDs())
+	require.Contains(t, h.logs.String(), "acks not sent")
+}

@@ -172,7 +172,10 @@ type Config struct {
 	// LeaseInterval: in-flight entries whose handler has run this long get
 	// their lease extended, and again every LeaseInterval, so a slow but
 	// healthy handler is not reclaimed by another consumer. Defaults to
-	// MinIdle/3; must be below MinIdle. NoLease disables the heartbeat.
+	// MinIdle/3; must be below MinIdle. NoLease disables the heartbeat;
+	// an entry held past MinIdle may then be taken over by whichever
+	// consumer claims it first, this one included (its own reclaim pass,
+	// or its own read where reads claim, takes it back from itself).
 	LeaseInterval time.Duration
 	// ReclaimInterval between reclaim passes (the first runs at start).
 	// Defaults to DefaultReclaimInterval.

@@ -1,11 +1,13 @@
 package integration_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -262,7 +264,19 @@ func TestDriverShutdownBoundedWhenServerHangs(t *testing.T) {
 		t.Cleanup(func() { admin.Do(context.Background(), "CLIENT", "UNPAUSE") })
 		close(gate)
 		began := time.Now()
-		require.NoError(t, r.Stop())
+		stopped := make(chan error, 1)
+		go func() { stopped <- r.Stop() }()
+		var err error
+		select {
+		case err = <-stopped:
+		case <-time.After(5 * time.Second):
+			// Where a slow shutdown waits, for the failure below.
+			var stacks bytes.Buffer
+			_ = pprof.Lookup("goroutine").WriteTo(&stacks, 2)
+			t.Logf("Run has not returned after 5s; goroutines:\n%s", stacks.String())
+			err = <-stopped
+		}
+		require.NoError(t, err)
 		require.Less(t, time.Since(began), 10*time.Second, "Run returned while the server hung")
 		require.NoError(t, admin.Do(ctx, "CLIENT", "UNPAUSE").Err())
 		require.EqualValues(t, 20, f.PendingCount(), "unsent acks: entries stay pending, none lost")

@@ -47,6 +47,10 @@ func TestMain(m *testing.M) {
 		// A consumer subprocess of the chaos suite (chaos_consumer_test.go).
 		os.Exit(chaosConsumerMain())
 	}
+	if os.Getenv(killVictimEnv) != "" {
+		// A victim subprocess of BenchmarkKillRecovery (kill_bench_test.go).
+		os.Exit(killVictimMain())
+	}
 	os.Exit(run(m))
 }
 
