@@ -157,6 +157,21 @@ const (
 	ActionHold
 )
 
+// ReleaseDelay is how long an entry released for this outcome
+// (ActionRelease) waits before it may be taken again, as a consumer
+// releases it: Delay for a RetryAfter; for a plain failure nothing where
+// reclaim passes take idle entries (the next pass takes it), and
+// min(reclaimInterval, minIdle) where reads claim (readsClaim: see
+// ReadClaimAuto), about when a pass would have taken it, since the very
+// next read would take it at once and spend its MaxDeliveries in
+// milliseconds.
+func (o Outcome) ReleaseDelay(readsClaim bool, reclaimInterval, minIdle time.Duration) time.Duration {
+	if o.Retry || !readsClaim {
+		return o.Delay
+	}
+	return min(reclaimInterval, minIdle)
+}
+
 // OutcomeOf returns what a consumer whose MinIdle is minIdle does with an
 // entry whose handler returned err.
 func OutcomeOf(err error, minIdle time.Duration) Outcome {

@@ -125,8 +125,10 @@ func TestDetectReadClaim(t *testing.T) {
 }
 
 // A failed entry waits ReclaimInterval (at most MinIdle) where reads
-// claim, as it would for a pass; elsewhere it is claimable at once.
-func TestFailedRetryDelay(t *testing.T) {
+// claim, as it would for a pass; elsewhere it is claimable at once; a
+// RetryAfter keeps its delay (Outcome.ReleaseDelay, the rule the lane and
+// the test kit share).
+func TestReleaseDelay(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name      string

@@ -206,18 +206,6 @@ func (l *lane) deadLetterSpent(ctx context.Context, ids []string, deliveries map
 	})
 }
 
-// failedRetryDelay is how long a failed entry (no RetryAfter) waits before
-// it may be taken again: at once (the next reclaim pass) where only the
-// passes take idle entries; where reads take them (readClaim), which would
-// be at once, ReclaimInterval (at most MinIdle), the longest it would have
-// waited for a pass.
-func (l *lane) failedRetryDelay() time.Duration {
-	if !l.readClaim.Load() {
-		return 0
-	}
-	return min(l.cfg.ReclaimInterval, l.cfg.MinIdle)
-}
-
 // idlePoll waits before the next read of an idle stream of a consumer of
 // several streams: ReadBlock/2, jittered by ±10% so the streams' polls
 // spread out. It reports false when ctx ended.

@@ -128,11 +128,7 @@ func (l *lane) applyOutcome(m *Message, f *inflight, err error, panicked bool) b
 		l.held.delay(m.ID, l.clock.now()+out.Delay)
 		return false
 	}
-	delay := out.Delay
-	if !out.Retry {
-		delay = l.failedRetryDelay()
-	}
-	l.release(ctx, []string{m.ID}, delay)
+	l.release(ctx, []string{m.ID}, out.ReleaseDelay(l.readClaim.Load(), l.cfg.ReclaimInterval, l.cfg.MinIdle))
 	return false
 }
 

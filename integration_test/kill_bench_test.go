@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"sync"
@@ -66,7 +67,8 @@ func killVictimMain() int {
 // left unread, and then the victim is SIGKILLed. Its entries become idle
 // MinIdle after its last lease extension (at most MinIdle/3 before the
 // kill), so no consumer can take them sooner than about 2/3 MinIdle after
-// the kill. Reported, from the SIGKILL:
+// the kill; the kill comes at a random moment of the rescuer's reclaim
+// schedule. Reported, from the SIGKILL:
 //   - first-ms: until the first of the victim's entries was handled again;
 //   - all-ms: until the last of them was;
 //
@@ -181,6 +183,10 @@ func killAndRecover(ctx context.Context, s *target, stream string, minIdle time.
 		return r, fmt.Errorf("the unread entries: %w", err)
 	}
 
+	// The kill comes at a random moment of the rescuer's reclaim schedule
+	// (its passes start with it, one every ReclaimInterval), as a crash
+	// would.
+	time.Sleep(rand.N(minIdle))
 	ext, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: "g", Start: "-", End: "+", Count: int64(len(held))}).Result()
 	if err != nil {
 		return r, err

@@ -184,9 +184,11 @@ type ReclaimArgs struct {
 	// handler), driver.RetryAfter(d, err) releases it for a retry after d
 	// when d is up to MinIdle and holds it (left pending, owned by
 	// Consumer, not released) when d is longer, any other error releases it
-	// for the next pass. A panic in the Handler fails the test (with the
-	// stack) instead of crashing it. Without a Handler, claimed entries stay
-	// pending, owned by Consumer.
+	// for the next pass (driver.Outcome.ReleaseDelay of a pass: at once; a
+	// consumer whose reads claim, Redis 8.4+, releases it for
+	// min(ReclaimInterval, MinIdle) instead). A panic in the Handler fails
+	// the test (with the stack) instead of crashing it. Without a Handler,
+	// claimed entries stay pending, owned by Consumer.
 	Handler driver.Handler
 }
 
@@ -296,7 +298,7 @@ func (f *Fixture) handle(a ReclaimArgs, e pelwarden.Entry, res *ReclaimResult) {
 		res.Held = append(res.Held, e.ID)
 	case driver.ActionRelease:
 		_, err := f.srv.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: f.Stream, Group: f.Group, Consumer: a.Consumer,
-			IDs: []string{e.ID}, MinIdle: a.MinIdle, Delay: out.Delay})
+			IDs: []string{e.ID}, MinIdle: a.MinIdle, Delay: out.ReleaseDelay(false, 0, a.MinIdle)})
 		if err != nil {
 			f.fatalf("Reclaim: release %s for a retry: %v", e.ID, err)
 		}
