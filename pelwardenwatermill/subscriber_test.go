@@ -71,7 +71,13 @@ func TestDeliveryCountSurvivesTheSubscriber(t *testing.T) {
 	eachParallel(t, func(t *testing.T, s *server) {
 		e := newEnv(t, s)
 		e.publish(e.publisher(pelwardenwatermill.PublisherConfig{}), 1)
-		first, err := pelwardenwatermill.NewSubscriber(e.rdb, pelwardenwatermill.SubscriberConfig{Group: e.group, Logger: testLogger()})
+		// NackDelay keeps the Nacked message from its own subscriber's next
+		// reclaim pass while that subscriber closes: with none, a pass
+		// between Nack and Close took it back (a third delivery) and
+		// handed it to the channel nobody read, and Close waited its
+		// CloseTimeout for it (a failure seen once in the suite).
+		first, err := pelwardenwatermill.NewSubscriber(e.rdb, pelwardenwatermill.SubscriberConfig{Group: e.group, Logger: testLogger(),
+			NackDelay: 2 * time.Second})
 		require.NoError(t, err)
 		ch, err := first.Subscribe(context.Background(), e.topic)
 		require.NoError(t, err)
