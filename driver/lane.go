@@ -70,9 +70,10 @@ func newLane(s *session, srv laneServer, clk clock, cfg Config, log *slog.Logger
 	return l
 }
 
-// startLoops starts the lane's loops on loops: read, reclaim, lease, and
-// the upkeep, trim and stall-check loops when configured. They return when ctx ends.
-// (The acker has its own start and stop.)
+// startLoops starts the lane's loops on loops: read, reclaim and lease
+// always, the stall check unless StallAfter is NoStallCheck, the upkeep
+// and trim loops when configured. They return when ctx ends. (The acker
+// has its own start and stop, and its own goroutine.)
 func (l *lane) startLoops(ctx, handlerCtx context.Context, loops *sync.WaitGroup) {
 	loops.Go(func() { l.readLoop(ctx, handlerCtx) })
 	loops.Go(func() { l.reclaimLoop(ctx, handlerCtx) })

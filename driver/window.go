@@ -418,7 +418,6 @@ func (w *window) pause() bool {
 	return true
 }
 
-// resume ends a pause; it reports whether there was one.
 // isPaused reports whether the window is paused (see pause).
 func (w *window) isPaused() bool {
 	w.mu.Lock()
@@ -426,6 +425,7 @@ func (w *window) isPaused() bool {
 	return w.paused
 }
 
+// resume ends a pause; it reports whether there was one.
 func (w *window) resume() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
