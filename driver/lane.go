@@ -41,8 +41,9 @@ type lane struct {
 	held *tracker // the entries of this stream in hand
 	acks *acker   // sends the acks of entries whose handler succeeded
 
-	// inHand counts entries dispatched and not yet settled (queued or
-	// running); readIdle is set while the last read found nothing new.
+	// inHand counts entries dispatched whose handler has not finished
+	// (queued or running; see leftHand); readIdle is set while the last
+	// read found nothing new.
 	// Together they tell the acker when to flush without waiting for a
 	// full batch (see drained).
 	inHand   atomic.Int64
@@ -178,8 +179,11 @@ func (l *lane) fenceFrom(began time.Duration) time.Duration {
 	return began + l.cfg.MinIdle/2
 }
 
-// settled notes that an entry in hand was settled (or skipped).
-func (l *lane) settled() {
+// leftHand notes that an entry dispatched to the workers left them: its
+// handler ran and its outcome was applied (or, for a success, queued for
+// the acker), or it was skipped at dispatch or at shutdown. It counts
+// inHand down, and tells the acker to flush once the lane has drained.
+func (l *lane) leftHand() {
 	if l.inHand.Add(-1) == 0 && l.readIdle.Load() {
 		l.acks.drained()
 	}
@@ -191,7 +195,7 @@ func (l *lane) skip(j job) {
 	j.f.ctx.finish()
 	l.held.skipped(j.m.ID)
 	l.flow.free(j.f.bytes)
-	l.settled()
+	l.leftHand()
 }
 
 // releaseUnstarted makes the entries skipped at shutdown claimable by other

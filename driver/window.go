@@ -209,7 +209,7 @@ func (w *window) offerLocked(p party, want int, waited bool) (n int, bound bool)
 	size, need := w.sizeLocked(want)
 	room := w.limit - w.held
 	if w.held > 0 && w.bytes+w.inflight >= w.maxBytes {
-		return 0, false // wait for bytes to settle (one entry always fits)
+		return 0, false // wait until bytes in hand are freed (one entry always fits)
 	}
 	if room < need {
 		return 0, false
