@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/pelwarden/pelwarden"
 )
 
@@ -134,8 +132,9 @@ func (l *lane) groupMissing(ctx context.Context, err error) bool {
 	return true
 }
 
-// ensureGroup creates the lane's group when CreateGroup is set (BUSYGROUP
-// is fine), and otherwise checks it exists.
+// ensureGroup creates the lane's group when CreateGroup is set (one there
+// already, pelwarden.ErrGroupExists, is fine), and otherwise checks it
+// exists.
 func (l *lane) ensureGroup(ctx context.Context) error {
 	if l.cfg.CreateGroup {
 		err := l.srv.createGroup(ctx, l.cfg.GroupStartID)
@@ -143,11 +142,11 @@ func (l *lane) ensureGroup(ctx context.Context) error {
 		case err == nil:
 			l.log.Info("created consumer group", "start_id", l.cfg.GroupStartID)
 			return nil
-		case redis.HasErrorPrefix(err, "BUSYGROUP"):
+		case pelwarden.Matches(err, pelwarden.ErrGroupExists):
 			return nil
-		case redis.HasErrorPrefix(err, "WRONGTYPE"):
+		case pelwarden.Matches(err, pelwarden.ErrWrongType):
 			return fmt.Errorf("pelwarden/driver: create group: %w: %v", pelwarden.ErrWrongType, err)
-		case redis.HasErrorPrefix(err, "NOPERM"):
+		case pelwarden.Matches(err, pelwarden.ErrNoPermission):
 			return fmt.Errorf("pelwarden/driver: create group (XGROUP CREATE %s %s %s MKSTREAM; Config.CreateGroup needs +xgroup|create): %w: %w",
 				l.cfg.Stream, l.cfg.Group, l.cfg.GroupStartID, pelwarden.ErrNoPermission, err)
 		}
