@@ -10,8 +10,9 @@ import (
 
 // ErrorClass is what an error of a Redis call (a library function's or a
 // plain command's, through go-redis) means for its caller: retry it, stop,
-// pause writing, or fix the setup. Classify gives it; it is the one place
-// that reads the server's error replies.
+// pause writing, or fix the setup. Classify gives it, and Matches the
+// sentinel a plain command's reply means: with them, class.go and
+// errors.go hold the only code that reads the server's error replies.
 type ErrorClass int
 
 // The classes, in the order Classify tries them.
