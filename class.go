@@ -10,8 +10,9 @@ import (
 
 // ErrorClass is what an error of a Redis call (a library function's or a
 // plain command's, through go-redis) means for its caller: retry it, stop,
-// pause writing, or fix the setup. Classify gives it; it is the one place
-// that reads the server's error replies.
+// pause writing, or fix the setup. Classify gives it, and Matches the
+// sentinel a plain command's reply means: with them, class.go and
+// errors.go hold the only code that reads the server's error replies.
 type ErrorClass int
 
 // The classes, in the order Classify tries them.
@@ -152,15 +153,41 @@ func (e *CommandError) Error() string {
 	return e.Command + " " + e.Key + ": " + e.Err.Error()
 }
 
-// Unwrap returns go-redis's error and the sentinel of its class, if any.
+// Unwrap returns go-redis's error and the sentinel its reply means, if
+// any (see Matches).
 func (e *CommandError) Unwrap() []error {
-	switch {
-	case redis.HasErrorPrefix(e.Err, "NOGROUP"):
-		return []error{e.Err, ErrNoGroup}
-	case isNoPermission(e.Err):
-		return []error{e.Err, ErrNoPermission}
-	case redis.HasErrorPrefix(e.Err, "WRONGTYPE"):
-		return []error{e.Err, ErrWrongType}
+	if s := replySentinel(e.Err); s != nil {
+		return []error{e.Err, s}
 	}
 	return []error{e.Err}
+}
+
+// Matches reports whether err matches sentinel with errors.Is, or is (or
+// wraps) a server error reply that means it: NOGROUP ErrNoGroup, NOPERM
+// ErrNoPermission, WRONGTYPE ErrWrongType, BUSYGROUP ErrGroupExists. It is
+// for the errors of plain go-redis commands, which carry no sentinel of
+// their own; the library's errors and a CommandError match with errors.Is
+// already. Like Classify, it reads a reply by its first word, never by its
+// full text.
+func Matches(err, sentinel error) bool {
+	if err == nil || sentinel == nil {
+		return false
+	}
+	return errors.Is(err, sentinel) || replySentinel(err) == sentinel
+}
+
+// replySentinel returns the sentinel a server error reply means, for the
+// replies that have one (see Matches), else nil.
+func replySentinel(err error) error {
+	switch {
+	case redis.HasErrorPrefix(err, "NOGROUP"):
+		return ErrNoGroup
+	case isNoPermission(err):
+		return ErrNoPermission
+	case redis.HasErrorPrefix(err, "WRONGTYPE"):
+		return ErrWrongType
+	case redis.HasErrorPrefix(err, "BUSYGROUP"):
+		return ErrGroupExists
+	}
+	return nil
 }

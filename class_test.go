@@ -113,3 +113,34 @@ func TestCommandError(t *testing.T) {
 	}
 	require.NotErrorIs(t, &CommandError{Command: "XLEN", Err: io.EOF}, ErrNoGroup)
 }
+
+// Matches reads a plain command's error reply as the sentinel it means,
+// sees through wrapping, and otherwise is errors.Is.
+func TestMatches(t *testing.T) {
+	t.Parallel()
+	busy := replyError("BUSYGROUP Consumer Group name already exists")
+	for _, c := range []struct {
+		err, sentinel error
+		want          bool
+	}{
+		{busy, ErrGroupExists, true},
+		{fmt.Errorf("create group: %w", busy), ErrGroupExists, true},
+		{&CommandError{Command: "XGROUP CREATE", Key: "k", Err: busy}, ErrGroupExists, true},
+		{busy, ErrNoGroup, false},
+		{replyError("NOGROUP No such key 's' or consumer group 'g'"), ErrNoGroup, true},
+		{replyError("NOPERM no permissions"), ErrNoPermission, true},
+		{replyError("WRONGPASS invalid username-password pair"), ErrNoPermission, false},
+		{replyError("WRONGTYPE Operation against a key holding the wrong kind of value"), ErrWrongType, true},
+		{replyError("ERR Consumer Group name already exists"), ErrGroupExists, false},
+		{&Error{Kind: ErrWrongType}, ErrWrongType, true},
+		{io.EOF, io.EOF, true},
+		{io.EOF, ErrGroupExists, false},
+		{nil, ErrGroupExists, false},
+		{io.EOF, nil, false},
+		{replyError("ERR something"), nil, false},
+	} {
+		require.Equal(t, c.want, Matches(c.err, c.sentinel), "%v as %v", c.err, c.sentinel)
+	}
+	// The classes stay as they were: BUSYGROUP is a plain server error.
+	require.Equal(t, ClassServer, Classify(busy))
+}

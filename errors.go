@@ -57,6 +57,13 @@ var (
 	// server's text.
 	ErrServer = errors.New("pelwarden: server error")
 
+	// ErrGroupExists: XGROUP CREATE found the consumer group there already
+	// (the server's BUSYGROUP reply). For a caller that creates the group
+	// when it is missing, that is success. Nothing in this package returns
+	// it; go-redis's error for that reply matches it through Matches, and
+	// a CommandError wrapping it with errors.Is.
+	ErrGroupExists = errors.New("pelwarden: consumer group already exists")
+
 	// ErrMalformedReply: a reply did not have the shape the library's
 	// contract promises (a proxy in between, or a foreign library of the same
 	// name).
@@ -199,6 +206,12 @@ func cleanLuaMessage(s string) string {
 // function ("ERR Function not found").
 func isFunctionMissing(err error) bool {
 	return redis.HasErrorPrefix(err, "Function not found")
+}
+
+// isLibraryExists reports FUNCTION LOAD's refusal of a library that is
+// there already ("ERR Library 'pelwarden' already exists").
+func isLibraryExists(err error) bool {
+	return redis.HasErrorPrefix(err, "Library")
 }
 
 // isNoPermission reports an ACL refusal.

@@ -247,7 +247,7 @@ func loadNode(ctx context.Context, c redis.Cmdable) (NodeLoad, error) {
 			return n, nil
 		case isNoPermission(err):
 			return evalFallback(ctx, c, n, err)
-		case redis.HasErrorPrefix(err, "Library") && before == "":
+		case isLibraryExists(err) && before == "":
 			// "Library 'pelwarden' already exists": a concurrent Load won
 			// the race. Read the version again.
 			continue

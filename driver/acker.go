@@ -205,7 +205,7 @@ func (a *acker) flush(ctx context.Context, pending []ackItem) ([]ackItem, bool) 
 			a.log.Info("acked entries were no longer pending (acked already, or cleared from the group)",
 				"count", res.notPending, "ids", firstIDs(res.notPendingIDs))
 		}
-		a.settle(batch, res.ownedElsewhere)
+		a.forgetAcked(batch, res.ownedElsewhere)
 		pending = pending[len(batch):]
 	}
 	return pending, true
@@ -258,10 +258,10 @@ func (a *acker) send(ctx context.Context, batch []ackItem) (ackResult, error) {
 	return res, nil
 }
 
-// settle stops tracking an acked batch: the entries owned elsewhere are
-// still pending (another consumer handles them), the others are gone from
-// the PEL (see tracker.gone).
-func (a *acker) settle(batch []ackItem, ownedElsewhere []string) {
+// forgetAcked stops tracking a batch the server answered: the entries
+// owned elsewhere are still pending (another consumer handles them: see
+// tracker.forget), the others are gone from the PEL (see tracker.gone).
+func (a *acker) forgetAcked(batch []ackItem, ownedElsewhere []string) {
 	ids := itemIDs(batch)
 	if len(ownedElsewhere) == 0 {
 		a.held.gone(ids...)

@@ -107,10 +107,10 @@ func TestAckerFlush(t *testing.T) {
 	}
 }
 
-// A flushed batch is settled in the tracker: the acked entries as gone
+// A flushed batch is forgotten by the tracker: the acked entries as gone
 // from the PEL (a claim under way that returns them has a stale copy),
 // the ones another consumer owns as only forgotten (still pending).
-func TestAckerFlushSettles(t *testing.T) {
+func TestAckerFlushForgetsAcked(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	ids := h.srv.add(2)

@@ -412,8 +412,11 @@ func (c Config) claimMaxDeliveries() int {
 }
 
 // MaxStreams bounds Config.Streams: one Consumer runs a lane per stream,
-// of four to six goroutines (read, reclaim and lease loops, the acker,
-// and the upkeep and trim loops when configured; see the package doc).
+// of four to seven goroutines, five with the defaults: the read, reclaim
+// and lease loops and the acker's loop always; the stall check unless
+// StallAfter is NoStallCheck; the upkeep loop with ReapIdle,
+// DeadLetterMaxAge or DeadLetterMaxLen, and the trim loop with
+// TrimInterval (see lane.startLoops and the package doc).
 const MaxStreams = 1024
 
 // validateStreams checks Stream or Streams (defaults applied: Streams

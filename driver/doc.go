@@ -102,6 +102,25 @@
 // unit tests against a fake. Every Redis call is retried by one helper
 // (retry.go) with its own give-up rule.
 //
+// # Words
+//
+// These words mean one thing each in the driver's code and comments:
+//
+//   - in hand: an entry dispatched to this consumer (read or claimed) and
+//     not yet settled; the tracker owns them.
+//   - settle: an entry in hand is settled when this consumer is done with
+//     it: its outcome reached the server (acked, dead-lettered, released)
+//     or it is left pending for another delivery (its lease lost, the
+//     group gone, the shutdown). A handler's outcome settles its entry;
+//     the acker settles the successes.
+//   - release: only the library's release call (pelwarden.Library.Release),
+//     which makes an entry this consumer owns claimable after a delay.
+//     Ending a handler's context is finishing it (entryContext.finish).
+//   - forget and gone: the tracker's two ways to stop tracking a settled
+//     entry: forget when it is still pending on the server, gone when it
+//     left the PEL (acked, dead-lettered), which a claim under way must
+//     know (see claimTicket).
+//
 // # Retention
 //
 // A stream used as a work queue grows until it is trimmed, and a blind

@@ -64,9 +64,9 @@ func TestEntryContextParent(t *testing.T) {
 	require.ErrorIs(t, e.Err(), context.Canceled)
 }
 
-// After release, a late look at the context (a goroutine the handler left
+// After finish, a late look at the context (a goroutine the handler left
 // behind) finds it cancelled.
-func TestEntryContextRelease(t *testing.T) {
+func TestEntryContextFinish(t *testing.T) {
 	t.Parallel()
 	e := newEntryContext(context.Background())
 	e.finish()

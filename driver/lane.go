@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/pelwarden/pelwarden"
 )
 
@@ -41,8 +39,9 @@ type lane struct {
 	held *tracker // the entries of this stream in hand
 	acks *acker   // sends the acks of entries whose handler succeeded
 
-	// inHand counts entries dispatched and not yet settled (queued or
-	// running); readIdle is set while the last read found nothing new.
+	// inHand counts entries dispatched whose handler has not finished
+	// (queued or running; see leftHand); readIdle is set while the last
+	// read found nothing new.
 	// Together they tell the acker when to flush without waiting for a
 	// full batch (see drained).
 	inHand   atomic.Int64
@@ -70,9 +69,10 @@ func newLane(s *session, srv laneServer, clk clock, cfg Config, log *slog.Logger
 	return l
 }
 
-// startLoops starts the lane's loops on loops: read, reclaim, lease, and
-// the upkeep, trim and stall-check loops when configured. They return when ctx ends.
-// (The acker has its own start and stop.)
+// startLoops starts the lane's loops on loops: read, reclaim and lease
+// always, the stall check unless StallAfter is NoStallCheck, the upkeep
+// and trim loops when configured. They return when ctx ends. (The acker
+// has its own start and stop, and its own goroutine.)
 func (l *lane) startLoops(ctx, handlerCtx context.Context, loops *sync.WaitGroup) {
 	loops.Go(func() { l.readLoop(ctx, handlerCtx) })
 	loops.Go(func() { l.reclaimLoop(ctx, handlerCtx) })
@@ -132,8 +132,9 @@ func (l *lane) groupMissing(ctx context.Context, err error) bool {
 	return true
 }
 
-// ensureGroup creates the lane's group when CreateGroup is set (BUSYGROUP
-// is fine), and otherwise checks it exists.
+// ensureGroup creates the lane's group when CreateGroup is set (one there
+// already, pelwarden.ErrGroupExists, is fine), and otherwise checks it
+// exists.
 func (l *lane) ensureGroup(ctx context.Context) error {
 	if l.cfg.CreateGroup {
 		err := l.srv.createGroup(ctx, l.cfg.GroupStartID)
@@ -141,11 +142,11 @@ func (l *lane) ensureGroup(ctx context.Context) error {
 		case err == nil:
 			l.log.Info("created consumer group", "start_id", l.cfg.GroupStartID)
 			return nil
-		case redis.HasErrorPrefix(err, "BUSYGROUP"):
+		case pelwarden.Matches(err, pelwarden.ErrGroupExists):
 			return nil
-		case redis.HasErrorPrefix(err, "WRONGTYPE"):
+		case pelwarden.Matches(err, pelwarden.ErrWrongType):
 			return fmt.Errorf("pelwarden/driver: create group: %w: %v", pelwarden.ErrWrongType, err)
-		case redis.HasErrorPrefix(err, "NOPERM"):
+		case pelwarden.Matches(err, pelwarden.ErrNoPermission):
 			return fmt.Errorf("pelwarden/driver: create group (XGROUP CREATE %s %s %s MKSTREAM; Config.CreateGroup needs +xgroup|create): %w: %w",
 				l.cfg.Stream, l.cfg.Group, l.cfg.GroupStartID, pelwarden.ErrNoPermission, err)
 		}
@@ -177,8 +178,11 @@ func (l *lane) fenceFrom(began time.Duration) time.Duration {
 	return began + l.cfg.MinIdle/2
 }
 
-// settled notes that an entry in hand was settled (or skipped).
-func (l *lane) settled() {
+// leftHand notes that an entry dispatched to the workers left them: its
+// handler ran and its outcome was applied (or, for a success, queued for
+// the acker), or it was skipped at dispatch or at shutdown. It counts
+// inHand down, and tells the acker to flush once the lane has drained.
+func (l *lane) leftHand() {
 	if l.inHand.Add(-1) == 0 && l.readIdle.Load() {
 		l.acks.drained()
 	}
@@ -190,7 +194,7 @@ func (l *lane) skip(j job) {
 	j.f.ctx.finish()
 	l.held.skipped(j.m.ID)
 	l.flow.free(j.f.bytes)
-	l.settled()
+	l.leftHand()
 }
 
 // releaseUnstarted makes the entries skipped at shutdown claimable by other

@@ -252,7 +252,7 @@ func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reserva
 	}
 	for _, m := range skipped {
 		l.flow.free(entryBytes(m))
-		l.settled()
+		l.leftHand()
 	}
 }
 

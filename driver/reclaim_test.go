@@ -176,7 +176,7 @@ func TestReclaimPassSkipsEntriesSettledDuringTheClaim(t *testing.T) {
 		require.EqualValues(t, 1, n)
 		h.l.held.gone(ids[0])
 		h.l.flow.free(jobs[0].f.bytes)
-		h.l.settled()
+		h.l.leftHand()
 	}
 	h.l.reclaimPass(t.Context(), t.Context(), false)
 	require.Empty(t, h.s.jobs.drain(), "1-0 was acked, 2-0 is still in hand")

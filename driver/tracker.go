@@ -12,10 +12,12 @@ import (
 
 // tracker owns the entries a consumer holds: dispatched to the handler
 // workers and not yet settled (queued or running, or succeeded with the
-// ack not yet sent), entries held back by a RetryAfter delay beyond MinIdle,
-// parked entries (see park), and queued entries skipped at shutdown. The lease loop asks it which
-// entries are due for a lease extension; every other part goes through it
-// to add, settle or give entries back.
+// ack not yet sent), entries held back by a RetryAfter delay beyond
+// MinIdle, parked entries (see park), and queued entries skipped at
+// shutdown. The lease loop asks it which entries are due for a lease
+// extension; every other part goes through it to add entries, to stop
+// tracking them once settled (forget: still pending; gone: no longer
+// pending) or to give them back.
 type tracker struct {
 	clock clock
 

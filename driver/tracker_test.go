@@ -196,7 +196,7 @@ func TestTrackerLeaseDue(t *testing.T) {
 // extended moves the ownership bound on, except for lost entries; lost
 // cancels the handler's context with ErrLostOwnership and drops a delay;
 // forget, skipped and takeUnstarted give entries back.
-func TestTrackerSettling(t *testing.T) {
+func TestTrackerLoseExtendForget(t *testing.T) {
 	t.Parallel()
 	clk := &fakeClock{}
 	tr := newTracker(clk)

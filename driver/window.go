@@ -209,7 +209,7 @@ func (w *window) offerLocked(p party, want int, waited bool) (n int, bound bool)
 	size, need := w.sizeLocked(want)
 	room := w.limit - w.held
 	if w.held > 0 && w.bytes+w.inflight >= w.maxBytes {
-		return 0, false // wait for bytes to settle (one entry always fits)
+		return 0, false // wait until bytes in hand are freed (one entry always fits)
 	}
 	if room < need {
 		return 0, false
@@ -418,7 +418,6 @@ func (w *window) pause() bool {
 	return true
 }
 
-// resume ends a pause; it reports whether there was one.
 // isPaused reports whether the window is paused (see pause).
 func (w *window) isPaused() bool {
 	w.mu.Lock()
@@ -426,6 +425,7 @@ func (w *window) isPaused() bool {
 	return w.paused
 }
 
+// resume ends a pause; it reports whether there was one.
 func (w *window) resume() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()

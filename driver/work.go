@@ -42,7 +42,7 @@ func (l *lane) runJob(j job) {
 		l.held.forget(j.m.ID)
 	}
 	l.flow.free(j.f.bytes)
-	l.settled()
+	l.leftHand()
 }
 
 func (l *lane) runHandler(ctx context.Context, m *Message) (err error, panicked bool) {
@@ -138,9 +138,9 @@ func (l *lane) applyOutcome(m *Message, f *inflight, err error, panicked bool) b
 // cannot, the entry stays pending and the reclaim pass dead-letters it at
 // MaxDeliveries.
 func (l *lane) deadLetter(ctx context.Context, m *Message, text string) {
-	settled := false
+	tracked := true
 	defer func() {
-		if !settled {
+		if tracked {
 			l.held.forget(m.ID)
 		}
 	}()
@@ -154,7 +154,7 @@ func (l *lane) deadLetter(ctx context.Context, m *Message, text string) {
 		} else {
 			l.held.forget(m.ID) // still pending (ours, or another's)
 		}
-		settled = true
+		tracked = false
 		l.sess.memoryFreed("dead-letter")
 		if len(res.DeadLettered) > 0 {
 			l.m.DeadLettered(pelwarden.ReasonHandler, len(res.DeadLettered))

@@ -115,7 +115,7 @@ func TestRunJobAfterAckerStopped(t *testing.T) {
 // The dead-letter and release calls retry transient errors, end at a
 // missing group (handled by groupMissing), and keep trying while the
 // server is out of memory until the handlers are cancelled.
-func TestSettleRetries(t *testing.T) {
+func TestDeadLetterAndReleaseRetry(t *testing.T) {
 	t.Parallel()
 	oom := replyErr("OOM command not allowed when used memory > 'maxmemory'.")
 	for _, c := range []struct {

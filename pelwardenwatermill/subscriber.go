@@ -118,13 +118,15 @@ func (c SubscriberConfig) validate() error {
 	bad := func(field, format string, a ...any) error {
 		return &pelwarden.ArgumentError{Scope: "pelwarden/watermill", Field: "SubscriberConfig." + field, Reason: fmt.Sprintf(format, a...)}
 	}
+	if err := pelwarden.CheckName(c.Group); err != nil {
+		return bad("Group", "%v", err)
+	}
+	if c.Consumer != "" { // empty: one is made per subscription
+		if err := pelwarden.CheckName(c.Consumer); err != nil {
+			return bad("Consumer", "%v", err)
+		}
+	}
 	switch {
-	case c.Group == "":
-		return bad("Group", "required")
-	case len(c.Group) > pelwarden.MaxNameBytes:
-		return bad("Group", "at most %d bytes, got %d", pelwarden.MaxNameBytes, len(c.Group))
-	case len(c.Consumer) > pelwarden.MaxNameBytes:
-		return bad("Consumer", "at most %d bytes, got %d", pelwarden.MaxNameBytes, len(c.Consumer))
 	case c.NackDelay < 0:
 		return bad("NackDelay", "must not be negative, got %v", c.NackDelay)
 	case c.CloseTimeout < 0:
@@ -323,7 +325,7 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 			continue
 		}
 		err := s.rdb.XGroupCreateMkStream(ctx, stream, s.cfg.Group, start).Err()
-		if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+		if err != nil && !pelwarden.Matches(err, pelwarden.ErrGroupExists) {
 			return fmt.Errorf("pelwarden/watermill: create group %q on %s: %w", s.cfg.Group, stream, err)
 		}
 	}

@@ -42,11 +42,16 @@ func (t Topics) streamName(topic string) (string, error) {
 	if t.Stream != nil {
 		name = t.Stream(topic)
 	}
-	if name == "" || len(name) > pelwarden.MaxNameBytes-16 {
-		return "", &pelwarden.ArgumentError{Scope: "pelwarden/watermill", Field: "topic", Reason: fmt.Sprintf("topic %q maps to stream %q: stream names are 1 to %d bytes", topic, name, pelwarden.MaxNameBytes-16)}
+	if pelwarden.CheckName(name) != nil || len(name) > maxStreamBytes {
+		return "", &pelwarden.ArgumentError{Scope: "pelwarden/watermill", Field: "topic", Reason: fmt.Sprintf("topic %q maps to stream %q: stream names are 1 to %d bytes", topic, name, maxStreamBytes)}
 	}
 	return name, nil
 }
+
+// maxStreamBytes bounds the stream of a topic below pelwarden.MaxNameBytes,
+// leaving room for the names made from it (its dead-letter stream, "{" +
+// stream + "}:dead"), so that they pass pelwarden.CheckName too.
+const maxStreamBytes = pelwarden.MaxNameBytes - 16
 
 // streams returns the topic's streams (one, or its partitions) and, for a
 // single stream, its dead-letter stream.

@@ -10,7 +10,10 @@
 // caller's goroutine after each page, and return what they did so far
 // together with any error. Errors from the library keep their sentinels
 // (errors.Is(err, pelwarden.ErrNoGroup)); errors from plain commands name
-// the command and key and wrap the server's error.
+// the command and key and wrap the server's error (a pelwarden.CommandError,
+// which also matches the sentinel its reply means: see pelwarden.Matches).
+// The package never reads a reply's text itself: pelwarden.Classify and
+// pelwarden.Matches are the one place that does.
 //
 // Reads are bounded: every function reads at most a page (or a stated
 // number of pages) per call, so a 1,000,000-entry PEL or a 100,000-record

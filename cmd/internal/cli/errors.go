@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/pelwarden/pelwarden"
@@ -41,8 +40,7 @@ func failuref(format string, a ...any) error {
 // classify gives an error returned by the library or go-redis its exit code.
 func classify(err error) error {
 	switch {
-	case pelwarden.Classify(err) == pelwarden.ClassNoGroup, errors.Is(err, pelwarden.ErrWrongType),
-		redis.HasErrorPrefix(err, "WRONGTYPE"):
+	case pelwarden.Classify(err) == pelwarden.ClassNoGroup, pelwarden.Matches(err, pelwarden.ErrWrongType):
 		return &exitError{code: ExitBadTarget, err: err}
 	case errors.Is(err, pelwarden.ErrInvalidArgument), errors.Is(err, pelwarden.ErrCrossSlot):
 		return &exitError{code: ExitUsage, err: err}

@@ -56,7 +56,7 @@ func (s *Server) handleEntry(w http.ResponseWriter, r *http.Request) {
 	}
 	if group != "" {
 		rows, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: group, Start: id, End: id, Count: 1}).Result()
-		if err != nil && !redis.HasErrorPrefix(err, "NOGROUP") {
+		if err != nil && pelwarden.Classify(err) != pelwarden.ClassNoGroup {
 			s.failPage(w, r, http.StatusBadGateway, "XPENDING %s %s: %v", stream, group, err)
 			return
 		}
