@@ -188,10 +188,15 @@ type Config struct {
 	// ReadClaim: whether reads also take over idle entries where the
 	// server can (ReadClaimAuto, the default) or never (ReadClaimOff).
 	ReadClaim ReadClaimMode
-	// StallAfter: a pending entry of the group idle longer than this has
-	// outlasted the reclaim passes that should have taken it, and is
-	// reported as stalled: once per entry, with one log line naming the
-	// ids and owners (level Warn) and EventStalled. In a healthy group no
+	// StallAfter: a pending entry of the group idle longer than this, which
+	// a completed sweep of the PEL (a reclaim pass that reached its end, or
+	// a read that claims and found nothing more) left although it was
+	// claimable when the sweep began, has outlasted the reclaim that should
+	// have taken it, and is reported as stalled: once per entry, with one
+	// log line naming the ids and owners (level Warn) and EventStalled. A
+	// backlog the consumer is still working through (a dead consumer's
+	// large PEL, slow handlers) is not reported, however long its entries
+	// wait. In a healthy group no
 	// entry is ever reported; one that is points at a consumer whose
 	// reclaim loop is wedged, an entry too large to dead-letter (see
 	// EventTooLarge), or a bug in recovery, and this check makes it

@@ -50,6 +50,32 @@ type lane struct {
 	// readClaim is set while the lane's reads take idle entries over
 	// (XREADGROUP ... CLAIM MinIdle): see detectReadClaim.
 	readClaim atomic.Bool
+
+	// sweptAt is one more than the clock reading at which the latest
+	// completed sweep of the PEL began (0: none yet): a reclaim pass that
+	// reached the PEL's end, or a read that claims and found fewer entries
+	// than it asked for. Every entry claimable when such a sweep began was
+	// taken by it, unless it could not be (the stall check reports those;
+	// see swept).
+	sweptAt atomic.Int64
+}
+
+// swept records a completed sweep of the PEL that began at at (a clock
+// reading).
+func (l *lane) swept(at time.Duration) {
+	v := int64(at) + 1
+	for {
+		old := l.sweptAt.Load()
+		if old >= v || l.sweptAt.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+// sweptSince reports whether a completed sweep began at or after at.
+func (l *lane) sweptSince(at time.Duration) bool {
+	v := l.sweptAt.Load()
+	return v != 0 && v-1 >= int64(at)
 }
 
 // newLane returns the lane of cfg.Stream in session s; its acker queues at

@@ -102,6 +102,10 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 		}
 		got := len(msgs)
 		if claim > 0 {
+			if got < n {
+				// Nothing more idle for MinIdle: a sweep (see lane.sweptAt).
+				l.swept(began)
+			}
 			claimed := false
 			for _, m := range msgs {
 				if m.Deliveries > 1 {

@@ -75,6 +75,7 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 	rep := passReport{maxDeliveries: maxDeliveries}
 	defer rep.log(l)
 	cursor := "0-0"
+	passBegan := l.clock.now()
 	for ctx.Err() == nil {
 		res := l.flow.reserve(ctx, partyReclaim, l.cfg.ClaimCount)
 		n := res.n
@@ -123,6 +124,9 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 			ptrs[i] = &msgs[i]
 		}
 		l.dispatch(handlerCtx, ptrs, res, began, rtt, !page.Done(), claim)
+		if page.Done() {
+			l.swept(passBegan) // the whole PEL, from cursor 0-0 to its end
+		}
 		if page.Done() || onePage {
 			return
 		}

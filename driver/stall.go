@@ -35,8 +35,9 @@ func (l *lane) stallLoop(ctx context.Context) {
 	})
 }
 
-// stallCheck asks for the pending entries idle past StallAfter (and the
-// entries this consumer parked that long ago), and logs
+// stallCheck asks for the pending entries idle past StallAfter that a
+// completed sweep of the PEL left (and the entries this consumer parked
+// that long ago), and logs
 // and counts those that reported (what the previous check found) does not
 // hold. It returns what it found, for the next check: an entry that leaves
 // the list and stalls again later is reported again. On an error it logs,
@@ -50,6 +51,19 @@ func (l *lane) stallCheck(ctx context.Context, reported map[string]bool) map[str
 		return reported
 	}
 	more := len(found) == stallCount
+	// An entry idle past StallAfter is stalled only if a sweep of the PEL
+	// (see lane.sweptAt) began after it became claimable and left it: a
+	// backlog this consumer is still working through (a dead consumer's
+	// large PEL, slow handlers) keeps its entries idle for as long as it
+	// takes, and no pass has finished walking past them yet.
+	checked := l.clock.now()
+	swept := found[:0]
+	for _, p := range found {
+		if l.sweptSince(checked - p.Idle + l.cfg.claimableAfter()) {
+			swept = append(swept, p)
+		}
+	}
+	found = swept
 	// Parked entries (see parkedEntry) are held under the lease, so never
 	// idle: they are reported once parked for StallAfter.
 	found = append(found, l.held.parkedSince(l.cfg.StallAfter, l.cfg.Consumer)...)

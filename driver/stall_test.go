@@ -19,6 +19,7 @@ func TestStallCheck(t *testing.T) {
 	h.srv.pending("other", 1, 5*time.Minute, ids[3])
 	h.srv.pending("dead", 1, 59*time.Second, ids[4]) // not yet
 	h.srv.pending("me", 1, 0, ids[5])
+	h.l.swept(h.clock.now()) // a pass walked the PEL and left them
 
 	reported := h.l.stallCheck(t.Context(), nil)
 	require.Equal(t, 4, h.m.get(EventStalled))
@@ -53,12 +54,52 @@ func TestStallCheck(t *testing.T) {
 	require.Equal(t, 5, h.m.get(EventStalled))
 }
 
+// An entry idle past StallAfter is reported only once a sweep of the PEL
+// that began after it became claimable has completed and left it: a
+// backlog still being worked through is not a stall. A reclaim pass that
+// reaches the PEL's end is a sweep, from its start; so is a read that
+// claims and finds fewer entries than it asked for.
+func TestStallCheckWaitsForASweep(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(cfg *Config) { cfg.StallAfter = time.Minute })
+	h.clock.advance(time.Hour)
+	ids := h.srv.add(2)
+	h.srv.pending("dead", 1, 2*time.Minute, ids...)
+	require.Empty(t, h.l.stallCheck(t.Context(), nil), "no sweep yet")
+	h.l.swept(h.clock.now() - 2*time.Minute) // began before they were claimable
+	require.Empty(t, h.l.stallCheck(t.Context(), nil), "that sweep could not take them")
+	require.Zero(t, h.m.get(EventStalled))
+
+	// A pass that walks the whole PEL is a sweep, from its start; an entry
+	// idle past StallAfter that was claimable before that start and is
+	// still pending (one the pass left) is stalled.
+	before := h.clock.now()
+	h.l.reclaimPass(t.Context(), t.Context(), false)
+	require.True(t, h.l.sweptSince(before))
+	require.Len(t, h.s.jobs.drain(), 2, "the pass took both")
+	left := h.srv.add(1)
+	h.srv.pending("dead", 5, 2*time.Minute, left...)
+	reported := h.l.stallCheck(t.Context(), nil)
+	require.Equal(t, map[string]bool{left[0]: true}, reported)
+
+	// A read that claims and finds fewer entries than it asked for is a
+	// sweep too.
+	r := newHarness(t, nil)
+	r.clock.advance(time.Hour)
+	r.srv.claims = true
+	r.l.readClaim.Store(true)
+	require.False(t, r.l.sweptSince(0))
+	loopUntil(t, "a read", func(ctx context.Context) { r.l.readLoop(ctx, t.Context()) }, func() bool { return r.srv.callCount("read") >= 1 })
+	require.True(t, r.l.sweptSince(time.Hour), "a read that found nothing swept the PEL")
+}
+
 // A check looks at stallCount entries at most and says so.
 func TestStallCheckBounded(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(cfg *Config) { cfg.StallAfter = time.Minute })
 	ids := h.srv.add(stallCount + 5)
 	h.srv.pending("dead", 1, time.Hour, ids...)
+	h.l.swept(h.clock.now())
 	reported := h.l.stallCheck(t.Context(), nil)
 	require.Len(t, reported, stallCount)
 	require.Equal(t, stallCount, h.m.get(EventStalled))
