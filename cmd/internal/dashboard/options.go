@@ -76,7 +76,10 @@ type Options struct {
 	// MinIdle is the default stalled threshold. Defaults to DefaultMinIdle.
 	MinIdle time.Duration
 	// StuckAfter is the default stuck threshold: pending entries idle this
-	// long are listed as stuck, as the driver's stall check reports them.
+	// long are listed as stuck. It is idle time alone: the dashboard cannot
+	// see a consumer's sweeps of the PEL, so the entries of a backlog still
+	// being drained are listed too, where the driver's stall check (which
+	// also waits for a completed sweep to leave an entry) reports none.
 	// Defaults to DefaultStuckAfter.
 	StuckAfter time.Duration
 	// MaxDeliveries is the default poison threshold. Defaults to
