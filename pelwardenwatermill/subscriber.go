@@ -286,14 +286,16 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		if err != nil {
 			s.cfg.Logger.Error("pelwarden/watermill: subscription stopped", "topic", topic, "group", s.cfg.Group, "consumer", c.Name(), "err", err)
 		}
-		close(ended)
-		close(sub.out)
+		// Free the topic before the channel closes: a caller that sees
+		// the close may subscribe again at once.
 		s.mu.Lock()
 		delete(s.subs, sub)
 		if s.cfg.Consumer != "" {
 			s.byTopic[topic]--
 		}
 		s.mu.Unlock()
+		close(ended)
+		close(sub.out)
 	}()
 	return sub.out, nil
 }
