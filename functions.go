@@ -924,3 +924,210 @@ func (l *Library) checkSlots(fn string, keys ...string) error {
 	}
 	return nil
 }
+
+// LeaseKeyFor is the conventional lease key of a partition stream: the
+// stream's name with ":lease" appended, in the stream's cluster slot when
+// the stream's name is one hash tag (as Partitions makes them).
+func LeaseKeyFor(stream string) string { return stream + ":lease" }
+
+// Lease is the state of a partition's lease as a lease function saw it.
+type Lease struct {
+	// Held reports whether the calling consumer holds the lease now.
+	Held bool
+	// Owner holds the lease ("" when free).
+	Owner string
+	// Token is the lease's fencing token: it grows by one each time the
+	// lease passes to another consumer and never goes down.
+	Token int64
+	// TTL is how long the lease lasts from the call (0 when expired).
+	TTL time.Duration
+}
+
+// LeaseArgs are the arguments of AcquireLease.
+type LeaseArgs struct {
+	// Stream (the partition), Lease (its lease key, see LeaseKeyFor),
+	// Group and Consumer are required; Lease must hash to Stream's slot.
+	Stream, Lease, Group, Consumer string
+	// TTL is how long the lease lasts from the call; at least 1 ms.
+	TTL time.Duration
+}
+
+// AcquireLease takes or renews a partition's lease for Consumer: it is
+// taken when free, expired or already Consumer's. A consumer that held it
+// keeps its token, any other gets the next one. A lease another consumer
+// holds and that has not expired is left alone (Held false, Owner and TTL
+// say whose and for how long).
+func (l *Library) AcquireLease(ctx context.Context, a LeaseArgs) (*Lease, error) {
+	const fn = FunctionLease
+	if err := checkLeaseKeys(fn, a.Stream, a.Lease, a.Group, a.Consumer); err != nil {
+		return nil, err
+	}
+	if err := l.checkSlots(fn, a.Stream, a.Lease); err != nil {
+		return nil, err
+	}
+	if a.TTL < time.Millisecond {
+		return nil, argError(fn, "TTL", "must be at least 1ms, got %v", a.TTL)
+	}
+	v, err := l.call(ctx, fn, []string{a.Stream, a.Lease}, a.Group, a.Consumer, ms(a.TTL))
+	if err != nil {
+		return nil, err
+	}
+	return decodeLease(v)
+}
+
+// ReleaseLeaseArgs are the arguments of ReleaseLease.
+type ReleaseLeaseArgs struct {
+	// Stream, Lease, Group and Consumer are required.
+	Stream, Lease, Group, Consumer string
+	// Token is the token Consumer holds the lease with (at least 1).
+	Token int64
+	// AckID, when not "", is acked first while Consumer owns it (the entry
+	// handled last), in the same atomic call.
+	AckID string
+	// Delete also XDELs the acked entry.
+	Delete bool
+}
+
+// ReleaseLeaseResult is the outcome of ReleaseLease.
+type ReleaseLeaseResult struct {
+	// Released is false when Consumer did not hold the lease with Token:
+	// nothing changed.
+	Released bool
+	// Acked reports whether AckID was acked.
+	Acked bool
+}
+
+// ReleaseLease frees a partition's lease at once, for a graceful hand-over:
+// another consumer may acquire it with the next call. Its token stays, so
+// the next owner's token is greater.
+func (l *Library) ReleaseLease(ctx context.Context, a ReleaseLeaseArgs) (*ReleaseLeaseResult, error) {
+	const fn = FunctionLeaseRelease
+	if err := checkLeaseKeys(fn, a.Stream, a.Lease, a.Group, a.Consumer); err != nil {
+		return nil, err
+	}
+	if err := l.checkSlots(fn, a.Stream, a.Lease); err != nil {
+		return nil, err
+	}
+	if a.Token < 1 {
+		return nil, argError(fn, "Token", "must be at least 1, got %d", a.Token)
+	}
+	args := []any{a.Group, a.Consumer, a.Token, flag(a.Delete)}
+	if a.AckID != "" {
+		if err := checkID(fn, "AckID", a.AckID); err != nil {
+			return nil, err
+		}
+		args = append(args, a.AckID)
+	}
+	v, err := l.call(ctx, fn, []string{a.Stream, a.Lease}, args...)
+	if err != nil {
+		return nil, err
+	}
+	return decodeLeaseRelease(v)
+}
+
+// LeaseNextArgs are the arguments of LeaseNext.
+type LeaseNextArgs struct {
+	// Stream, DeadLetterStream, Lease, Group and Consumer are required;
+	// the three keys must differ and hash to one slot.
+	Stream, DeadLetterStream, Lease, Group, Consumer string
+	// Token is the token Consumer holds the lease with (at least 1).
+	Token int64
+	// TTL renews the lease to last this long from the call; at least 1 ms.
+	TTL time.Duration
+	// MaxDeliveries: a pending head already delivered this many times is
+	// dead-lettered. Zero means no limit.
+	MaxDeliveries int
+	// Delete also XDELs acked and dead-lettered entries.
+	Delete bool
+	// AckID, when not "", is acked first while Consumer owns it.
+	AckID string
+	// Backoff is the delay per attempt, as in ClaimArgs: a head delivered n
+	// times and idle less than Backoff[min(n, len(Backoff))-1] blocks the
+	// partition for the time left.
+	Backoff []time.Duration
+}
+
+// LeaseNextResult is the outcome of LeaseNext.
+type LeaseNextResult struct {
+	// Held is false when Consumer does not hold the lease with Token:
+	// nothing changed, the rest is empty; stop handling the partition.
+	Held bool
+	// Acked reports whether AckID was acked.
+	Acked bool
+	// Entry is the partition's next entry, now owned by Consumer with its
+	// delivery count bumped, or nil.
+	Entry *Entry
+	// DeadLettered ids (pending heads at MaxDeliveries) were copied to the
+	// dead-letter stream and acked.
+	DeadLettered []string
+	// Deleted ids were pending but gone from the stream; they were cleared.
+	Deleted []string
+	// Blocked is the pending head that blocks the partition ("" when none):
+	// it waits for its backoff (Wait) or, with Wait < 0, is too large to be
+	// dead-lettered by the library and waits for an operator.
+	Blocked string
+	// Wait is the time left before Blocked may be tried again.
+	Wait time.Duration
+	// BlockedDeliveries is Blocked's delivery count.
+	BlockedDeliveries int64
+}
+
+// LeaseNext is the ordered step of a lease holder, one atomic call: it
+// checks the fence (Consumer holds the lease with Token), renews the lease,
+// acks AckID, and hands out the partition's next entry in stream order: the
+// lowest pending id of the group, whoever owns it (a previous owner's
+// entries come first, in id order), else one new entry. Pending heads at
+// MaxDeliveries are dead-lettered on the way (at most 100 per call); a head
+// in its backoff blocks the partition (Blocked, Wait) and nothing behind it
+// is handed out. One entry per call, so every delivery counted by the
+// server is an attempt.
+func (l *Library) LeaseNext(ctx context.Context, a LeaseNextArgs) (*LeaseNextResult, error) {
+	const fn = FunctionLeaseNext
+	if err := checkLeaseKeys(fn, a.Stream, a.Lease, a.Group, a.Consumer); err != nil {
+		return nil, err
+	}
+	if err := checkName(fn, "DeadLetterStream", a.DeadLetterStream); err != nil {
+		return nil, err
+	}
+	if a.DeadLetterStream == a.Stream || a.DeadLetterStream == a.Lease {
+		return nil, argError(fn, "DeadLetterStream", "must differ from Stream and Lease")
+	}
+	if err := l.checkSlots(fn, a.Stream, a.DeadLetterStream, a.Lease); err != nil {
+		return nil, err
+	}
+	switch {
+	case a.Token < 1:
+		return nil, argError(fn, "Token", "must be at least 1, got %d", a.Token)
+	case a.TTL < time.Millisecond:
+		return nil, argError(fn, "TTL", "must be at least 1ms, got %v", a.TTL)
+	case a.MaxDeliveries < 0:
+		return nil, argError(fn, "MaxDeliveries", "must not be negative, got %d", a.MaxDeliveries)
+	}
+	if a.AckID != "" {
+		if err := checkID(fn, "AckID", a.AckID); err != nil {
+			return nil, err
+		}
+	}
+	args := []any{a.Group, a.Consumer, a.Token, ms(a.TTL), a.MaxDeliveries, flag(a.Delete), a.AckID}
+	for i, d := range a.Backoff {
+		if err := checkDuration(fn, fmt.Sprintf("Backoff[%d]", i), d); err != nil {
+			return nil, err
+		}
+		args = append(args, ms(d))
+	}
+	v, err := l.call(ctx, fn, []string{a.Stream, a.DeadLetterStream, a.Lease}, args...)
+	if err != nil {
+		return nil, err
+	}
+	return decodeLeaseNext(v)
+}
+
+func checkLeaseKeys(fn, stream, lease, group, consumer string) error {
+	if err := checkNames(fn, "Stream", stream, "Lease", lease, "Group", group, "Consumer", consumer); err != nil {
+		return err
+	}
+	if stream == lease {
+		return argError(fn, "Lease", "must differ from Stream")
+	}
+	return nil
+}

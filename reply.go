@@ -406,3 +406,104 @@ func decodeTrim(v any) (*TrimResult, error) {
 	}
 	return r, nil
 }
+
+func decodeLease(v any) (*Lease, error) {
+	const fn = FunctionLease
+	a, err := asArray(fn, "reply", v, 4)
+	if err != nil {
+		return nil, err
+	}
+	held, err := asInt(fn, "held", a[0])
+	if err != nil {
+		return nil, err
+	}
+	r := &Lease{Held: held == 1}
+	if r.Owner, err = asString(fn, "owner", a[1]); err != nil {
+		return nil, err
+	}
+	if r.Token, err = asInt(fn, "token", a[2]); err != nil {
+		return nil, err
+	}
+	ttl, err := asInt(fn, "ttl", a[3])
+	if err != nil {
+		return nil, err
+	}
+	r.TTL = msDuration(ttl)
+	return r, nil
+}
+
+func decodeLeaseRelease(v any) (*ReleaseLeaseResult, error) {
+	const fn = FunctionLeaseRelease
+	a, err := asArray(fn, "reply", v, 2)
+	if err != nil {
+		return nil, err
+	}
+	released, err := asInt(fn, "released", a[0])
+	if err != nil {
+		return nil, err
+	}
+	acked, err := asInt(fn, "acked", a[1])
+	if err != nil {
+		return nil, err
+	}
+	return &ReleaseLeaseResult{Released: released == 1, Acked: acked == 1}, nil
+}
+
+func decodeLeaseNext(v any) (*LeaseNextResult, error) {
+	const fn = FunctionLeaseNext
+	a, err := asArray(fn, "reply", v, 8)
+	if err != nil {
+		return nil, err
+	}
+	held, err := asInt(fn, "held", a[0])
+	if err != nil {
+		return nil, err
+	}
+	acked, err := asInt(fn, "acked", a[1])
+	if err != nil {
+		return nil, err
+	}
+	r := &LeaseNextResult{Held: held == 1, Acked: acked == 1}
+	live, err := asArray(fn, "entries", a[2], 0)
+	if err != nil {
+		return nil, err
+	}
+	if len(live) > 1 {
+		return nil, malformed(fn, "entries: want at most 1, got %d", len(live))
+	}
+	if len(live) == 1 {
+		ea, err := asArray(fn, "entries[0]", live[0], 3)
+		if err != nil {
+			return nil, err
+		}
+		e := &Entry{}
+		if e.ID, err = asString(fn, "entries[0].id", ea[0]); err != nil {
+			return nil, err
+		}
+		if e.Fields, err = asFields(fn, "entries[0].fields", ea[1]); err != nil {
+			return nil, err
+		}
+		if e.Deliveries, err = asInt(fn, "entries[0].deliveries", ea[2]); err != nil {
+			return nil, err
+		}
+		r.Entry = e
+	}
+	if r.DeadLettered, err = asStrings(fn, "dead-lettered", a[3]); err != nil {
+		return nil, err
+	}
+	if r.Deleted, err = asStrings(fn, "deleted", a[4]); err != nil {
+		return nil, err
+	}
+	if r.Blocked, err = asString(fn, "blocked", a[5]); err != nil {
+		return nil, err
+	}
+	wait, err := asInt(fn, "wait", a[6])
+	if err != nil {
+		return nil, err
+	}
+	r.Wait = msDuration(wait)
+	if r.BlockedDeliveries, err = asInt(fn, "blocked-deliveries", a[7]); err != nil {
+		return nil, err
+	}
+	return r, nil
+}

@@ -28,7 +28,7 @@ Conventions
   field data.
 ]]
 
-local LIBRARY_VERSION = '1.1.1'
+local LIBRARY_VERSION = '1.2.0'
 
 -- @@errors-begin (parsed by errors_test.go: keep one code per line)
 local ERRORS = {
@@ -1129,6 +1129,235 @@ local function trimplan(keys, args)
 end
 
 ------------------------------------------------------------------------------
+-- Partition leases (added in 1.2.0): ordered consumption of a partitioned
+-- stream. A partition (one stream) is owned by at most one consumer of a
+-- group at a time through a lease kept in a hash next to the stream
+-- (fields owner, token, expires; same hash slot). The token is a fencing
+-- token: it grows by one each time the lease passes to a consumer that did
+-- not hold it with that token, and never goes down (the hash is never
+-- deleted by the library: deleting it restarts the tokens, so don't). A
+-- call made with a token other than the current one, or by another
+-- consumer, changes nothing and reports the lease as not held.
+-- Times are the server's clock (TIME), milliseconds.
+
+-- The lease hash's state: owner ('' when free), token, expires (ms).
+local function leasestate(lease)
+  local h = call('HMGET', lease, 'owner', 'token', 'expires')
+  return h[1] or '', tonumber(h[2] or '0') or 0, tonumber(h[3] or '0') or 0
+end
+
+-- Whether consumer holds the lease with token. An expired lease is still
+-- held while nobody took it: the token only moves when another consumer
+-- acquires it, so nobody else has run the partition's entries.
+local function holds(lease, consumer, token)
+  local owner, cur = leasestate(lease)
+  return owner == consumer and cur == token and token > 0
+end
+
+local function leasekeys(keys, fn)
+  local stream, lease = keys[1], keys[2]
+  if stream == nil or lease == nil then
+    fail(ERRORS.BADARG, fn .. ' needs 2 keys: stream, lease')
+  end
+  if stream == lease then
+    fail(ERRORS.BADARG, 'the lease key must differ from the stream')
+  end
+  return stream, lease
+end
+
+-- The fenced ack of one id by the lease holder: acked only while consumer
+-- owns it in the PEL. Returns 1 when acked, else 0.
+local function leaseackone(stream, group, consumer, id, delete)
+  local owner = pendinginfo(stream, group, id)
+  if owner ~= consumer then return 0 end
+  call('XACK', stream, group, id)
+  if delete then call('XDEL', stream, id) end
+  return 1
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_lease: acquire or renew a partition's lease (added in 1.2.0).
+--
+-- KEYS[1] stream      the partition
+-- KEYS[2] lease       its lease hash (same hash slot as KEYS[1])
+-- ARGV[1] group
+-- ARGV[2] consumer    the caller
+-- ARGV[3] ttl ms      the lease lasts this long from now, 1..2^53
+-- The lease is taken when it is free, expired, or already the caller's; a
+-- caller that held it keeps its token, anyone else gets token + 1. A lease
+-- held by another consumer and not expired is left alone.
+-- Reply: { held (1: the caller holds the lease now, 0: another does),
+--          owner ('' when free), token, ttl-left ms (0 when expired) }
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWNOPERM, PWSERVER
+local function lease(keys, args)
+  local stream, key = leasekeys(keys, 'lease')
+  local group = argname(args, 1, 'group')
+  local consumer = argname(args, 2, 'consumer')
+  local ttl = argint(args, 3, 'ttl', 1, 2 ^ 53)
+  allow({{'TYPE', stream}, {'XPENDING', stream, group}, {'HMGET', key, 'owner'},
+    {'HSET', key, 'owner', ''}, {'TIME'}})
+  needgroup(stream, group)
+  local owner, token, expires = leasestate(key)
+  local now = nowms()
+  if owner ~= consumer and owner ~= '' and expires > now then
+    return {0, owner, token, expires - now}
+  end
+  if owner ~= consumer or token == 0 then token = token + 1 end
+  call('HSET', key, 'owner', consumer, 'token', tostring(token), 'expires', tostring(now + ttl))
+  return {1, consumer, token, ttl}
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_lease_release: give a partition's lease back at once, for a
+-- graceful hand-over (added in 1.2.0).
+--
+-- KEYS[1] stream
+-- KEYS[2] lease
+-- ARGV[1] group
+-- ARGV[2] consumer
+-- ARGV[3] token       the caller's token
+-- ARGV[4] delete      "1": also XDEL the acked entry
+-- ARGV[5] ack-id      optional: an id to ack first (fenced, see lease_next)
+-- Reply: { released (1, or 0 when the caller did not hold the lease with
+--          that token: nothing changed), acked (0 or 1) }
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
+local function leaserelease(keys, args)
+  local stream, key = leasekeys(keys, 'lease_release')
+  local group = argname(args, 1, 'group')
+  local consumer = argname(args, 2, 'consumer')
+  local token = argint(args, 3, 'token', 1, 2 ^ 53)
+  local delete = argbool(args, 4, 'delete')
+  local ackid = args[5]
+  if ackid ~= nil then checkid(ackid, 'ack-id') end
+  local checks = {{'TYPE', stream}, {'XPENDING', stream, group}, {'HMGET', key, 'owner'}, {'HSET', key, 'owner', ''}}
+  if ackid ~= nil then
+    checks[#checks + 1] = {'XACK', stream, group, '0-0'}
+    if delete then checks[#checks + 1] = {'XDEL', stream, '0-0'} end
+  end
+  allow(checks)
+  needgroup(stream, group)
+  if not holds(key, consumer, token) then return {0, 0} end
+  local acked = 0
+  if ackid ~= nil then acked = leaseackone(stream, group, consumer, ackid, delete) end
+  call('HSET', key, 'owner', '', 'expires', '0')
+  return {1, acked}
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_lease_next: the ordered step of a lease holder (added in
+-- 1.2.0): ack the entry just handled, renew the lease, and hand out the
+-- partition's next entry in stream order.
+--
+-- KEYS[1] stream
+-- KEYS[2] dead-letter stream
+-- KEYS[3] lease
+-- ARGV[1] group
+-- ARGV[2] consumer
+-- ARGV[3] token            the caller's token
+-- ARGV[4] ttl ms           the lease is renewed to last this long, 1..2^53
+-- ARGV[5] max-deliveries   0 = no limit
+-- ARGV[6] delete           "1": XDEL acked and dead-lettered entries
+-- ARGV[7] ack-id           "" or the id handled last: acked first while the
+--                          caller owns it in the PEL
+-- ARGV[8..] backoff ms     as in claim: delay before attempt n+1
+-- The next entry is the lowest pending id of the group (whoever owns it:
+-- the old owner's entries first, in id order), claimed to the caller with
+-- its delivery count bumped; only when nothing is pending, one new entry
+-- (XREADGROUP ... COUNT 1 ... >). One entry at a time, so every delivery
+-- counted is an attempt. A pending head already delivered max-deliveries
+-- times is dead-lettered (as claim does) and the next head looked at, at
+-- most LEASE_SCAN per call. A head delivered n times and idle less than
+-- its backoff delay blocks the partition: it is reported with the time
+-- left, and nothing behind it is handed out.
+-- Reply: { held (0: the caller does not hold the lease with that token;
+--          nothing changed and the rest is empty),
+--          acked (0 or 1),
+--          { {id, {field, value, ...}, deliveries} } at most one entry,
+--          { id, ... } dead-lettered,
+--          { id, ... } deleted from the stream while pending (cleared),
+--          blocked head id ('' when none), its wait ms (-1: too large to
+--          dead-letter, left for an operator), its deliveries }
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
+local LEASE_SCAN = 100
+local function leasenext(keys, args)
+  local stream, dlq, key = keys[1], keys[2], keys[3]
+  if stream == nil or dlq == nil or key == nil then
+    fail(ERRORS.BADARG, 'lease_next needs 3 keys: stream, dead-letter stream, lease')
+  end
+  if stream == dlq or stream == key or dlq == key then
+    fail(ERRORS.BADARG, 'the stream, dead-letter stream and lease keys must differ')
+  end
+  local group = argname(args, 1, 'group')
+  local consumer = argname(args, 2, 'consumer')
+  local token = argint(args, 3, 'token', 1, 2 ^ 53)
+  local ttl = argint(args, 4, 'ttl', 1, 2 ^ 53)
+  local maxdeliveries = argint(args, 5, 'max-deliveries', 0, 2 ^ 53)
+  local delete = argbool(args, 6, 'delete')
+  local ackid = argstr(args, 7, 'ack-id')
+  if ackid ~= '' then checkid(ackid, 'ack-id') end
+  local backoff = {}
+  for i = 8, #args do
+    backoff[#backoff + 1] = argint(args, i, 'backoff', 0, 2 ^ 53)
+  end
+  local checks = {{'TYPE', stream}, {'TYPE', dlq}, {'XPENDING', stream, group}, {'XACK', stream, group, '0-0'},
+    {'HMGET', key, 'owner'}, {'HSET', key, 'owner', ''}, {'TIME'},
+    {'XCLAIM', stream, group, consumer, '0', '0-0'}, {'XREADGROUP', 'GROUP', group, consumer, 'STREAMS', stream, '>'}}
+  if maxdeliveries > 0 then
+    checks[#checks + 1] = {'XRANGE', stream, '-', '+'}
+    checks[#checks + 1] = {'XADD', dlq, '*', 'f', 'v'}
+  end
+  if delete then checks[#checks + 1] = {'XDEL', stream, '0-0'} end
+  allow(checks)
+  needgroup(stream, group)
+  streamkey(dlq)
+  if not holds(key, consumer, token) then return {0, 0, {}, {}, {}, '', 0, 0} end
+  local now = nowms()
+  call('HSET', key, 'expires', tostring(now + ttl))
+  local acked = 0
+  if ackid ~= '' then acked = leaseackone(stream, group, consumer, ackid, delete) end
+
+  local dead, deleted = {}, {}
+  for _, p in ipairs(call('XPENDING', stream, group, '-', '+', LEASE_SCAN)) do
+    local id, owner, idle, deliveries = p[1], p[2], tonumber(p[3]), tonumber(p[4])
+    if maxdeliveries > 0 and deliveries >= maxdeliveries then
+      local done = deadletterone(stream, dlq, group, id, owner, deliveries, REASON_MAX_DELIVERIES, '', now, delete)
+      if done == 'deleted' then
+        deleted[#deleted + 1] = id
+      elseif done == 'toolarge' then
+        return {1, acked, {}, dead, deleted, id, -1, deliveries}
+      else
+        dead[#dead + 1] = id
+      end
+    else
+      if #backoff > 0 and deliveries > 0 then
+        local delay = backoff[math.min(deliveries, #backoff)]
+        if idle < delay then
+          return {1, acked, {}, dead, deleted, id, delay - idle, deliveries}
+        end
+      end
+      local c = call('XCLAIM', stream, group, consumer, 0, id)
+      if #c == 0 or type(c[1][2]) ~= 'table' then
+        call('XACK', stream, group, id)
+        deleted[#deleted + 1] = id
+      else
+        return {1, acked, {{id, c[1][2], deliveries + 1}}, dead, deleted, '', 0, 0}
+      end
+    end
+  end
+  if #dead + #deleted >= LEASE_SCAN then
+    -- The scan budget is spent: the caller asks again.
+    return {1, acked, {}, dead, deleted, '', 0, 0}
+  end
+  local live = {}
+  local r = call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', 1, 'STREAMS', stream, '>')
+  if type(r) == 'table' and r[1] ~= nil then
+    local e = r[1][2][1]
+    if e ~= nil then live[1] = {e[1], e[2], 1} end
+  end
+  return {1, acked, live, dead, deleted, '', 0, 0}
+end
+
+------------------------------------------------------------------------------
 -- pelwarden_v1_version: the library's version, e.g. "1.1.0" (read only).
 --
 -- KEYS: none. ARGV: none.
@@ -1144,7 +1373,10 @@ end
 -- only acknowledge, re-time or delete what is already there, so they run
 -- on a server at maxmemory (noeviction) too: a full server must not keep a
 -- consumer from settling the entries it holds, nor an operator from
--- trimming what every group is done with. claim (it may dead-letter), deadletter and
+-- trimming what every group is done with. lease and lease_release (1.2.0)
+-- only re-time or free a lease (and ack), so they run there too, and a
+-- graceful stop can still hand its partitions over. claim (it may
+-- dead-letter), lease_next (it may too), deadletter and
 -- redrive add entries and stay refused there. Under EVALSHA no script has
 -- flags: the server then refuses only commands that grow memory (XADD), so
 -- the same split holds.
@@ -1160,6 +1392,9 @@ local FUNCTIONS = {
   {name = 'pelwarden_v1_trim', fn = trim, flags = {'allow-oom'}},
   {name = 'pelwarden_v1_trim_plan', fn = trimplan, flags = {'no-writes'}},
   {name = 'pelwarden_v1_version', fn = version, flags = {'no-writes'}},
+  {name = 'pelwarden_v1_lease', fn = lease, flags = {'allow-oom'}},
+  {name = 'pelwarden_v1_lease_release', fn = leaserelease, flags = {'allow-oom'}},
+  {name = 'pelwarden_v1_lease_next', fn = leasenext, flags = {}},
 }
 -- @@register (everything below is replaced by lua/shim.lua under EVALSHA)
 -- The load-time environment is minimal (no ipairs on Redis 7.0): plain loop.

@@ -1,0 +1,256 @@
+package integration_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/pelwardentest"
+)
+
+// eachMode runs fn on every server of the matrix through FCALL and through
+// the EVALSHA fallback (an ACL user refused FUNCTION, FCALL and FCALL_RO).
+func eachMode(t *testing.T, fn func(t *testing.T, s *target, lib *pelwarden.Library)) {
+	t.Helper()
+	each(t, func(t *testing.T, s *target) {
+		for _, mode := range []string{"fcall", "evalsha"} {
+			t.Run(mode, func(t *testing.T) {
+				t.Parallel()
+				lib := s.lib
+				if mode == "evalsha" {
+					tag := strings.NewReplacer("/", ".", ":", ".").Replace(t.Name())
+					rdb := restrictedClient(t, t.Context(), s, "lease-"+tag, "-function", "-fcall", "-fcall_ro")
+					lib = pelwarden.NewLibrary(rdb)
+					res, err := lib.Load(t.Context())
+					require.NoError(t, err)
+					require.Equal(t, pelwarden.ModeEval, res.Mode)
+				}
+				fn(t, s, lib)
+			})
+		}
+	})
+}
+
+// leaseOf is a fixture's lease arguments for consumer c.
+func leaseOf(f *pelwardentest.Fixture, c string, ttl time.Duration) pelwarden.LeaseArgs {
+	return pelwarden.LeaseArgs{Stream: f.Stream, Lease: pelwarden.LeaseKeyFor(f.Stream), Group: f.Group, Consumer: c, TTL: ttl}
+}
+
+func nextOf(f *pelwardentest.Fixture, c string, token int64, ack string) pelwarden.LeaseNextArgs {
+	return pelwarden.LeaseNextArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Lease: pelwarden.LeaseKeyFor(f.Stream),
+		Group: f.Group, Consumer: c, Token: token, TTL: time.Minute, AckID: ack}
+}
+
+// One owner at a time: a held lease is refused to others, renewed by its
+// holder with the same token, handed over at once by a release with the
+// next token, and the old token is fenced off everywhere.
+func TestLeaseOwnerAndFence(t *testing.T) {
+	eachMode(t, func(t *testing.T, s *target, lib *pelwarden.Library) {
+		ctx := t.Context()
+		f := s.fixture(t)
+		f.Produce(1, order)
+
+		a, err := lib.AcquireLease(ctx, leaseOf(f, "a", time.Hour))
+		require.NoError(t, err)
+		require.Equal(t, &pelwarden.Lease{Held: true, Owner: "a", Token: 1, TTL: time.Hour}, a)
+
+		b, err := lib.AcquireLease(ctx, leaseOf(f, "b", time.Hour))
+		require.NoError(t, err)
+		require.False(t, b.Held)
+		require.Equal(t, "a", b.Owner)
+		require.EqualValues(t, 1, b.Token)
+		require.Positive(t, b.TTL)
+
+		again, err := lib.AcquireLease(ctx, leaseOf(f, "a", time.Hour))
+		require.NoError(t, err)
+		require.True(t, again.Held)
+		require.EqualValues(t, 1, again.Token, "a renewal keeps the token")
+
+		n, err := lib.LeaseNext(ctx, nextOf(f, "a", 1, ""))
+		require.NoError(t, err)
+		require.True(t, n.Held)
+		require.NotNil(t, n.Entry)
+		first := n.Entry.ID
+
+		// A stale or foreign token changes nothing.
+		stale, err := lib.ReleaseLease(ctx, pelwarden.ReleaseLeaseArgs{Stream: f.Stream, Lease: pelwarden.LeaseKeyFor(f.Stream), Group: f.Group, Consumer: "a", Token: 2})
+		require.NoError(t, err)
+		require.False(t, stale.Released)
+		foreign, err := lib.LeaseNext(ctx, nextOf(f, "b", 1, first))
+		require.NoError(t, err)
+		require.False(t, foreign.Held)
+		require.Nil(t, foreign.Entry)
+		require.False(t, foreign.Acked)
+		require.EqualValues(t, 1, f.PendingCount(), "b's ack changed nothing")
+
+		// The graceful hand-over: a releases, b acquires at once with token 2.
+		rel, err := lib.ReleaseLease(ctx, pelwarden.ReleaseLeaseArgs{Stream: f.Stream, Lease: pelwarden.LeaseKeyFor(f.Stream), Group: f.Group, Consumer: "a", Token: 1})
+		require.NoError(t, err)
+		require.Equal(t, &pelwarden.ReleaseLeaseResult{Released: true}, rel)
+		b, err = lib.AcquireLease(ctx, leaseOf(f, "b", time.Hour))
+		require.NoError(t, err)
+		require.Equal(t, &pelwarden.Lease{Held: true, Owner: "b", Token: 2, TTL: time.Hour}, b)
+
+		// a's late ack of the entry it held is refused by the fence: the
+		// entry stays pending, and b gets it next, redelivered.
+		late, err := lib.LeaseNext(ctx, nextOf(f, "a", 1, first))
+		require.NoError(t, err)
+		require.False(t, late.Held)
+		require.EqualValues(t, 1, f.PendingCount())
+		nb, err := lib.LeaseNext(ctx, nextOf(f, "b", 2, ""))
+		require.NoError(t, err)
+		require.True(t, nb.Held)
+		require.Equal(t, first, nb.Entry.ID)
+		require.EqualValues(t, 2, nb.Entry.Deliveries)
+		done, err := lib.LeaseNext(ctx, nextOf(f, "b", 2, first))
+		require.NoError(t, err)
+		require.True(t, done.Acked)
+		require.Nil(t, done.Entry)
+		require.Zero(t, f.PendingCount())
+
+		// Going back to a consumer that held the lease before still moves
+		// the token forward.
+		_, err = lib.ReleaseLease(ctx, pelwarden.ReleaseLeaseArgs{Stream: f.Stream, Lease: pelwarden.LeaseKeyFor(f.Stream), Group: f.Group, Consumer: "b", Token: 2})
+		require.NoError(t, err)
+		a, err = lib.AcquireLease(ctx, leaseOf(f, "a", time.Hour))
+		require.NoError(t, err)
+		require.EqualValues(t, 3, a.Token)
+	})
+}
+
+// A lease that is not renewed expires and another consumer takes it with
+// the next token; the old holder is fenced off from then on.
+func TestLeaseExpires(t *testing.T) {
+	eachMode(t, func(t *testing.T, s *target, lib *pelwarden.Library) {
+		ctx := t.Context()
+		f := s.fixture(t)
+		a, err := lib.AcquireLease(ctx, leaseOf(f, "a", 20*time.Millisecond))
+		require.NoError(t, err)
+		require.True(t, a.Held)
+		var b *pelwarden.Lease
+		f.Eventually("b acquires the expired lease", func() bool {
+			b, err = lib.AcquireLease(ctx, leaseOf(f, "b", time.Hour))
+			require.NoError(t, err)
+			return b.Held
+		})
+		require.EqualValues(t, 2, b.Token)
+		n, err := lib.LeaseNext(ctx, nextOf(f, "a", 1, ""))
+		require.NoError(t, err)
+		require.False(t, n.Held)
+	})
+}
+
+// The ordered step hands out one entry at a time in stream order, acking
+// the previous one in the same call; a new owner first gets the previous
+// owner's pending entries in id order, then new ones.
+func TestLeaseNextInOrder(t *testing.T) {
+	eachMode(t, func(t *testing.T, s *target, lib *pelwarden.Library) {
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(6, order)
+		_, err := lib.AcquireLease(ctx, leaseOf(f, "a", time.Hour))
+		require.NoError(t, err)
+		ack := ""
+		for _, want := range ids[:3] {
+			n, err := lib.LeaseNext(ctx, nextOf(f, "a", 1, ack))
+			require.NoError(t, err)
+			require.Equal(t, ack != "", n.Acked)
+			require.Equal(t, want, n.Entry.ID)
+			require.EqualValues(t, 1, n.Entry.Deliveries)
+			ack = n.Entry.ID
+		}
+		// a "crashes" holding ids[2], with ids[3] and ids[4] also delivered
+		// to it by a plain read (a stale prefetch): all three are pending.
+		require.Len(t, f.LeavePending("a", 2), 2)
+		_, err = s.rdb.HSet(ctx, pelwarden.LeaseKeyFor(f.Stream), "expires", "0").Result()
+		require.NoError(t, err)
+		b, err := lib.AcquireLease(ctx, leaseOf(f, "b", time.Hour))
+		require.NoError(t, err)
+		require.True(t, b.Held)
+		ack = ""
+		var got []string
+		for range 4 {
+			n, err := lib.LeaseNext(ctx, nextOf(f, "b", b.Token, ack))
+			require.NoError(t, err)
+			require.NotNil(t, n.Entry)
+			got = append(got, n.Entry.ID)
+			ack = n.Entry.ID
+		}
+		require.Equal(t, ids[2:], got)
+		n, err := lib.LeaseNext(ctx, nextOf(f, "b", b.Token, ack))
+		require.NoError(t, err)
+		require.True(t, n.Acked)
+		require.Nil(t, n.Entry)
+		require.Zero(t, f.PendingCount())
+	})
+}
+
+// A failing head blocks its partition through its backoff and only until
+// MaxDeliveries: then it is dead-lettered in the same call that hands out
+// the entry behind it.
+func TestLeaseNextPoison(t *testing.T) {
+	eachMode(t, func(t *testing.T, s *target, lib *pelwarden.Library) {
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(2, order)
+		_, err := lib.AcquireLease(ctx, leaseOf(f, "a", time.Hour))
+		require.NoError(t, err)
+		args := nextOf(f, "a", 1, "")
+		args.MaxDeliveries = 2
+		for d := int64(1); d <= 2; d++ {
+			n, err := lib.LeaseNext(ctx, args)
+			require.NoError(t, err)
+			require.Equal(t, ids[0], n.Entry.ID, "the head again, not the entry behind it")
+			require.Equal(t, d, n.Entry.Deliveries)
+		}
+		// At MaxDeliveries the head is dead-lettered whatever its backoff,
+		// and the entry behind it comes in the same call.
+		blocked := args
+		blocked.Backoff = []time.Duration{time.Hour}
+		n, err := lib.LeaseNext(ctx, blocked)
+		require.NoError(t, err)
+		require.Equal(t, []string{ids[0]}, n.DeadLettered)
+		require.Equal(t, ids[1], n.Entry.ID)
+		require.EqualValues(t, 1, n.Entry.Deliveries)
+		recs, err := s.rdb.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
+		require.NoError(t, err)
+		require.Len(t, recs, 1)
+		require.Equal(t, ids[0], recs[0].Values[pelwarden.FieldOriginalID])
+		require.Equal(t, pelwarden.ReasonMaxDeliveries, recs[0].Values[pelwarden.FieldReason])
+		require.Equal(t, "2", recs[0].Values[pelwarden.FieldDeliveries])
+
+		// ids[1] fails once: with a backoff it blocks the partition for the
+		// time left, naming itself.
+		blocked.MaxDeliveries = 5
+		n, err = lib.LeaseNext(ctx, blocked)
+		require.NoError(t, err)
+		require.Nil(t, n.Entry)
+		require.Equal(t, ids[1], n.Blocked)
+		require.EqualValues(t, 1, n.BlockedDeliveries)
+		require.Positive(t, n.Wait)
+		require.LessOrEqual(t, n.Wait, time.Hour)
+	})
+}
+
+// Bad input is refused before any round trip, naming the field.
+func TestLeaseArguments(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	lib := pelwarden.NewLibrary(rdb)
+	ctx := t.Context()
+	_, err := lib.AcquireLease(ctx, pelwarden.LeaseArgs{Stream: "{s}", Lease: "{s}", Group: "g", Consumer: "c", TTL: time.Second})
+	require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
+	_, err = lib.AcquireLease(ctx, pelwarden.LeaseArgs{Stream: "{s}", Lease: "{s}:lease", Group: "g", Consumer: "c"})
+	require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
+	require.ErrorContains(t, err, "TTL")
+	_, err = lib.LeaseNext(ctx, pelwarden.LeaseNextArgs{Stream: "{s}", DeadLetterStream: "{s}:lease", Lease: "{s}:lease", Group: "g", Consumer: "c", Token: 1, TTL: time.Second})
+	require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
+	_, err = lib.ReleaseLease(ctx, pelwarden.ReleaseLeaseArgs{Stream: "{s}", Lease: "{s}:lease", Group: "g", Consumer: "c"})
+	require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
+	require.ErrorContains(t, err, "Token")
+}
