@@ -254,3 +254,29 @@ func TestLeaseArguments(t *testing.T) {
 	require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
 	require.ErrorContains(t, err, "Token")
 }
+
+// A user missing a command the lease functions need gets ErrNoPermission
+// naming it, before anything changed.
+func TestLeaseNoPermission(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := t.Context()
+		f := s.fixture(t)
+		f.Produce(1, order)
+		tag := strings.NewReplacer("/", ".", ":", ".").Replace(t.Name())
+		lib := pelwarden.NewLibrary(restrictedClient(t, ctx, s, "lease-nohset-"+tag, "-hset"))
+		_, err := lib.AcquireLease(ctx, leaseOf(f, "a", time.Hour))
+		require.ErrorIs(t, err, pelwarden.ErrNoPermission)
+		require.ErrorContains(t, err, "hset")
+		n, err := s.rdb.Exists(ctx, pelwarden.LeaseKeyFor(f.Stream)).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "no lease written")
+
+		_, err = s.lib.AcquireLease(ctx, leaseOf(f, "a", time.Hour))
+		require.NoError(t, err)
+		lib = pelwarden.NewLibrary(restrictedClient(t, ctx, s, "lease-noread-"+tag, "-xreadgroup"))
+		_, err = lib.LeaseNext(ctx, nextOf(f, "a", 1, ""))
+		require.ErrorIs(t, err, pelwarden.ErrNoPermission)
+		require.ErrorContains(t, err, "xreadgroup")
+		require.Zero(t, f.PendingCount(), "nothing delivered")
+	})
+}
