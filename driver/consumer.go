@@ -80,8 +80,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
 	}
-	s, lanes := newSession(c.cfg, c.log, c.lib, c.laneServer, monoClock{})
-	lingering, err := s.serve(ctx, lanes)
+	var lingering <-chan struct{}
+	var err error
+	if c.cfg.Ordered {
+		members := &redisMembers{rdb: c.rdb, key: MembersKey(c.cfg.Streams, c.cfg.Group), consumer: c.cfg.Consumer}
+		lingering, err = newOrderedRun(c.cfg, c.log, c.lib, c.partitionServer, members, monoClock{}).serve(ctx)
+	} else {
+		s, lanes := newSession(c.cfg, c.log, c.lib, c.laneServer, monoClock{})
+		lingering, err = s.serve(ctx, lanes)
+	}
 	if lingering == nil {
 		c.running.Store(false)
 	} else {
@@ -90,6 +97,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 		go func() { <-lingering; c.running.Store(false) }()
 	}
 	return err
+}
+
+// partitionServer is the server of the partition cfg.Stream in ordered
+// mode.
+func (c *Consumer) partitionServer(cfg Config) partitionServer {
+	return &redisPartition{rdb: c.rdb, lib: c.lib, stream: cfg.Stream, deadLetterStream: cfg.DeadLetterStream,
+		lease: pelwarden.LeaseKeyFor(cfg.Stream), group: cfg.Group, consumer: cfg.Consumer,
+		backoff: cfg.Backoff, maxDeliveries: cfg.claimMaxDeliveries()}
 }
 
 // laneServer is the server of the lane of cfg.Stream.

@@ -51,6 +51,23 @@ const (
 	// EventStalled: pending entries found idle past Config.StallAfter,
 	// each counted once by each consumer that found it (see StallAfter).
 	EventStalled
+	// EventLeaseAcquired: partition leases this consumer took, in ordered
+	// mode (Config.Ordered).
+	EventLeaseAcquired
+	// EventLeaseReleased: partition leases this consumer gave back on a
+	// graceful hand-over (a rebalance or its stop), in ordered mode.
+	EventLeaseReleased
+	// EventLeaseLost: partition leases this consumer lost in ordered mode:
+	// the server answered that another consumer holds it, or it could not
+	// renew it in time (PartitionLease less its margin). A handler running
+	// then is cancelled with ErrLostOwnership and its outcome dropped
+	// (counted as EventLostOwnership too).
+	EventLeaseLost
+	// EventPartitionBlocked: times a partition's head blocked it in
+	// ordered mode (once per head): it failed and waits for its Backoff,
+	// or it reached MaxDeliveries but is too large to dead-letter. Each
+	// is also logged once, naming the stream and the entry.
+	EventPartitionBlocked
 	numEvents
 )
 
@@ -58,6 +75,7 @@ var eventNames = [numEvents]string{
 	"read", "handled", "handler_error", "handler_panic", "claimed", "deleted_from_pel",
 	"acked", "lost_ownership", "lease_extended", "reaped", "command_error", "too_large",
 	"paused", "trimmed", "dead_letter_trimmed", "stalled",
+	"lease_acquired", "lease_released", "lease_lost", "partition_blocked",
 }
 
 // String returns the event's snake_case name, e.g. "deleted_from_pel".
