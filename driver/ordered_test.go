@@ -1,0 +1,493 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+func testPartitions(t *testing.T, n int) []string {
+	t.Helper()
+	names, err := pelwarden.Partitions("orders", n)
+	require.NoError(t, err)
+	return names
+}
+
+// ownedCounts is how many partitions each named consumer's lease holds.
+func ownedCounts(w *fakeWorld, names ...string) []int {
+	o := w.owners()
+	out := make([]int, len(names))
+	for i, n := range names {
+		out[i] = o[n]
+	}
+	return out
+}
+
+// The shares add up to the partitions and differ by at most one; the
+// first members in byte order take the extra ones; a consumer whose own
+// heartbeat is not in the view counts itself in.
+func TestShareOf(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		members []string
+		n       int
+		want    []int
+	}{
+		{[]string{"a", "b", "c"}, 8, []int{3, 3, 2}},
+		{[]string{"a", "b", "c", "d"}, 10, []int{3, 3, 2, 2}},
+		{[]string{"a", "b", "c"}, 2, []int{1, 1, 0}},
+		{[]string{"a"}, 16, []int{16}},
+		{[]string{"a", "b"}, 64, []int{32, 32}},
+	} {
+		sum := 0
+		for i, self := range tc.members {
+			got := shareOf(tc.members, self, tc.n)
+			require.Equal(t, tc.want[i], got, "%v: %s of %d", tc.members, self, tc.n)
+			sum += got
+		}
+		require.Equal(t, tc.n, sum, "%v: the shares cover every partition", tc.members)
+	}
+	require.Equal(t, 4, shareOf([]string{"a"}, "b", 8), "b not yet seen: one more member")
+	require.Equal(t, 7, shareOf(nil, "b", 7), "no view at all: b alone")
+}
+
+// Consumers joining and leaving: each takes its share (shareOf) and no
+// more, so counts differ by at most one; a graceful stop releases its
+// leases at once (with the last ack) and leaves the membership, and the
+// others take the partitions over. Entries produced all along are each
+// handled once, in order per partition, never by two handlers at once.
+func TestOrderedSpreadAndGracefulHandOver(t *testing.T) {
+	t.Parallel()
+	streams := testPartitions(t, 8)
+	w := newFakeWorld(streams...)
+	hs := newHandlings(t)
+	handler := func(c *Config) { c.Handler = hs.wrap(func(context.Context, *Message) error { return nil }) }
+	produced := 0
+	produce := func() {
+		for _, s := range streams {
+			w.add(s, 5)
+		}
+		produced += 5 * len(streams)
+	}
+
+	produce()
+	a := w.start(t, streams, "a", handler)
+	b := w.start(t, streams, "b", handler)
+	eventually(t, "a and b share 8 partitions 4/4", func() bool { return slices.Equal(ownedCounts(w, "a", "b"), []int{4, 4}) })
+	c := w.start(t, streams, "c", handler)
+	eventually(t, "a, b and c share them 3/3/2", func() bool { return slices.Equal(ownedCounts(w, "a", "b", "c"), []int{3, 3, 2}) })
+	produce()
+	eventually(t, "every entry so far handled", func() bool { return hs.count() == produced })
+	require.Positive(t, a.m.get(EventLeaseReleased)+b.m.get(EventLeaseReleased), "a or b gave partitions back to c")
+
+	c.stop(t)
+	require.Equal(t, 2, c.m.get(EventLeaseReleased), "c released both its leases on its graceful stop")
+	require.Zero(t, c.m.get(EventLeaseLost))
+	eventually(t, "a and b take c's partitions: 4/4", func() bool { return slices.Equal(ownedCounts(w, "a", "b", "c"), []int{4, 4, 0}) })
+	produce()
+	eventually(t, "every entry handled", func() bool { return hs.count() == produced })
+
+	for _, s := range streams {
+		require.Equal(t, w.parts[s].order, hs.of(s), "%s: each entry once, in stream order", s)
+		eventually(t, "the last entries acked", func() bool { return len(w.pendingOf(s)) == 0 })
+	}
+	for _, x := range []*orderedConsumer{a, b, c} {
+		require.Zero(t, x.m.get(EventLeaseLost), "%s lost no lease", x.name)
+		require.Zero(t, x.m.get(EventLostOwnership), "%s lost no entry", x.name)
+	}
+}
+
+// A new owner handles the partition's pending entries first (an old
+// owner's, in id order, each delivered once more), then new ones; every
+// one is acked by the call that fetches the next, and the last by the
+// release of a graceful stop.
+func TestOrderedHandlesInOrderPendingFirst(t *testing.T) {
+	t.Parallel()
+	streams := testPartitions(t, 2)
+	w := newFakeWorld(streams...)
+	w.add(streams[0], 6)
+	w.deliver(streams[0], "gone", 3) // 1-0, 2-0, 3-0 pending with a dead consumer
+	w.add(streams[1], 2)
+	hs := newHandlings(t)
+	var mu sync.Mutex
+	deliveries := map[string]int64{}
+	a := w.start(t, streams, "a", func(c *Config) {
+		c.Handler = hs.wrap(func(_ context.Context, m *Message) error {
+			mu.Lock()
+			deliveries[m.Stream+" "+m.ID] = m.Deliveries
+			mu.Unlock()
+			return nil
+		})
+	})
+	eventually(t, "all 8 handled", func() bool { return hs.count() == 8 })
+	require.Equal(t, []string{"1-0", "2-0", "3-0", "4-0", "5-0", "6-0"}, hs.of(streams[0]))
+	require.Equal(t, []string{"1-0", "2-0"}, hs.of(streams[1]))
+	mu.Lock()
+	require.Equal(t, int64(2), deliveries[streams[0]+" 1-0"], "the old owner's entry: its second delivery")
+	require.Equal(t, int64(1), deliveries[streams[0]+" 4-0"], "a new entry: its first")
+	mu.Unlock()
+	a.stop(t)
+	for _, s := range streams {
+		require.Empty(t, w.pendingOf(s), "%s: everything acked", s)
+		owner, _ := w.lease(s)
+		require.Empty(t, owner, "%s: lease released", s)
+	}
+	require.Equal(t, 8, a.m.get(EventHandled))
+	require.Equal(t, 8, a.m.get(EventAcked))
+}
+
+// A graceful stop while a handler runs: the owner waits for it, then the
+// release call carries its ack (lease_release acks in the same call).
+func TestOrderedStopReleasesWithTheLastAck(t *testing.T) {
+	t.Parallel()
+	streams := testPartitions(t, 1)
+	w := newFakeWorld(streams...)
+	w.add(streams[0], 1)
+	started := make(chan struct{})
+	var once sync.Once
+	a := w.start(t, streams, "a", func(c *Config) {
+		c.Handler = HandlerFunc(func(context.Context, *Message) error {
+			once.Do(func() { close(started) })
+			time.Sleep(20 * time.Millisecond) // still running when the stop begins
+			return nil
+		})
+	})
+	<-started
+	a.stop(t)
+	require.Equal(t, []string{"1-0"}, w.acks["releaseLease a "+streams[0]], "the release carried the handled entry's ack")
+	require.Empty(t, w.pendingOf(streams[0]))
+	owner, token := w.lease(streams[0])
+	require.Empty(t, owner, "the lease is free at once")
+	require.Equal(t, int64(1), token, "its token stays: the next owner's will be greater")
+	require.Equal(t, 1, a.m.get(EventLeaseReleased))
+	require.Equal(t, 1, a.m.get(EventAcked))
+}
+
+// A slow handler keeps its partition: the owner renews the lease every
+// PartitionLease/3 while it runs, with the same token, however long it
+// takes; no lease is lost and the entry is acked once it returns.
+func TestOrderedRenewsWhileTheHandlerRuns(t *testing.T) {
+	t.Parallel()
+	streams := testPartitions(t, 1)
+	w := newFakeWorld(streams...)
+	w.add(streams[0], 1)
+	started, finish := make(chan struct{}), make(chan struct{})
+	var cancelled error
+	a := w.start(t, streams, "a", func(c *Config) {
+		c.Handler = HandlerFunc(func(ctx context.Context, _ *Message) error {
+			close(started)
+			<-finish
+			cancelled = ctx.Err()
+			return nil
+		})
+	})
+	<-started
+	renewals := w.callCount("acquire", "a", streams[0])
+	w.pass(3*testPartitionLease, time.Second)
+	require.GreaterOrEqual(t, w.callCount("acquire", "a", streams[0])-renewals, 8, "renewed about every 10s of 90s")
+	owner, token := w.lease(streams[0])
+	require.Equal(t, "a", owner)
+	require.Equal(t, int64(1), token, "renewals keep the token")
+	close(finish)
+	eventually(t, "acked", func() bool { return len(w.pendingOf(streams[0])) == 0 })
+	require.NoError(t, cancelled, "the handler's context was never cancelled")
+	require.Zero(t, a.m.get(EventLeaseLost))
+	require.Equal(t, 1, a.m.get(EventHandled))
+}
+
+// A crashed owner (cut off: it cannot renew, release or heartbeat): its
+// partitions free when their leases expire, by the server's clock, and
+// the survivor takes them all (the crashed member's heartbeat lapses too)
+// and handles what was left, from the crashed owner's pending entry on.
+// The crashed owner stops handling once its local validity passed.
+func TestOrderedCrashedOwnerFreesAtExpiry(t *testing.T) {
+	t.Parallel()
+	streams := testPartitions(t, 4)
+	w := newFakeWorld(streams...)
+	hs := newHandlings(t)
+	a := w.start(t, streams, "a", func(c *Config) {
+		c.Handler = hs.wrap(func(context.Context, *Message) error { return nil })
+		c.ShutdownTimeout = 200 * time.Millisecond // how long its releases are retried once cut off
+	})
+	b := w.start(t, streams, "b", func(c *Config) { c.Handler = hs.wrap(func(context.Context, *Message) error { return nil }) })
+	eventually(t, "2/2", func() bool { return slices.Equal(ownedCounts(w, "a", "b"), []int{2, 2}) })
+	aParts := map[string]int64{} // a's partitions and their tokens
+	for _, s := range streams {
+		if o, token := w.lease(s); o == "a" {
+			aParts[s] = token
+		}
+	}
+
+	w.cutOff("a", true)
+	for _, s := range streams {
+		w.add(s, 3)
+	}
+	w.pass(testPartitionLease/2, time.Second)
+	require.Equal(t, 2, w.owners()["a"], "a's leases hold until they expire")
+	for s := range aParts {
+		require.Empty(t, hs.of(s), "%s: nobody handles a's partitions meanwhile", s)
+	}
+	w.pass(testPartitionLease, time.Second)
+	eventually(t, "b owns all 4", func() bool { return slices.Equal(ownedCounts(w, "a", "b"), []int{0, 4}) })
+	eventually(t, "all 12 handled", func() bool { return hs.count() == 12 })
+	for _, s := range streams {
+		require.Equal(t, []string{"1-0", "2-0", "3-0"}, hs.of(s), "%s in order", s)
+		if was, ok := aParts[s]; ok {
+			owner, token := w.lease(s)
+			require.Equal(t, "b", owner)
+			require.Equal(t, was+1, token, "%s: passed from a to b, the token moved on", s)
+		}
+	}
+	require.Equal(t, 2, a.m.get(EventLeaseLost), "a gave up both leases once they could not be renewed")
+	require.Zero(t, b.m.get(EventLeaseLost))
+	w.cutOff("a", false)
+}
+
+// The server answers a renewal that another consumer holds the lease now
+// (it lapsed and was taken): the running handler's context is cancelled
+// with ErrLostOwnership, its success is dropped (not acked: the entry
+// stays pending for the new owner), and the partition is not touched
+// again while the other consumer holds it.
+func TestOrderedLostLeaseCancelsTheHandler(t *testing.T) {
+	t.Parallel()
+	streams := testPartitions(t, 1)
+	w := newFakeWorld(streams...)
+	w.add(streams[0], 2)
+	started := make(chan struct{})
+	causes := make(chan error, 1)
+	a := w.start(t, streams, "a", func(c *Config) {
+		c.Handler = HandlerFunc(func(ctx context.Context, _ *Message) error {
+			close(started)
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return nil // a success the owner must drop
+		})
+	})
+	<-started
+	w.steal(streams[0], "thief")
+	nexts := w.callCount("next", "a", streams[0])
+	w.pass(testPartitionLease/3, time.Second) // the next renewal is due
+	require.ErrorIs(t, <-causes, ErrLostOwnership)
+	eventually(t, "counted", func() bool { return a.m.get(EventLostOwnership) == 1 })
+	require.Equal(t, 1, a.m.get(EventLeaseLost))
+	require.Zero(t, a.m.get(EventHandled), "the outcome was dropped")
+	require.Equal(t, []string{"1-0"}, w.pendingOf(streams[0]), "not acked: still pending for the new owner")
+	eventually(t, "a tries to take it back", func() bool { return w.callCount("acquire", "a", streams[0]) > 3 })
+	require.Equal(t, nexts, w.callCount("next", "a", streams[0]), "no next call on a partition another consumer holds")
+	require.Zero(t, w.callCount("releaseLease", "a", streams[0]), "no release with a token that lost")
+	owner, _ := w.lease(streams[0])
+	require.Equal(t, "thief", owner)
+}
+
+// Cut off while a handler runs, the owner cannot renew: it cancels the
+// handler with ErrLostOwnership once PartitionLease less its margin has
+// passed since it SENT its last successful renewal (here a renewal that
+// took 5s of the clock: the validity runs from before it), not before.
+func TestOrderedLeaseLapsesByTheLocalClock(t *testing.T) {
+	t.Parallel()
+	streams := testPartitions(t, 1)
+	w := newFakeWorld(streams...)
+	w.add(streams[0], 1)
+	started := make(chan struct{})
+	causes := make(chan error, 1)
+	a := w.start(t, streams, "a", func(c *Config) {
+		c.Handler = HandlerFunc(func(ctx context.Context, _ *Message) error {
+			close(started)
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return nil
+		})
+	})
+	<-started
+	// The handler started at about 0s; a renewal is due at 10s. It is sent
+	// at 10s and takes 5s; then a is cut off.
+	slow := make(chan struct{})
+	w.mu.Lock()
+	w.hook = func(op, consumer string) {
+		if op == "acquire" && consumer == "a" && w.clock.now() >= 10*time.Second && !closedNow(slow) {
+			w.clock.advance(5 * time.Second)
+			close(slow)
+		}
+	}
+	w.mu.Unlock()
+	require.Zero(t, w.clock.now(), "the handler started at 0s")
+	w.clock.advance(10 * time.Second)
+	<-slow
+	w.cutOff("a", true)
+	// Valid until 10s + 30s - 7.5s = 32.5s.
+	w.clock.advance(32*time.Second - w.clock.now())
+	tries := w.callCount("acquire", "a", streams[0])
+	eventually(t, "a tried to renew at 32s", func() bool { return w.callCount("acquire", "a", streams[0]) > tries+2 })
+	select {
+	case err := <-causes:
+		t.Fatalf("cancelled before its validity ran out: %v", err)
+	default:
+	}
+	w.clock.advance(time.Second) // 33s
+	require.ErrorIs(t, <-causes, ErrLostOwnership)
+	eventually(t, "counted", func() bool { return a.m.get(EventLostOwnership) == 1 })
+	require.Equal(t, 1, a.m.get(EventLeaseLost))
+	require.Equal(t, []string{"1-0"}, w.pendingOf(streams[0]), "not acked")
+	w.cutOff("a", false)
+}
+
+// A failing head blocks only its partition: it is tried MaxDeliveries
+// times, then lease_next dead-letters it (reason max_deliveries) and the
+// partition moves on; the other partition is handled meanwhile.
+func TestOrderedPoisonHeadDeadLettered(t *testing.T) {
+	t.Parallel()
+	streams := testPartitions(t, 2)
+	w := newFakeWorld(streams...)
+	w.add(streams[0], 3)
+	w.add(streams[1], 3)
+	hs := newHandlings(t)
+	a := w.start(t, streams, "a", func(c *Config) {
+		c.MaxDeliveries = 3
+		c.Handler = hs.wrap(func(_ context.Context, m *Message) error {
+			if m.Stream == streams[0] && m.ID == "1-0" {
+				return errHandler
+			}
+			return nil
+		})
+	})
+	eventually(t, "all handled", func() bool { return len(hs.of(streams[0])) == 5 && len(hs.of(streams[1])) == 3 })
+	require.Equal(t, []string{"1-0", "1-0", "1-0", "2-0", "3-0"}, hs.of(streams[0]), "the head 3 times, then the rest in order")
+	require.Equal(t, []string{"1-0", "2-0", "3-0"}, hs.of(streams[1]))
+	require.Equal(t, []string{"1-0"}, w.deadOf(streams[0]))
+	eventually(t, "acked", func() bool { return len(w.pendingOf(streams[0])) == 0 })
+	require.Equal(t, 1, a.m.deadLettered(pelwarden.ReasonMaxDeliveries))
+	require.Equal(t, 3, a.m.get(EventHandlerError))
+	require.Contains(t, a.logs.String(), "dead-lettered the partition's head after MaxDeliveries")
+}
+
+// With Backoff, a failed head blocks its partition for its delay: the
+// partition is reported blocked once (EventPartitionBlocked, one log line
+// naming the stream and the entry) while the other partition goes on;
+// once the delay passed the head is tried again and the partition
+// unblocks.
+func TestOrderedBackoffBlocksOnlyItsPartition(t *testing.T) {
+	t.Parallel()
+	streams := testPartitions(t, 2)
+	w := newFakeWorld(streams...)
+	w.add(streams[0], 2)
+	hs := newHandlings(t)
+	var mu sync.Mutex
+	failed := false
+	a := w.start(t, streams, "a", func(c *Config) {
+		c.Backoff = []time.Duration{20 * time.Second}
+		c.Handler = hs.wrap(func(_ context.Context, m *Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if m.Stream == streams[0] && !failed {
+				failed = true
+				return errHandler
+			}
+			return nil
+		})
+	})
+	eventually(t, "blocked", func() bool { return a.m.get(EventPartitionBlocked) == 1 })
+	w.add(streams[1], 2)
+	eventually(t, "the other partition goes on", func() bool { return len(hs.of(streams[1])) == 2 })
+	require.Equal(t, []string{"1-0"}, hs.of(streams[0]), "nothing behind the blocked head")
+	line := logLine(t, a.logs.String(), "partition blocked by its head")
+	require.Contains(t, line, streams[0], "the line names the partition")
+	require.Contains(t, line, "id=1-0", "and its head")
+	w.pass(20*time.Second, time.Second)
+	eventually(t, "retried, then the rest", func() bool { return len(hs.of(streams[0])) == 3 })
+	require.Equal(t, []string{"1-0", "1-0", "2-0"}, hs.of(streams[0]))
+	require.Equal(t, 1, a.m.get(EventPartitionBlocked), "reported once")
+	eventually(t, "unblocked", func() bool { return len(w.pendingOf(streams[0])) == 0 })
+	require.Contains(t, a.logs.String(), "partition unblocked")
+	require.Empty(t, w.deadOf(streams[0]))
+}
+
+// DeadLetter from a handler: the entry goes to the dead-letter stream at
+// once and the partition moves on; RetryAfter: the partition waits, then
+// the same head comes back.
+func TestOrderedHandlerOutcomes(t *testing.T) {
+	t.Parallel()
+	streams := testPartitions(t, 1)
+	w := newFakeWorld(streams...)
+	w.add(streams[0], 3)
+	hs := newHandlings(t)
+	var mu sync.Mutex
+	retried := false
+	w.start(t, streams, "a", func(c *Config) {
+		c.Handler = hs.wrap(func(_ context.Context, m *Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case m.ID == "1-0":
+				return DeadLetter(errors.New("bad order"))
+			case m.ID == "2-0" && !retried:
+				retried = true
+				return RetryAfter(5*time.Millisecond, errors.New("later"))
+			}
+			return nil
+		})
+	})
+	eventually(t, "all handled", func() bool { return len(hs.of(streams[0])) == 4 })
+	require.Equal(t, []string{"1-0", "2-0", "2-0", "3-0"}, hs.of(streams[0]))
+	require.Equal(t, []string{"1-0"}, w.deadOf(streams[0]))
+	eventually(t, "acked", func() bool { return len(w.pendingOf(streams[0])) == 0 })
+}
+
+// Ordered mode's Config errors name the field, as every Config error does.
+func TestNewOrderedValidates(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	ok := Config{Streams: testPartitions(t, 4), Group: "billing", Handler: nopHandler(), Ordered: true}
+	_, err := New(rdb, ok)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		field string
+		mod   func(*Config)
+	}{
+		{"PartitionLease", func(c *Config) { c.Ordered = false; c.PartitionLease = time.Second }},
+		{"PartitionLease", func(c *Config) { c.PartitionLease = 50 * time.Millisecond }},
+		{"PartitionLease", func(c *Config) { c.PartitionLease = -time.Second }},
+		{"AckMode", func(c *Config) { c.AckMode = AckPlain }},
+		{"Prefetch", func(c *Config) { c.Prefetch = 4 }},
+		{"TrimInterval", func(c *Config) { c.TrimInterval = time.Minute }},
+		{"ReapIdle", func(c *Config) { c.ReapIdle = time.Hour }},
+		{"DeadLetterMaxAge", func(c *Config) { c.DeadLetterMaxAge = time.Hour }},
+		{"DeadLetterMaxLen", func(c *Config) { c.DeadLetterMaxLen = 10 }},
+		{"Streams[1]", func(c *Config) { c.Streams = []string{"{a}", "b"} }},
+	} {
+		cfg := ok
+		tc.mod(&cfg)
+		_, err := New(rdb, cfg)
+		var ae *pelwarden.ArgumentError
+		require.True(t, errors.As(err, &ae), "%s: %v", tc.field, err)
+		require.Equal(t, "Config."+tc.field, ae.Field, "%v", err)
+		require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
+	}
+	c, err := New(rdb, ok)
+	require.NoError(t, err)
+	require.Equal(t, DefaultPartitionLease, c.Config().PartitionLease, "the default lease")
+	require.Equal(t, fmt.Sprint(slices.Min(ok.Streams), ":members:billing"), MembersKey(ok.Streams, "billing"))
+}
+
+// logLine returns the one line of logs that contains msg.
+func logLine(t *testing.T, logs, msg string) string {
+	t.Helper()
+	var found []string
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, msg) {
+			found = append(found, l)
+		}
+	}
+	require.Len(t, found, 1, "one line %q in:\n%s", msg, logs)
+	return found[0]
+}
