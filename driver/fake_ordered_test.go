@@ -30,6 +30,7 @@ type fakeWorld struct {
 	parts   map[string]*fakePartition
 	members map[string]time.Duration  // name -> heartbeat lasts until
 	cut     map[string]bool           // consumers whose calls fail, as if cut off
+	fails   map[string]error          // "op consumer" -> the error every such call returns
 	calls   map[string]int            // "op consumer stream" -> calls
 	acks    map[string][]string       // "releaseLease consumer stream" -> the ack-ids it carried
 	hook    func(op, consumer string) // called with mu held
@@ -52,7 +53,7 @@ var errCut = errors.New("dial tcp: connection refused")
 
 func newFakeWorld(streams ...string) *fakeWorld {
 	w := &fakeWorld{clock: &fakeClock{}, parts: map[string]*fakePartition{}, members: map[string]time.Duration{},
-		cut: map[string]bool{}, calls: map[string]int{}, acks: map[string][]string{}}
+		cut: map[string]bool{}, fails: map[string]error{}, calls: map[string]int{}, acks: map[string][]string{}}
 	for _, s := range streams {
 		w.parts[s] = &fakePartition{entries: map[string][]pelwarden.Field{}, pel: map[string]*fakePending{}}
 	}
@@ -111,7 +112,14 @@ func (w *fakeWorld) call(op, consumer, stream string) error {
 	if w.cut[consumer] {
 		return errCut
 	}
-	return nil
+	return w.fails[op+" "+consumer]
+}
+
+// failAlways makes every call of op by consumer fail with err.
+func (w *fakeWorld) failAlways(op, consumer string, err error) {
+	w.mu.Lock()
+	w.fails[op+" "+consumer] = err
+	w.mu.Unlock()
 }
 
 func (w *fakeWorld) callCount(op, consumer, stream string) int {

@@ -6,7 +6,8 @@ import "time"
 type Event int
 
 const (
-	// EventRead: new entries read from the stream with XREADGROUP ">".
+	// EventRead: new entries read from the stream with XREADGROUP ">"
+	// (in ordered mode: handed out new by lease_next).
 	EventRead Event = iota
 	// EventHandled: handler calls that returned nil.
 	EventHandled
@@ -17,7 +18,9 @@ const (
 	// EventHandlerError).
 	EventHandlerPanic
 	// EventClaimed: idle entries taken over, by a reclaim pass or by a
-	// read (XREADGROUP ... CLAIM, see ReadClaimAuto).
+	// read (XREADGROUP ... CLAIM, see ReadClaimAuto); in ordered mode,
+	// pending entries handed out again by lease_next (a retry, or a
+	// previous owner's entry).
 	EventClaimed
 	// EventDeletedFromPEL: pending ids whose entries were gone from the
 	// stream, cleared from the PEL. Not a success.

@@ -134,9 +134,16 @@ func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err 
 	<-loopCtx.Done()
 	<-balanced
 
-	// The shutdown: every owner hands its partition over at the next
-	// boundary (at once when idle, after its handler otherwise); handlers
-	// get ShutdownTimeout to finish, then their contexts are cancelled.
+	// The shutdown: this consumer leaves the membership first, so that
+	// the others' next round counts it out, then every owner hands its
+	// partition over at the next boundary (at once when idle, after its
+	// handler otherwise); handlers get ShutdownTimeout to finish, then
+	// their contexts are cancelled.
+	leaveCtx, cancelLeave := context.WithTimeout(r.bg, cfg.ShutdownTimeout)
+	defer cancelLeave()
+	if err := r.members.leave(leaveCtx); err != nil {
+		r.commandError(nil, "leave membership", err, 0)
+	}
 	r.mu.Lock()
 	for _, o := range r.owners {
 		o.handOverSoon()
@@ -152,12 +159,6 @@ func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err 
 			lingering = done
 		}
 	}
-	leaveCtx, cancel := context.WithTimeout(r.bg, cfg.ShutdownTimeout)
-	defer cancel()
-	if err := r.members.leave(leaveCtx); err != nil {
-		r.commandError(nil, "leave membership", err, 0)
-	}
-
 	r.stopMu.Lock()
 	stopErr := r.stopErr
 	r.stopMu.Unlock()

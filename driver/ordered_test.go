@@ -289,6 +289,50 @@ func TestOrderedLostLeaseCancelsTheHandler(t *testing.T) {
 	require.Equal(t, "thief", owner)
 }
 
+// The fence: the lease moved while a handler ran (no renewal was due), so
+// the next call, which carries the handled entry's ack, is refused whole:
+// nothing acked, nothing handed out, the partition left to its new owner.
+func TestOrderedFenceRefusesTheOldOwnersAck(t *testing.T) {
+	t.Parallel()
+	streams := testPartitions(t, 1)
+	w := newFakeWorld(streams...)
+	w.add(streams[0], 2)
+	hs := newHandlings(t)
+	a := w.start(t, streams, "a", func(c *Config) {
+		c.Handler = hs.wrap(func(_ context.Context, m *Message) error {
+			w.steal(m.Stream, "thief")
+			return nil
+		})
+	})
+	eventually(t, "the refused ack counted", func() bool { return a.m.get(EventLostOwnership) == 1 })
+	require.Equal(t, 1, a.m.get(EventLeaseLost))
+	require.Equal(t, 1, a.m.get(EventHandled), "the handler succeeded")
+	require.Zero(t, a.m.get(EventAcked), "but its ack was refused")
+	require.Equal(t, []string{"1-0"}, w.pendingOf(streams[0]), "still pending, for the new owner to run")
+	require.Equal(t, []string{"1-0"}, hs.of(streams[0]), "2-0 was not handed out")
+}
+
+// A refusal retrying cannot fix (the ACL refuses lease_next) stops the
+// consumer: Run returns it, matching pelwarden.ErrNoPermission.
+func TestOrderedStopsOnNoPermission(t *testing.T) {
+	t.Parallel()
+	streams := testPartitions(t, 2)
+	w := newFakeWorld(streams...)
+	w.failAlways("next", "a", fmt.Errorf("lease_next: %w", pelwarden.ErrNoPermission))
+	a := w.start(t, streams, "a", nil)
+	select {
+	case err := <-a.done:
+		require.ErrorIs(t, err, pelwarden.ErrNoPermission)
+		a.done = nil
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+	for _, s := range streams {
+		owner, _ := w.lease(s)
+		require.Empty(t, owner, "%s: the stop released its leases", s)
+	}
+}
+
 // Cut off while a handler runs, the owner cannot renew: it cancels the
 // handler with ErrLostOwnership once PartitionLease less its margin has
 // passed since it SENT its last successful renewal (here a renewal that

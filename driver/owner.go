@@ -221,6 +221,13 @@ func (o *owner) next() (*pelwarden.LeaseNextResult, bool) {
 	if n := len(res.Deleted); n > 0 {
 		o.run.m.Count(EventDeletedFromPEL, n)
 	}
+	switch {
+	case res.Entry == nil:
+	case res.Entry.Deliveries == 1:
+		o.run.m.Count(EventRead, 1) // a new entry
+	default:
+		o.run.m.Count(EventClaimed, 1) // a pending one: a retry, or a previous owner's
+	}
 	return res, true
 }
 
