@@ -211,11 +211,19 @@ func (r *orderedRun) balance(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, r.cfg.PartitionLease)
 	live, err := r.members.heartbeat(hctx, r.cfg.PartitionLease)
 	cancel()
-	r.mu.Lock()
 	if err != nil {
-		live = r.lastLive // a failed heartbeat keeps the last view
-	} else {
+		r.commandError(nil, "membership heartbeat", err, 0)
+	}
+	r.mu.Lock()
+	switch {
+	case err == nil:
 		r.lastLive = live
+	case r.lastLive == nil:
+		// No view yet: acquiring blind could take every partition.
+		r.mu.Unlock()
+		return
+	default:
+		live = r.lastLive // a failed heartbeat keeps the last view
 	}
 	self := r.cfg.Consumer
 	n := len(r.parts)
@@ -244,9 +252,6 @@ func (r *orderedRun) balance(ctx context.Context) {
 		}
 	}
 	r.mu.Unlock()
-	if err != nil {
-		r.commandError(nil, "membership heartbeat", err, 0)
-	}
 	for _, p := range free {
 		if kept >= share || ctx.Err() != nil {
 			return

@@ -217,7 +217,6 @@ func TestOrderedCrashedOwnerFreesAtExpiry(t *testing.T) {
 	hs := newHandlings(t)
 	a := w.start(t, streams, "a", func(c *Config) {
 		c.Handler = hs.wrap(func(context.Context, *Message) error { return nil })
-		c.ShutdownTimeout = 200 * time.Millisecond // how long its releases are retried once cut off
 	})
 	b := w.start(t, streams, "b", func(c *Config) { c.Handler = hs.wrap(func(context.Context, *Message) error { return nil }) })
 	eventually(t, "2/2", func() bool { return slices.Equal(ownedCounts(w, "a", "b"), []int{2, 2}) })
@@ -249,6 +248,9 @@ func TestOrderedCrashedOwnerFreesAtExpiry(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, a.m.get(EventLeaseLost), "a gave up both leases once they could not be renewed")
+	for s := range aParts {
+		require.Equal(t, 1, w.callCount("releaseLease", "a", s), "%s: one release tried after the lapse, not retried", s)
+	}
 	require.Zero(t, b.m.get(EventLeaseLost))
 	w.cutOff("a", false)
 }
@@ -534,4 +536,22 @@ func logLine(t *testing.T, logs, msg string) string {
 	}
 	require.Len(t, found, 1, "one line %q in:\n%s", msg, logs)
 	return found[0]
+}
+
+// Until its first heartbeat lands a consumer has no view of the group and
+// acquires nothing (blind, it would take every partition); once it lands,
+// it takes its share.
+func TestOrderedAcquiresNothingWithoutAView(t *testing.T) {
+	t.Parallel()
+	streams := testPartitions(t, 4)
+	w := newFakeWorld(streams...)
+	w.failAlways("heartbeat", "a", errCut)
+	a := w.start(t, streams, "a", nil)
+	eventually(t, "heartbeats tried", func() bool { return w.callCount("heartbeat", "a", "") > 5 })
+	for _, s := range streams {
+		require.Zero(t, w.callCount("acquire", "a", s), "%s: no acquisition without a view", s)
+	}
+	require.Positive(t, a.m.get(EventCommandError))
+	w.failAlways("heartbeat", "a", nil)
+	eventually(t, "a owns all 4", func() bool { return w.owners()["a"] == 4 })
 }

@@ -36,6 +36,7 @@ type owner struct {
 	blocked string        // the head reported as blocking ("" when none)
 	idle    time.Duration // the current pause of an idle partition
 	fenced  bool          // the server said another consumer holds the lease
+	lapsed  bool          // validUntil passed without a renewal
 
 	handOver     chan struct{} // closed: hand the partition over at the next boundary
 	handOverOnce sync.Once
@@ -145,7 +146,7 @@ func (o *owner) keep() bool {
 	cfg := o.run.cfg
 	sent := o.run.clock.now()
 	if sent >= o.validUntil {
-		o.lose(errLeaseLapsed.Error())
+		o.lapse()
 		return false
 	}
 	if sent-o.renewedAt < cfg.leaseRenewal() {
@@ -166,6 +167,13 @@ func (o *owner) keep() bool {
 	}
 	o.validUntil, o.renewedAt = sent+cfg.PartitionLease-cfg.leaseMargin(), sent
 	return true
+}
+
+// lapse notes that the lease is lost by the clock: validUntil passed
+// without a renewal.
+func (o *owner) lapse() {
+	o.lapsed = true
+	o.lose(errLeaseLapsed.Error())
 }
 
 // lose notes that the lease is lost, for why.
@@ -197,7 +205,7 @@ func (o *owner) next() (*pelwarden.LeaseNextResult, bool) {
 	if err != nil {
 		o.run.callFailed(o.p, err)
 		if o.run.clock.now() >= o.validUntil {
-			o.lose(errLeaseLapsed.Error())
+			o.lapse()
 		}
 		return nil, false
 	}
@@ -365,13 +373,16 @@ func (o *owner) deadLetter(m *Message, text string) bool {
 
 // releaseLease gives the lease back for a graceful hand-over, acking the
 // entry handled last in the same call, retrying transient errors for up
-// to ShutdownTimeout.
+// to ShutdownTimeout; once the lease lapsed (the server was out of reach
+// for most of a PartitionLease) it tries once: the lease expires by
+// itself soon, and an owner stuck in retries would keep this consumer
+// from acquiring the partition again.
 func (o *owner) releaseLease() {
 	r := o.run
 	deadline := time.Now().Add(r.cfg.ShutdownTimeout)
 	var res *pelwarden.ReleaseLeaseResult
 	stop := func(err error, _ int) bool {
-		return errors.Is(err, pelwarden.ErrNoGroup) || permanent(err) || time.Now().After(deadline)
+		return o.lapsed || errors.Is(err, pelwarden.ErrNoGroup) || permanent(err) || time.Now().After(deadline)
 	}
 	err := retry(r.bg, stop, func(err error, attempt int) { r.commandError(o.p, "release lease", err, attempt) },
 		func(ctx context.Context) error {
