@@ -64,7 +64,9 @@ func (c *Consumer) Name() string { return c.cfg.Consumer }
 func (c *Consumer) Config() Config { return c.cfg }
 
 // Run loads the library, makes sure the group exists, then reads, reclaims
-// and handles entries until ctx is cancelled. It then stops reading, lets
+// and handles entries until ctx is cancelled (with Config.Ordered: takes
+// its share of the partitions' leases and handles each partition in order;
+// at the stop it hands them over). It then stops reading, lets
 // in-flight handlers finish within ShutdownTimeout (cancelling the rest,
 // whose entries stay pending), flushes pending acks and returns nil. It also
 // returns nil when ctx is cancelled before it has started.

@@ -111,7 +111,7 @@ func TestDriverOrdered(t *testing.T) {
 		f.Eventually("c1, c2, c3 own 3/3/2", func() bool { o := owners(); return o["c1"] == 3 && o["c2"] == 3 && o["c3"] == 2 })
 		waitHandled(total / 4)
 		produce(perKey/2, perKey)
-		waitHandled(total / 3)
+		waitHandled(total/2 + total/8) // into the second half: c1 is mid-stream
 
 		crashed := map[string]bool{}
 		for _, p := range names {
