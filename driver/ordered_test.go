@@ -555,3 +555,27 @@ func TestOrderedAcquiresNothingWithoutAView(t *testing.T) {
 	w.failAlways("heartbeat", "a", nil)
 	eventually(t, "a owns all 4", func() bool { return w.owners()["a"] == 4 })
 }
+
+// A server at maxmemory refuses lease_next (it may dead-letter) but runs
+// the lease function: the owner keeps renewing between its retries, so it
+// keeps the partition through a long refusal, and goes on where it was.
+func TestOrderedKeepsTheLeaseWhileTheServerIsFull(t *testing.T) {
+	t.Parallel()
+	streams := testPartitions(t, 1)
+	w := newFakeWorld(streams...)
+	hs := newHandlings(t)
+	a := w.start(t, streams, "a", func(c *Config) { c.Handler = hs.wrap(func(context.Context, *Message) error { return nil }) })
+	eventually(t, "owned", func() bool { return w.owners()["a"] == 1 })
+	w.failAlways("next", "a", replyErr("OOM command not allowed when used memory > 'maxmemory'."))
+	w.add(streams[0], 3)
+	renewals := w.callCount("acquire", "a", streams[0])
+	w.pass(3*testPartitionLease, time.Second)
+	require.GreaterOrEqual(t, w.callCount("acquire", "a", streams[0])-renewals, 8, "renewed between the refused calls")
+	require.Positive(t, a.m.get(EventCommandError))
+	w.failAlways("next", "a", nil)
+	eventually(t, "handled once the server accepts", func() bool { return len(hs.of(streams[0])) == 3 })
+	require.Equal(t, []string{"1-0", "2-0", "3-0"}, hs.of(streams[0]))
+	require.Zero(t, a.m.get(EventLeaseLost))
+	_, token := w.lease(streams[0])
+	require.Equal(t, int64(1), token)
+}

@@ -190,23 +190,13 @@ func (o *owner) next() (*pelwarden.LeaseNextResult, bool) {
 	cfg := o.run.cfg
 	var res *pelwarden.LeaseNextResult
 	var sent time.Duration
-	stop := func(err error, _ int) bool {
-		return errors.Is(err, pelwarden.ErrNoGroup) || permanent(err) || o.run.clock.now() >= o.validUntil
-	}
-	err := retry(o.run.bg, stop, func(err error, attempt int) { o.run.commandError(o.p, "lease next", err, attempt) },
-		func(ctx context.Context) error {
-			sent = o.run.clock.now()
-			ctx, cancel := context.WithTimeout(ctx, max(o.validUntil-sent, time.Millisecond))
-			defer cancel()
-			var err error
-			res, err = o.srv.next(ctx, o.token, cfg.PartitionLease, o.ack)
-			return err
-		})
-	if err != nil {
-		o.run.callFailed(o.p, err)
-		if o.run.clock.now() >= o.validUntil {
-			o.lapse()
-		}
+	ok := o.call("lease next", func(ctx context.Context) error {
+		sent = o.run.clock.now()
+		var err error
+		res, err = o.srv.next(ctx, o.token, cfg.PartitionLease, o.ack)
+		return err
+	})
+	if !ok {
 		return nil, false
 	}
 	if !res.Held {
@@ -237,6 +227,31 @@ func (o *owner) next() (*pelwarden.LeaseNextResult, bool) {
 		o.run.m.Count(EventClaimed, 1) // a pending one: a retry, or a previous owner's
 	}
 	return res, true
+}
+
+// call runs op until it succeeds, each attempt bounded by the lease's
+// validity. A transient failure is tried again after a backoff (retry.go's)
+// during which the lease is renewed (the lease function runs on a server at
+// maxmemory, which refuses lease_next and dead-letters), unless a hand-over
+// is asked or the lease is lost meanwhile; an error retrying cannot fix
+// goes to callFailed. It reports whether op succeeded.
+func (o *owner) call(what string, op func(context.Context) error) bool {
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(o.run.bg, max(o.validUntil-o.run.clock.now(), time.Millisecond))
+		err := op(ctx)
+		cancel()
+		if err == nil {
+			return true
+		}
+		o.run.commandError(o.p, what, err, attempt)
+		if errors.Is(err, pelwarden.ErrNoGroup) || permanent(err) {
+			o.run.callFailed(o.p, err)
+			return false
+		}
+		if o.hold(nil, backoff(attempt), true) != holdTimedOut {
+			return false
+		}
+	}
 }
 
 // pause waits after a next call that handed nothing out: for a blocking
@@ -335,22 +350,15 @@ func (o *owner) handle(e *pelwarden.Entry) (goOn bool, wait time.Duration) {
 func (o *owner) deadLetter(m *Message, text string) bool {
 	r := o.run
 	var res *pelwarden.DeadLetterResult
-	stop := func(err error, _ int) bool {
-		return errors.Is(err, pelwarden.ErrNoGroup) || permanent(err) || r.clock.now() >= o.validUntil
-	}
 	if !o.keep() {
 		return false
 	}
-	err := retry(r.bg, stop, func(err error, attempt int) { r.commandError(o.p, "dead-letter", err, attempt) },
-		func(ctx context.Context) error {
-			ctx, cancel := context.WithTimeout(ctx, max(o.validUntil-r.clock.now(), time.Millisecond))
-			defer cancel()
-			var err error
-			res, err = o.srv.deadLetter(ctx, m.ID, text)
-			return err
-		})
-	if err != nil {
-		r.callFailed(o.p, err)
+	ok := o.call("dead-letter", func(ctx context.Context) error {
+		var err error
+		res, err = o.srv.deadLetter(ctx, m.ID, text)
+		return err
+	})
+	if !ok {
 		return false // it stays pending: the partition's next call hands it out again
 	}
 	if n := len(res.DeadLettered); n > 0 {
