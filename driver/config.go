@@ -156,6 +156,8 @@ type Config struct {
 	// in stream order. The consumers of the group find each other through
 	// a heartbeat (MembersKey) and share the partitions evenly. Every
 	// consumer of the group must list the same Streams and set Ordered.
+	// Concurrency bounds the handlers running at once over the partitions
+	// it owns (one per partition).
 	// Not available with AckPlain, Prefetch, TrimInterval, ReapIdle,
 	// DeadLetterMaxAge or DeadLetterMaxLen; ReadClaim, MinIdle (beyond its
 	// check), LeaseInterval, ReclaimInterval, StallAfter, MaxInHand,

@@ -128,6 +128,20 @@ func (w *fakeWorld) callCount(op, consumer, stream string) int {
 	return w.calls[op+" "+consumer+" "+stream]
 }
 
+// ids returns stream's entry ids, in stream order.
+func (w *fakeWorld) ids(stream string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.parts[stream].order)
+}
+
+// releaseAcks returns the ack-ids consumer's releases of stream carried.
+func (w *fakeWorld) releaseAcks(consumer, stream string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.acks["releaseLease "+consumer+" "+stream])
+}
+
 // owners returns how many partitions each consumer's lease holds now
 // (expired leases count as free).
 func (w *fakeWorld) owners() map[string]int {

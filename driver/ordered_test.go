@@ -98,7 +98,7 @@ func TestOrderedSpreadAndGracefulHandOver(t *testing.T) {
 	eventually(t, "every entry handled", func() bool { return hs.count() == produced })
 
 	for _, s := range streams {
-		require.Equal(t, w.parts[s].order, hs.of(s), "%s: each entry once, in stream order", s)
+		require.Equal(t, w.ids(s), hs.of(s), "%s: each entry once, in stream order", s)
 		eventually(t, "the last entries acked", func() bool { return len(w.pendingOf(s)) == 0 })
 	}
 	for _, x := range []*orderedConsumer{a, b, c} {
@@ -164,7 +164,7 @@ func TestOrderedStopReleasesWithTheLastAck(t *testing.T) {
 	})
 	<-started
 	a.stop(t)
-	require.Equal(t, []string{"1-0"}, w.acks["releaseLease a "+streams[0]], "the release carried the handled entry's ack")
+	require.Equal(t, []string{"1-0"}, w.releaseAcks("a", streams[0]), "the release carried the handled entry's ack")
 	require.Empty(t, w.pendingOf(streams[0]))
 	owner, token := w.lease(streams[0])
 	require.Empty(t, owner, "the lease is free at once")
@@ -578,4 +578,44 @@ func TestOrderedKeepsTheLeaseWhileTheServerIsFull(t *testing.T) {
 	require.Zero(t, a.m.get(EventLeaseLost))
 	_, token := w.lease(streams[0])
 	require.Equal(t, int64(1), token)
+}
+
+// A rebalance while the partition given back has a handler running: the
+// owner lets it finish (the lease stays its own, renewed, so the joining
+// consumer cannot take it), then releases with its ack; the new owner
+// goes on from the next entry. Never two handlers of the partition.
+func TestOrderedHandOverWaitsForTheRunningHandler(t *testing.T) {
+	t.Parallel()
+	streams := testPartitions(t, 2)
+	w := newFakeWorld(streams...)
+	w.add(streams[0], 3)
+	hs := newHandlings(t)
+	started, finish := make(chan struct{}), make(chan struct{})
+	handler := func(c *Config) {
+		c.Handler = hs.wrap(func(_ context.Context, m *Message) error {
+			if m.Stream == streams[0] && m.ID == "1-0" {
+				close(started)
+				<-finish
+			}
+			return nil
+		})
+	}
+	w.start(t, streams, "a", handler)
+	<-started
+	eventually(t, "a owns both", func() bool { return w.owners()["a"] == 2 })
+	w.start(t, streams, "b", handler) // share 1 each: a gives back streams[0], its lowest
+	eventually(t, "b tries streams[0]", func() bool { return w.callCount("acquire", "b", streams[0]) > 3 })
+	owner, _ := w.lease(streams[0])
+	require.Equal(t, "a", owner, "held by a while its handler runs")
+	w.pass(testPartitionLease, time.Second) // and renewed meanwhile
+	owner, _ = w.lease(streams[0])
+	require.Equal(t, "a", owner)
+	close(finish)
+	eventually(t, "b goes on", func() bool { return len(hs.of(streams[0])) == 3 })
+	require.Equal(t, []string{"1-0", "2-0", "3-0"}, hs.of(streams[0]))
+	hs.mu.Lock()
+	require.Equal(t, []string{"a", "b", "b"}, hs.by[streams[0]])
+	hs.mu.Unlock()
+	require.Equal(t, []string{"1-0"}, w.releaseAcks("a", streams[0]), "a's release acked the entry its handler finished")
+	require.Equal(t, []int{1, 1}, ownedCounts(w, "a", "b"))
 }
