@@ -148,9 +148,9 @@ type Config struct {
 	// which stream an entry came from. The group is the same on every
 	// stream.
 	Streams []string
-	// Ordered consumes Stream or Streams in ordered mode (see
-	// ordered.go and the README's "Ordered consumption"): each stream (a
-	// partition) is owned by at most one consumer of the group at a time,
+	// Ordered consumes Stream or Streams in ordered mode (the package
+	// doc's "Ordered mode", the README's "Ordered consumption"): each
+	// stream (a partition) is owned by at most one consumer of the group at a time,
 	// through a lease with a fencing token kept next to it
 	// (pelwarden.LeaseKeyFor), and its entries are handled one at a time
 	// in stream order. The consumers of the group find each other through
