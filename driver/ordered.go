@@ -63,6 +63,7 @@ type orderedRun struct {
 	mu        sync.Mutex
 	owners    map[int]*owner // partitions with a running owner
 	lastLive  []string       // the members the last heartbeat saw
+	seen      int            // heartbeats that landed
 	ownersRun sync.WaitGroup
 
 	stopOnce sync.Once
@@ -207,6 +208,7 @@ func (r *orderedRun) start(ctx context.Context) error {
 // share of the partitions among the live members (shareOf); owners beyond
 // it hand their partitions over, and free partitions are acquired up to
 // it, the search starting at this consumer's rank's part of the list.
+// Nothing is acquired before the second heartbeat landed.
 func (r *orderedRun) balance(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, r.cfg.PartitionLease)
 	live, err := r.members.heartbeat(hctx, r.cfg.PartitionLease)
@@ -218,12 +220,20 @@ func (r *orderedRun) balance(ctx context.Context) {
 	switch {
 	case err == nil:
 		r.lastLive = live
+		r.seen++
 	case r.lastLive == nil:
 		// No view yet: acquiring blind could take every partition.
 		r.mu.Unlock()
 		return
 	default:
 		live = r.lastLive // a failed heartbeat keeps the last view
+	}
+	if r.seen < 2 {
+		// One round first: consumers started together see each other's
+		// heartbeats before they acquire, rather than each taking what it
+		// can and handing most of it over a round later.
+		r.mu.Unlock()
+		return
 	}
 	self := r.cfg.Consumer
 	n := len(r.parts)

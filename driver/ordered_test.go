@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -279,7 +280,7 @@ func TestOrderedLostLeaseCancelsTheHandler(t *testing.T) {
 	w.steal(streams[0], "thief")
 	nexts := w.callCount("next", "a", streams[0])
 	w.pass(testPartitionLease/3, time.Second) // the next renewal is due
-	require.ErrorIs(t, <-causes, ErrLostOwnership)
+	require.ErrorIs(t, cancelledWith(t, causes), ErrLostOwnership)
 	eventually(t, "counted", func() bool { return a.m.get(EventLostOwnership) == 1 })
 	require.Equal(t, 1, a.m.get(EventLeaseLost))
 	require.Zero(t, a.m.get(EventHandled), "the outcome was dropped")
@@ -339,6 +340,8 @@ func TestOrderedStopsOnNoPermission(t *testing.T) {
 // handler with ErrLostOwnership once PartitionLease less its margin has
 // passed since it SENT its last successful renewal (here a renewal that
 // took 5s of the clock: the validity runs from before it), not before.
+// The handler's success is dropped: the release that follows (the server
+// is reachable again, and the lease not yet expired there) acks nothing.
 func TestOrderedLeaseLapsesByTheLocalClock(t *testing.T) {
 	t.Parallel()
 	streams := testPartitions(t, 1)
@@ -346,14 +349,22 @@ func TestOrderedLeaseLapsesByTheLocalClock(t *testing.T) {
 	w.add(streams[0], 1)
 	started := make(chan struct{})
 	causes := make(chan error, 1)
+	var calls atomic.Int32
+	later := make(chan struct{})
 	a := w.start(t, streams, "a", func(c *Config) {
 		c.Handler = HandlerFunc(func(ctx context.Context, _ *Message) error {
+			if calls.Add(1) > 1 {
+				<-later // a took the partition again: hold it there
+				return nil
+			}
 			close(started)
 			<-ctx.Done()
+			w.cutOff("a", false) // the server is back: the release lands
 			causes <- context.Cause(ctx)
-			return nil
+			return nil // a success the owner must drop
 		})
 	})
+	t.Cleanup(func() { close(later) }) // before the stop
 	<-started
 	// The handler started at about 0s; a renewal is due at 10s. It is sent
 	// at 10s and takes 5s; then a is cut off.
@@ -380,11 +391,13 @@ func TestOrderedLeaseLapsesByTheLocalClock(t *testing.T) {
 	default:
 	}
 	w.clock.advance(time.Second) // 33s
-	require.ErrorIs(t, <-causes, ErrLostOwnership)
+	require.ErrorIs(t, cancelledWith(t, causes), ErrLostOwnership)
 	eventually(t, "counted", func() bool { return a.m.get(EventLostOwnership) == 1 })
 	require.Equal(t, 1, a.m.get(EventLeaseLost))
+	eventually(t, "released", func() bool { return a.m.get(EventLeaseReleased) == 1 })
+	require.Equal(t, []string{""}, w.releaseAcks("a", streams[0]), "the release carried no ack: the outcome was dropped")
 	require.Equal(t, []string{"1-0"}, w.pendingOf(streams[0]), "not acked")
-	w.cutOff("a", false)
+	require.Zero(t, a.m.get(EventHandled))
 }
 
 // A failing head blocks only its partition: it is tried MaxDeliveries
@@ -538,9 +551,10 @@ func logLine(t *testing.T, logs, msg string) string {
 	return found[0]
 }
 
-// Until its first heartbeat lands a consumer has no view of the group and
-// acquires nothing (blind, it would take every partition); once it lands,
-// it takes its share.
+// Until its heartbeats land a consumer has no view of the group and
+// acquires nothing (blind, it would take every partition); once two have
+// landed (a round for consumers started together to see each other), it
+// takes its share.
 func TestOrderedAcquiresNothingWithoutAView(t *testing.T) {
 	t.Parallel()
 	streams := testPartitions(t, 4)
@@ -552,7 +566,32 @@ func TestOrderedAcquiresNothingWithoutAView(t *testing.T) {
 		require.Zero(t, w.callCount("acquire", "a", s), "%s: no acquisition without a view", s)
 	}
 	require.Positive(t, a.m.get(EventCommandError))
-	w.failAlways("heartbeat", "a", nil)
+	// One heartbeat lands, the next ones fail: a view, but no second round.
+	w.mu.Lock()
+	delete(w.fails, "heartbeat a")
+	landed := false
+	w.hook = func(op, consumer string) {
+		if op == "heartbeat" && consumer == "a" {
+			if landed {
+				w.fails["heartbeat a"] = errCut
+			}
+			landed = true
+		}
+	}
+	w.mu.Unlock()
+	tries := w.callCount("heartbeat", "a", "")
+	eventually(t, "more heartbeats tried", func() bool { return w.callCount("heartbeat", "a", "") > tries+5 })
+	w.mu.Lock()
+	_, member := w.members["a"]
+	w.mu.Unlock()
+	require.True(t, member, "one heartbeat landed")
+	for _, s := range streams {
+		require.Zero(t, w.callCount("acquire", "a", s), "%s: no acquisition after a single heartbeat", s)
+	}
+	w.mu.Lock()
+	w.hook = nil
+	delete(w.fails, "heartbeat a")
+	w.mu.Unlock()
 	eventually(t, "a owns all 4", func() bool { return w.owners()["a"] == 4 })
 }
 
@@ -618,4 +657,17 @@ func TestOrderedHandOverWaitsForTheRunningHandler(t *testing.T) {
 	hs.mu.Unlock()
 	require.Equal(t, []string{"1-0"}, w.releaseAcks("a", streams[0]), "a's release acked the entry its handler finished")
 	require.Equal(t, []int{1, 1}, ownedCounts(w, "a", "b"))
+}
+
+// cancelledWith waits up to 10s for a handler to report the cause of its
+// cancelled context.
+func cancelledWith(t *testing.T, causes <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-causes:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler's context was not cancelled")
+		return nil
+	}
 }
