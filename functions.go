@@ -981,10 +981,14 @@ type ReleaseLeaseArgs struct {
 	Stream, Lease, Group, Consumer string
 	// Token is the token Consumer holds the lease with (at least 1).
 	Token int64
-	// AckID, when not "", is acked first while Consumer owns it (the entry
-	// handled last), in the same atomic call.
-	AckID string
-	// Delete also XDELs the acked entry.
+	// AckIDs are acked first, each while Consumer owns it (the entries
+	// handled since the last LeaseNext), in the same atomic call; at most
+	// MaxCount.
+	AckIDs []string
+	// GiveBack are entries a LeaseNext handed out as new that no handler
+	// ran; see LeaseNextArgs.GiveBack. At most MaxCount.
+	GiveBack []string
+	// Delete also XDELs the acked entries.
 	Delete bool
 }
 
@@ -993,8 +997,9 @@ type ReleaseLeaseResult struct {
 	// Released is false when Consumer did not hold the lease with Token:
 	// nothing changed.
 	Released bool
-	// Acked reports whether AckID was acked.
-	Acked bool
+	// Acked is how many of AckIDs were acked; GivenBack how many of
+	// GiveBack were given back (the others were no longer Consumer's).
+	Acked, GivenBack int64
 }
 
 // ReleaseLease frees a partition's lease at once, for a graceful hand-over:
@@ -1012,11 +1017,9 @@ func (l *Library) ReleaseLease(ctx context.Context, a ReleaseLeaseArgs) (*Releas
 		return nil, argError(fn, "Token", "must be at least 1, got %d", a.Token)
 	}
 	args := []any{a.Group, a.Consumer, a.Token, flag(a.Delete)}
-	if a.AckID != "" {
-		if err := checkID(fn, "AckID", a.AckID); err != nil {
-			return nil, err
-		}
-		args = append(args, a.AckID)
+	args, err := appendLeaseIDs(fn, args, a.AckIDs, a.GiveBack)
+	if err != nil {
+		return nil, err
 	}
 	v, err := l.call(ctx, fn, []string{a.Stream, a.Lease}, args...)
 	if err != nil {
@@ -1039,8 +1042,18 @@ type LeaseNextArgs struct {
 	MaxDeliveries int
 	// Delete also XDELs acked and dead-lettered entries.
 	Delete bool
-	// AckID, when not "", is acked first while Consumer owns it.
-	AckID string
+	// Count is how many new entries are handed out at most, when nothing
+	// is pending: 1 to MaxCount; zero means 1.
+	Count int
+	// AckIDs are acked first, each while Consumer owns it: the entries
+	// handled since the previous call. At most MaxCount.
+	AckIDs []string
+	// GiveBack are entries a previous call handed out as new that no
+	// handler ran (the rest of a batch behind a head that failed). Each
+	// that Consumer still owns stays pending to it with its delivery count
+	// set back to 0, so the call that hands it out again counts its first
+	// attempt as delivery 1. At most MaxCount.
+	GiveBack []string
 	// Backoff is the delay per attempt, as in ClaimArgs: a head delivered n
 	// times and idle less than Backoff[min(n, len(Backoff))-1] blocks the
 	// partition for the time left.
@@ -1052,11 +1065,16 @@ type LeaseNextResult struct {
 	// Held is false when Consumer does not hold the lease with Token:
 	// nothing changed, the rest is empty; stop handling the partition.
 	Held bool
-	// Acked reports whether AckID was acked.
-	Acked bool
-	// Entry is the partition's next entry, now owned by Consumer with its
-	// delivery count bumped, or nil.
-	Entry *Entry
+	// Acked is how many of AckIDs were acked; GivenBack how many of
+	// GiveBack were given back (the others were no longer Consumer's).
+	Acked, GivenBack int64
+	// Entries are the partition's next entries in stream order, now owned
+	// by Consumer: one pending entry with its delivery count bumped, or,
+	// when nothing is pending, up to Count new ones (delivery 1); none
+	// when the partition is empty or blocked. Handle them in order; ack
+	// those handled with the next call and give back those behind a
+	// failure.
+	Entries []Entry
 	// DeadLettered ids (pending heads at MaxDeliveries) were copied to the
 	// dead-letter stream and acked.
 	DeadLettered []string
@@ -1074,13 +1092,15 @@ type LeaseNextResult struct {
 
 // LeaseNext is the ordered step of a lease holder, one atomic call: it
 // checks the fence (Consumer holds the lease with Token), renews the lease,
-// acks AckID, and hands out the partition's next entry in stream order: the
-// lowest pending id of the group, whoever owns it (a previous owner's
-// entries come first, in id order), else one new entry. Pending heads at
-// MaxDeliveries are dead-lettered on the way (at most 100 per call); a head
-// in its backoff blocks the partition (Blocked, Wait) and nothing behind it
-// is handed out. One entry per call, so every delivery counted by the
-// server is an attempt.
+// acks AckIDs, gives GiveBack back, and hands out the partition's next
+// entries in stream order: the lowest pending id of the group, whoever owns
+// it (a previous owner's entries come first, in id order), alone; else up to
+// Count new entries. Pending heads at MaxDeliveries are dead-lettered on the
+// way (at most 100 per call); a head in its backoff blocks the partition
+// (Blocked, Wait) and nothing behind it is handed out. A pending entry comes
+// alone, so every delivery the server counts is an attempt, with one
+// exception: new entries of a batch that a crash or a lost lease left
+// unhandled count one delivery, and the next owner sees delivery 2.
 func (l *Library) LeaseNext(ctx context.Context, a LeaseNextArgs) (*LeaseNextResult, error) {
 	const fn = FunctionLeaseNext
 	if err := checkLeaseKeys(fn, a.Stream, a.Lease, a.Group, a.Consumer); err != nil {
@@ -1103,12 +1123,18 @@ func (l *Library) LeaseNext(ctx context.Context, a LeaseNextArgs) (*LeaseNextRes
 	case a.MaxDeliveries < 0:
 		return nil, argError(fn, "MaxDeliveries", "must not be negative, got %d", a.MaxDeliveries)
 	}
-	if a.AckID != "" {
-		if err := checkID(fn, "AckID", a.AckID); err != nil {
-			return nil, err
-		}
+	count := a.Count
+	if count == 0 {
+		count = 1
 	}
-	args := []any{a.Group, a.Consumer, a.Token, ms(a.TTL), a.MaxDeliveries, flag(a.Delete), a.AckID}
+	if count < 1 || count > MaxCount {
+		return nil, argError(fn, "Count", "must be between 1 and %d, got %d", MaxCount, a.Count)
+	}
+	args := []any{a.Group, a.Consumer, a.Token, ms(a.TTL), a.MaxDeliveries, flag(a.Delete), count}
+	args, err := appendLeaseIDs(fn, args, a.AckIDs, a.GiveBack)
+	if err != nil {
+		return nil, err
+	}
 	for i, d := range a.Backoff {
 		if err := checkDuration(fn, fmt.Sprintf("Backoff[%d]", i), d); err != nil {
 			return nil, err
@@ -1120,6 +1146,27 @@ func (l *Library) LeaseNext(ctx context.Context, a LeaseNextArgs) (*LeaseNextRes
 		return nil, err
 	}
 	return decodeLeaseNext(v)
+}
+
+// appendLeaseIDs appends the ack and give-back id lists of lease_next and
+// lease_release to args, each as its length and then its ids.
+func appendLeaseIDs(fn string, args []any, acks, giveBack []string) ([]any, error) {
+	for _, list := range []struct {
+		field string
+		ids   []string
+	}{{"AckIDs", acks}, {"GiveBack", giveBack}} {
+		if len(list.ids) > MaxCount {
+			return nil, argError(fn, list.field, "must hold at most %d ids, got %d", MaxCount, len(list.ids))
+		}
+		args = append(args, len(list.ids))
+		for i, id := range list.ids {
+			if err := checkID(fn, fmt.Sprintf("%s[%d]", list.field, i), id); err != nil {
+				return nil, err
+			}
+			args = append(args, id)
+		}
+	}
+	return args, nil
 }
 
 func checkLeaseKeys(fn, stream, lease, group, consumer string) error {

@@ -434,7 +434,7 @@ func decodeLease(v any) (*Lease, error) {
 
 func decodeLeaseRelease(v any) (*ReleaseLeaseResult, error) {
 	const fn = FunctionLeaseRelease
-	a, err := asArray(fn, "reply", v, 2)
+	a, err := asArray(fn, "reply", v, 3)
 	if err != nil {
 		return nil, err
 	}
@@ -442,16 +442,19 @@ func decodeLeaseRelease(v any) (*ReleaseLeaseResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	acked, err := asInt(fn, "acked", a[1])
-	if err != nil {
+	r := &ReleaseLeaseResult{Released: released == 1}
+	if r.Acked, err = asInt(fn, "acked", a[1]); err != nil {
 		return nil, err
 	}
-	return &ReleaseLeaseResult{Released: released == 1, Acked: acked == 1}, nil
+	if r.GivenBack, err = asInt(fn, "given-back", a[2]); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 func decodeLeaseNext(v any) (*LeaseNextResult, error) {
 	const fn = FunctionLeaseNext
-	a, err := asArray(fn, "reply", v, 8)
+	a, err := asArray(fn, "reply", v, 9)
 	if err != nil {
 		return nil, err
 	}
@@ -459,50 +462,51 @@ func decodeLeaseNext(v any) (*LeaseNextResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	acked, err := asInt(fn, "acked", a[1])
+	r := &LeaseNextResult{Held: held == 1}
+	if r.Acked, err = asInt(fn, "acked", a[1]); err != nil {
+		return nil, err
+	}
+	if r.GivenBack, err = asInt(fn, "given-back", a[2]); err != nil {
+		return nil, err
+	}
+	live, err := asArray(fn, "entries", a[3], 0)
 	if err != nil {
 		return nil, err
 	}
-	r := &LeaseNextResult{Held: held == 1, Acked: acked == 1}
-	live, err := asArray(fn, "entries", a[2], 0)
-	if err != nil {
-		return nil, err
+	if len(live) > 0 {
+		r.Entries = make([]Entry, len(live))
 	}
-	if len(live) > 1 {
-		return nil, malformed(fn, "entries: want at most 1, got %d", len(live))
-	}
-	if len(live) == 1 {
-		ea, err := asArray(fn, "entries[0]", live[0], 3)
+	for i, x := range live {
+		ea, err := asArray(fn, fmt.Sprintf("entries[%d]", i), x, 3)
 		if err != nil {
 			return nil, err
 		}
-		e := &Entry{}
-		if e.ID, err = asString(fn, "entries[0].id", ea[0]); err != nil {
+		e := &r.Entries[i]
+		if e.ID, err = asString(fn, "entries.id", ea[0]); err != nil {
 			return nil, err
 		}
-		if e.Fields, err = asFields(fn, "entries[0].fields", ea[1]); err != nil {
+		if e.Fields, err = asFields(fn, "entries.fields", ea[1]); err != nil {
 			return nil, err
 		}
-		if e.Deliveries, err = asInt(fn, "entries[0].deliveries", ea[2]); err != nil {
+		if e.Deliveries, err = asInt(fn, "entries.deliveries", ea[2]); err != nil {
 			return nil, err
 		}
-		r.Entry = e
 	}
-	if r.DeadLettered, err = asStrings(fn, "dead-lettered", a[3]); err != nil {
+	if r.DeadLettered, err = asStrings(fn, "dead-lettered", a[4]); err != nil {
 		return nil, err
 	}
-	if r.Deleted, err = asStrings(fn, "deleted", a[4]); err != nil {
+	if r.Deleted, err = asStrings(fn, "deleted", a[5]); err != nil {
 		return nil, err
 	}
-	if r.Blocked, err = asString(fn, "blocked", a[5]); err != nil {
+	if r.Blocked, err = asString(fn, "blocked", a[6]); err != nil {
 		return nil, err
 	}
-	wait, err := asInt(fn, "wait", a[6])
+	wait, err := asInt(fn, "wait", a[7])
 	if err != nil {
 		return nil, err
 	}
 	r.Wait = msDuration(wait)
-	if r.BlockedDeliveries, err = asInt(fn, "blocked-deliveries", a[7]); err != nil {
+	if r.BlockedDeliveries, err = asInt(fn, "blocked-deliveries", a[8]); err != nil {
 		return nil, err
 	}
 	return r, nil

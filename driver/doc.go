@@ -97,10 +97,10 @@
 //
 //	balancer ──heartbeat (memberServer: MembersKey)──> share (share.go)
 //	   └─ lease fn: acquire up to the share ─> one owner per partition held
-//	owner (owner.go) ──lease_next fn: fence, renew, ack the last, next entry──┐
+//	owner (owner.go) ──lease_next fn: fence, renew, acks, next batch─────────┐
 //	   │  renews (lease fn) while it waits: a handler, a place, a pause     │
 //	   └─ handler (one of Concurrency places) <──────────────────────────────┘
-//	   hand-over (balancer or shutdown): lease_release fn with the last ack
+//	   hand-over (balancer or shutdown): lease_release fn with the last acks
 //
 //	  - ordered.go: the run, its start and shutdown, the balancer's round
 //	    (heartbeat, shares, hand-overs, acquisitions).

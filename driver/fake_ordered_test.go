@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -192,6 +193,7 @@ type fakePartitionServer struct {
 	stream, consumer string
 	maxDeliveries    int
 	backoff          []time.Duration
+	count            int // new entries per next call at most
 }
 
 var _ partitionServer = (*fakePartitionServer)(nil)
@@ -206,14 +208,28 @@ func (s *fakePartitionServer) holds(p *fakePartition, token int64) bool {
 	return p.owner == s.consumer && p.token == token && token > 0
 }
 
-// ackOne is the library's fenced ack of one id by the lease holder. mu is
-// held.
-func (s *fakePartitionServer) ackOne(p *fakePartition, id string) bool {
-	if e, ok := p.pel[id]; !ok || e.owner != s.consumer {
-		return false
+// ack is the library's fenced ack of ids by the lease holder: each only
+// while the caller owns it. mu is held.
+func (s *fakePartitionServer) ack(p *fakePartition, ids []string) (acked int64) {
+	for _, id := range ids {
+		if e, ok := p.pel[id]; ok && e.owner == s.consumer {
+			delete(p.pel, id)
+			acked++
+		}
 	}
-	delete(p.pel, id)
-	return true
+	return acked
+}
+
+// giveBack is the library's fenced give-back: each id the caller owns
+// gets its delivery count set back to 0. mu is held.
+func (s *fakePartitionServer) giveBack(p *fakePartition, ids []string) (given int64) {
+	for _, id := range ids {
+		if e, ok := p.pel[id]; ok && e.owner == s.consumer {
+			e.deliveries = 0
+			given++
+		}
+	}
+	return given
 }
 
 func (s *fakePartitionServer) acquire(_ context.Context, ttl time.Duration) (*pelwarden.Lease, error) {
@@ -233,22 +249,19 @@ func (s *fakePartitionServer) acquire(_ context.Context, ttl time.Duration) (*pe
 	return &pelwarden.Lease{Held: true, Owner: s.consumer, Token: p.token, TTL: ttl}, nil
 }
 
-func (s *fakePartitionServer) releaseLease(_ context.Context, token int64, ackID string) (*pelwarden.ReleaseLeaseResult, error) {
+func (s *fakePartitionServer) releaseLease(_ context.Context, token int64, acks, giveBack []string) (*pelwarden.ReleaseLeaseResult, error) {
 	s.w.mu.Lock()
 	defer s.w.mu.Unlock()
 	if err := s.w.call("releaseLease", s.consumer, s.stream); err != nil {
 		return nil, err
 	}
 	key := "releaseLease " + s.consumer + " " + s.stream
-	s.w.acks[key] = append(s.w.acks[key], ackID)
+	s.w.acks[key] = append(s.w.acks[key], strings.Join(acks, ","))
 	p := s.w.parts[s.stream]
 	if !s.holds(p, token) {
 		return &pelwarden.ReleaseLeaseResult{}, nil
 	}
-	res := &pelwarden.ReleaseLeaseResult{Released: true}
-	if ackID != "" {
-		res.Acked = s.ackOne(p, ackID)
-	}
+	res := &pelwarden.ReleaseLeaseResult{Released: true, Acked: s.ack(p, acks), GivenBack: s.giveBack(p, giveBack)}
 	p.owner, p.expires = "", 0
 	return res, nil
 }
@@ -256,7 +269,7 @@ func (s *fakePartitionServer) releaseLease(_ context.Context, token int64, ackID
 // leaseScan is the library's LEASE_SCAN: pending heads looked at per call.
 const leaseScan = 100
 
-func (s *fakePartitionServer) next(_ context.Context, token int64, ttl time.Duration, ackID string) (*pelwarden.LeaseNextResult, error) {
+func (s *fakePartitionServer) next(_ context.Context, token int64, ttl time.Duration, acks, giveBack []string) (*pelwarden.LeaseNextResult, error) {
 	s.w.mu.Lock()
 	defer s.w.mu.Unlock()
 	if err := s.w.call("next", s.consumer, s.stream); err != nil {
@@ -267,10 +280,7 @@ func (s *fakePartitionServer) next(_ context.Context, token int64, ttl time.Dura
 		return &pelwarden.LeaseNextResult{}, nil
 	}
 	p.expires = now + ttl
-	res := &pelwarden.LeaseNextResult{Held: true}
-	if ackID != "" {
-		res.Acked = s.ackOne(p, ackID)
-	}
+	res := &pelwarden.LeaseNextResult{Held: true, Acked: s.ack(p, acks), GivenBack: s.giveBack(p, giveBack)}
 	ids := slices.SortedFunc(maps.Keys(p.pel), compareFakeIDs)
 	for _, id := range ids[:min(len(ids), leaseScan)] {
 		e := p.pel[id]
@@ -303,17 +313,16 @@ func (s *fakePartitionServer) next(_ context.Context, token int64, ttl time.Dura
 		}
 		e.owner, e.at = s.consumer, now
 		e.deliveries++
-		res.Entry = &pelwarden.Entry{ID: id, Fields: fields, Deliveries: e.deliveries}
+		res.Entries = []pelwarden.Entry{{ID: id, Fields: fields, Deliveries: e.deliveries}}
 		return res, nil
 	}
 	if len(res.DeadLettered)+len(res.Deleted) >= leaseScan {
 		return res, nil
 	}
-	if p.next < len(p.order) {
+	for ; p.next < len(p.order) && len(res.Entries) < max(s.count, 1); p.next++ {
 		id := p.order[p.next]
-		p.next++
 		p.pel[id] = &fakePending{owner: s.consumer, deliveries: 1, at: now}
-		res.Entry = &pelwarden.Entry{ID: id, Fields: p.entries[id], Deliveries: 1}
+		res.Entries = append(res.Entries, pelwarden.Entry{ID: id, Fields: p.entries[id], Deliveries: 1})
 	}
 	return res, nil
 }
@@ -408,7 +417,7 @@ func (w *fakeWorld) start(t *testing.T, streams []string, name string, change fu
 	cfg = cfg.withDefaults()
 	require.NoError(t, cfg.validate())
 	partitionOf := func(pcfg Config) partitionServer {
-		return &fakePartitionServer{w: w, stream: pcfg.Stream, consumer: name, maxDeliveries: pcfg.claimMaxDeliveries(), backoff: pcfg.Backoff}
+		return &fakePartitionServer{w: w, stream: pcfg.Stream, consumer: name, maxDeliveries: pcfg.claimMaxDeliveries(), backoff: pcfg.Backoff, count: orderedBatch}
 	}
 	c.run = newOrderedRun(cfg, consumerLogger(cfg), &fakeLoader{}, partitionOf, &fakeMembers{w: w, consumer: name}, w.clock)
 	c.run.balanceEvery, c.run.tick, c.run.idleMax = 2*time.Millisecond, time.Millisecond, 2*time.Millisecond

@@ -6,10 +6,10 @@ package driver
 //	balancer ──heartbeat (memberServer)──> live members ──> share
 //	   │  acquire (lease fn) up to the share, hand extras over
 //	   └─> one owner per partition held (owner.go):
-//	          next (lease_next fn: fence, renew, ack, next entry)
+//	          next (lease_next fn: fence, renew, acks, give-backs, next batch)
 //	          ──> handler (one place of Concurrency) ──> outcome
 //	          renew (lease fn) while it waits; release (lease_release fn)
-//	          with the last ack when it hands the partition over
+//	          with the last acks when it hands the partition over
 //
 // The lanes' loops (read, reclaim, lease, acker) do not run: every entry
 // comes from lease_next, in stream order, and is acked by the next call.

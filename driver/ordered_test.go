@@ -194,8 +194,11 @@ func TestOrderedRenewsWhileTheHandlerRuns(t *testing.T) {
 	})
 	<-started
 	renewals := w.callCount("acquire", "a", streams[0])
-	w.pass(3*testPartitionLease, time.Second)
-	require.GreaterOrEqual(t, w.callCount("acquire", "a", streams[0])-renewals, 8, "renewed about every 10s of 90s")
+	// Small steps of the fake clock: a renewal is due every 10s of it, and
+	// the owner's real-time ticks must see each one (under -race and the
+	// other parallel tests a goroutine can wait tens of ms for a core).
+	w.pass(3*testPartitionLease, 250*time.Millisecond)
+	eventually(t, "renewed about every 10s of 90s", func() bool { return w.callCount("acquire", "a", streams[0])-renewals >= 8 })
 	owner, token := w.lease(streams[0])
 	require.Equal(t, "a", owner)
 	require.Equal(t, int64(1), token, "renewals keep the token")
@@ -284,7 +287,7 @@ func TestOrderedLostLeaseCancelsTheHandler(t *testing.T) {
 	eventually(t, "counted", func() bool { return a.m.get(EventLostOwnership) == 1 })
 	require.Equal(t, 1, a.m.get(EventLeaseLost))
 	require.Zero(t, a.m.get(EventHandled), "the outcome was dropped")
-	require.Equal(t, []string{"1-0"}, w.pendingOf(streams[0]), "not acked: still pending for the new owner")
+	require.Equal(t, []string{"1-0", "2-0"}, w.pendingOf(streams[0]), "not acked: still pending (with the rest of its batch) for the new owner")
 	eventually(t, "a tries to take it back", func() bool { return w.callCount("acquire", "a", streams[0]) > 3 })
 	require.Equal(t, nexts, w.callCount("next", "a", streams[0]), "no next call on a partition another consumer holds")
 	require.Zero(t, w.callCount("releaseLease", "a", streams[0]), "no release with a token that lost")
@@ -292,9 +295,11 @@ func TestOrderedLostLeaseCancelsTheHandler(t *testing.T) {
 	require.Equal(t, "thief", owner)
 }
 
-// The fence: the lease moved while a handler ran (no renewal was due), so
-// the next call, which carries the handled entry's ack, is refused whole:
-// nothing acked, nothing handed out, the partition left to its new owner.
+// The fence: the lease moved while the owner ran a batch (no renewal was
+// due, and the lease was valid by the owner's clock, which a real server's
+// expiry never allows: the test moves it by hand), so the next call, which
+// carries the handled entries' acks, is refused whole: nothing acked,
+// nothing more handed out, the partition left to its new owner.
 func TestOrderedFenceRefusesTheOldOwnersAck(t *testing.T) {
 	t.Parallel()
 	streams := testPartitions(t, 1)
@@ -307,12 +312,12 @@ func TestOrderedFenceRefusesTheOldOwnersAck(t *testing.T) {
 			return nil
 		})
 	})
-	eventually(t, "the refused ack counted", func() bool { return a.m.get(EventLostOwnership) == 1 })
+	eventually(t, "the refused acks counted", func() bool { return a.m.get(EventLostOwnership) == 2 })
 	require.Equal(t, 1, a.m.get(EventLeaseLost))
-	require.Equal(t, 1, a.m.get(EventHandled), "the handler succeeded")
-	require.Zero(t, a.m.get(EventAcked), "but its ack was refused")
-	require.Equal(t, []string{"1-0"}, w.pendingOf(streams[0]), "still pending, for the new owner to run")
-	require.Equal(t, []string{"1-0"}, hs.of(streams[0]), "2-0 was not handed out")
+	require.Equal(t, 2, a.m.get(EventHandled), "the handlers of the batch succeeded")
+	require.Zero(t, a.m.get(EventAcked), "but their acks were refused")
+	require.Equal(t, []string{"1-0", "2-0"}, w.pendingOf(streams[0]), "still pending, for the new owner to run")
+	require.Equal(t, []string{"1-0", "2-0"}, hs.of(streams[0]), "each handled once: the refused call handed nothing out")
 }
 
 // A refusal retrying cannot fix (the ACL refuses lease_next) stops the
@@ -670,4 +675,77 @@ func cancelledWith(t *testing.T, causes <-chan error) error {
 		t.Fatal("the handler's context was not cancelled")
 		return nil
 	}
+}
+
+// A batch: one lease_next hands out several new entries, run one at a
+// time. A head that fails gives the rest of its batch back with the next
+// call, which hands the head out again first; the entries behind it then
+// come with delivery 1, as if never handed out (the give-back reset their
+// counts), and everything is acked.
+func TestOrderedFailedHeadGivesBackItsBatch(t *testing.T) {
+	t.Parallel()
+	streams := testPartitions(t, 1)
+	w := newFakeWorld(streams...)
+	w.add(streams[0], 5)
+	hs := newHandlings(t)
+	var mu sync.Mutex
+	deliveries := map[string][]int64{}
+	a := w.start(t, streams, "a", func(c *Config) {
+		c.Handler = hs.wrap(func(_ context.Context, m *Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			deliveries[m.ID] = append(deliveries[m.ID], m.Deliveries)
+			if m.ID == "2-0" && len(deliveries[m.ID]) == 1 {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+	})
+	eventually(t, "all acked", func() bool { return len(hs.of(streams[0])) == 6 && len(w.pendingOf(streams[0])) == 0 })
+	require.Equal(t, []string{"1-0", "2-0", "2-0", "3-0", "4-0", "5-0"}, hs.of(streams[0]))
+	mu.Lock()
+	require.Equal(t, map[string][]int64{"1-0": {1}, "2-0": {1, 2}, "3-0": {1}, "4-0": {1}, "5-0": {1}}, deliveries)
+	mu.Unlock()
+	require.Equal(t, 5, a.m.get(EventHandled))
+	require.Equal(t, 5, a.m.get(EventAcked))
+}
+
+// A graceful stop in the middle of a batch: the release acks what was
+// handled and gives the rest back, so the next owner runs it from
+// delivery 1, in order, after the entries the first owner finished.
+func TestOrderedStopGivesBackTheRestOfTheBatch(t *testing.T) {
+	t.Parallel()
+	streams := testPartitions(t, 1)
+	w := newFakeWorld(streams...)
+	w.add(streams[0], 4)
+	hs := newHandlings(t)
+	started := make(chan struct{})
+	release := make(chan struct{})
+	var mu sync.Mutex
+	deliveries := map[string]int64{}
+	handler := func(_ context.Context, m *Message) error {
+		mu.Lock()
+		deliveries[m.ID] = m.Deliveries
+		mu.Unlock()
+		if m.ID == "2-0" && m.Consumer == "a" {
+			close(started)
+			<-release
+		}
+		return nil
+	}
+	a := w.start(t, streams, "a", func(c *Config) { c.Handler = hs.wrap(handler) })
+	<-started
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); a.stop(t) }()
+	eventually(t, "a leaves the membership", func() bool { return w.callCount("leave", "a", "") > 0 })
+	close(release)
+	<-stopped
+	require.Equal(t, []string{"1-0,2-0"}, w.releaseAcks("a", streams[0]), "the release acked what a handled")
+	require.Equal(t, []string{"3-0", "4-0"}, w.pendingOf(streams[0]), "the rest stays pending, given back")
+	w.start(t, streams, "b", func(c *Config) { c.Handler = hs.wrap(handler) })
+	eventually(t, "b runs the rest", func() bool { return len(w.pendingOf(streams[0])) == 0 && len(hs.of(streams[0])) == 4 })
+	require.Equal(t, []string{"1-0", "2-0", "3-0", "4-0"}, hs.of(streams[0]))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string]int64{"1-0": 1, "2-0": 1, "3-0": 1, "4-0": 1}, deliveries, "given back: b's first attempt is delivery 1")
 }

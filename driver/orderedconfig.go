@@ -16,6 +16,15 @@ import (
 // which below this leaves too little for a round trip.
 const minPartitionLease = 100 * time.Millisecond
 
+// orderedBatch is how many new entries one lease_next hands an owner at
+// most. The owner still runs them one at a time, in order; the batch only
+// spreads the call's fixed cost (the fence, the renewal, the PEL scan)
+// over many entries. Its price: entries of a batch that a crash or a lost
+// lease left unhandled count one delivery, so the next owner sees them as
+// delivery 2 (a failing head's batch is given back first and counts
+// nothing).
+const orderedBatch = 100
+
 // validateOrdered checks the fields of ordered mode (defaults applied):
 // PartitionLease only with Ordered, and none of the fields whose loops
 // ordered mode does not run.

@@ -31,11 +31,12 @@ type partitionServer interface {
 	// (pelwarden_v1_lease).
 	acquire(ctx context.Context, ttl time.Duration) (*pelwarden.Lease, error)
 	// next is the ordered step (pelwarden_v1_lease_next): fence on token,
-	// renew for ttl, ack ackID ("" for none), hand out the next entry.
-	next(ctx context.Context, token int64, ttl time.Duration, ackID string) (*pelwarden.LeaseNextResult, error)
-	// releaseLease frees the lease held with token, acking ackID first
-	// (pelwarden_v1_lease_release).
-	releaseLease(ctx context.Context, token int64, ackID string) (*pelwarden.ReleaseLeaseResult, error)
+	// renew for ttl, ack acks, give giveBack back, hand out the next
+	// entries (one pending entry, or up to orderedBatch new ones).
+	next(ctx context.Context, token int64, ttl time.Duration, acks, giveBack []string) (*pelwarden.LeaseNextResult, error)
+	// releaseLease frees the lease held with token, acking acks and
+	// giving giveBack back first (pelwarden_v1_lease_release).
+	releaseLease(ctx context.Context, token int64, acks, giveBack []string) (*pelwarden.ReleaseLeaseResult, error)
 	// deadLetter moves one entry this consumer owns to the dead-letter
 	// stream on its handler's request, with the error text.
 	deadLetter(ctx context.Context, id, errText string) (*pelwarden.DeadLetterResult, error)
@@ -79,14 +80,15 @@ func (s *redisPartition) acquire(ctx context.Context, ttl time.Duration) (*pelwa
 	return s.lib.AcquireLease(ctx, pelwarden.LeaseArgs{Stream: s.stream, Lease: s.lease, Group: s.group, Consumer: s.consumer, TTL: ttl})
 }
 
-func (s *redisPartition) next(ctx context.Context, token int64, ttl time.Duration, ackID string) (*pelwarden.LeaseNextResult, error) {
+func (s *redisPartition) next(ctx context.Context, token int64, ttl time.Duration, acks, giveBack []string) (*pelwarden.LeaseNextResult, error) {
 	return s.lib.LeaseNext(ctx, pelwarden.LeaseNextArgs{Stream: s.stream, DeadLetterStream: s.deadLetterStream, Lease: s.lease,
-		Group: s.group, Consumer: s.consumer, Token: token, TTL: ttl, MaxDeliveries: s.maxDeliveries, AckID: ackID, Backoff: s.backoff})
+		Group: s.group, Consumer: s.consumer, Token: token, TTL: ttl, MaxDeliveries: s.maxDeliveries, Count: orderedBatch,
+		AckIDs: acks, GiveBack: giveBack, Backoff: s.backoff})
 }
 
-func (s *redisPartition) releaseLease(ctx context.Context, token int64, ackID string) (*pelwarden.ReleaseLeaseResult, error) {
+func (s *redisPartition) releaseLease(ctx context.Context, token int64, acks, giveBack []string) (*pelwarden.ReleaseLeaseResult, error) {
 	return s.lib.ReleaseLease(ctx, pelwarden.ReleaseLeaseArgs{Stream: s.stream, Lease: s.lease, Group: s.group, Consumer: s.consumer,
-		Token: token, AckID: ackID})
+		Token: token, AckIDs: acks, GiveBack: giveBack})
 }
 
 func (s *redisPartition) deadLetter(ctx context.Context, id, errText string) (*pelwarden.DeadLetterResult, error) {

@@ -15,9 +15,13 @@ import (
 )
 
 // owner runs one partition while this consumer holds its lease: one
-// entry at a time, in stream order, each acked by the call that fetches
-// the next one. Only its own goroutine (own) touches its state; the
-// balancer and the shutdown only ask it to hand over.
+// entry at a time, in stream order. Each lease_next hands out a batch (a
+// pending entry alone, or up to orderedBatch new ones); the entries
+// handled are acked by the call that fetches the next batch, and when a
+// handler fails, the rest of its batch is given back by that call, so the
+// failed head is tried again before anything behind it. Only its own
+// goroutine (own) touches its state; the balancer and the shutdown only
+// ask it to hand over.
 type owner struct {
 	run *orderedRun
 	p   *partitionSlot
@@ -32,11 +36,13 @@ type owner struct {
 	// renewedAt is that send time.
 	validUntil, renewedAt time.Duration
 
-	ack     string        // the entry handled last, acked by the next call
-	blocked string        // the head reported as blocking ("" when none)
-	idle    time.Duration // the current pause of an idle partition
-	fenced  bool          // the server said another consumer holds the lease
-	lapsed  bool          // validUntil passed without a renewal
+	batch    []pelwarden.Entry // handed out by the last next call, not handled yet
+	acks     []string          // handled since the last next call: acked by the next call
+	giveBack []string          // handed out as new, not handled: given back by the next call
+	blocked  string            // the head reported as blocking ("" when none)
+	idle     time.Duration     // the current pause of an idle partition
+	fenced   bool              // the server said another consumer holds the lease
+	lapsed   bool              // validUntil passed without a renewal
 
 	handOver     chan struct{} // closed: hand the partition over at the next boundary
 	handOverOnce sync.Once
@@ -69,22 +75,32 @@ func (o *owner) own() {
 		if o.hold(o.run.places, 0, true) != holdWoken {
 			return
 		}
-		res, ok := o.next()
-		if !ok {
-			o.run.places <- struct{}{}
-			return
-		}
-		if res.Entry == nil {
-			o.run.places <- struct{}{}
-			if !o.pause(res) {
+		if len(o.batch) == 0 {
+			res, ok := o.next()
+			if !ok {
+				o.run.places <- struct{}{}
 				return
 			}
-			continue
+			if len(res.Entries) == 0 {
+				o.run.places <- struct{}{}
+				if !o.pause(res) {
+					return
+				}
+				continue
+			}
+			o.unblocked()
+			o.idle = 0
+			o.batch = res.Entries
 		}
-		o.unblocked()
-		o.idle = 0
-		goOn, wait := o.handle(res.Entry)
+		e := &o.batch[0]
+		o.batch = o.batch[1:]
+		goOn, wait, settled := o.handle(e)
 		o.run.places <- struct{}{}
+		if !settled {
+			// The head is tried again (or left to the next owner) before
+			// anything behind it: the rest of its batch goes back.
+			o.giveBackBatch()
+		}
 		if !goOn {
 			return
 		}
@@ -193,7 +209,7 @@ func (o *owner) next() (*pelwarden.LeaseNextResult, bool) {
 	ok := o.call("lease next", func(ctx context.Context) error {
 		sent = o.run.clock.now()
 		var err error
-		res, err = o.srv.next(ctx, o.token, cfg.PartitionLease, o.ack)
+		res, err = o.srv.next(ctx, o.token, cfg.PartitionLease, o.acks, o.giveBack)
 		return err
 	})
 	if !ok {
@@ -201,17 +217,17 @@ func (o *owner) next() (*pelwarden.LeaseNextResult, bool) {
 	}
 	if !res.Held {
 		o.fenced = true
-		if o.ack != "" {
-			o.run.m.Count(EventLostOwnership, 1) // its ack was refused: it runs again with the next owner
+		if n := len(o.acks); n > 0 {
+			o.run.m.Count(EventLostOwnership, n) // their acks were refused: they run again with the next owner
 		}
 		o.lose("the server answered that this consumer no longer holds it")
 		return nil, false
 	}
 	o.validUntil, o.renewedAt = sent+cfg.PartitionLease-cfg.leaseMargin(), sent
-	if res.Acked {
-		o.run.m.Count(EventAcked, 1)
+	if res.Acked > 0 {
+		o.run.m.Count(EventAcked, int(res.Acked))
 	}
-	o.ack = ""
+	o.acks, o.giveBack = o.acks[:0], o.giveBack[:0]
 	if n := len(res.DeadLettered); n > 0 {
 		o.run.m.DeadLettered(pelwarden.ReasonMaxDeliveries, n)
 		o.entryLog(true, "dead-lettered the partition's head after MaxDeliveries; the partition moves on", "ids", firstIDs(res.DeadLettered), "count", n)
@@ -219,14 +235,30 @@ func (o *owner) next() (*pelwarden.LeaseNextResult, bool) {
 	if n := len(res.Deleted); n > 0 {
 		o.run.m.Count(EventDeletedFromPEL, n)
 	}
-	switch {
-	case res.Entry == nil:
-	case res.Entry.Deliveries == 1:
-		o.run.m.Count(EventRead, 1) // a new entry
-	default:
-		o.run.m.Count(EventClaimed, 1) // a pending one: a retry, or a previous owner's
+	read, claimed := 0, 0
+	for _, e := range res.Entries {
+		if e.Deliveries == 1 {
+			read++ // a new entry, or one given back
+		} else {
+			claimed++ // a pending one: a retry, or a previous owner's
+		}
+	}
+	if read > 0 {
+		o.run.m.Count(EventRead, read)
+	}
+	if claimed > 0 {
+		o.run.m.Count(EventClaimed, claimed)
 	}
 	return res, true
+}
+
+// giveBackBatch moves the entries of the batch not handled yet to the
+// give-back list of the next call.
+func (o *owner) giveBackBatch() {
+	for _, e := range o.batch {
+		o.giveBack = append(o.giveBack, e.ID)
+	}
+	o.batch = nil
 }
 
 // call runs op until it succeeds, each attempt bounded by the lease's
@@ -297,10 +329,12 @@ func (o *owner) unblocked() {
 }
 
 // handle runs the handler on e and applies its outcome. It reports
-// whether the owner goes on, and how long the partition waits first (a
-// RetryAfter). A lease lost while the handler runs cancels its context
-// with ErrLostOwnership, and its outcome is dropped.
-func (o *owner) handle(e *pelwarden.Entry) (goOn bool, wait time.Duration) {
+// whether the owner goes on, how long the partition waits first (a
+// RetryAfter), and whether e is settled (acked with the next call, or
+// dead-lettered), so that the entries behind it may run. A lease lost
+// while the handler runs cancels its context with ErrLostOwnership, and
+// its outcome is dropped.
+func (o *owner) handle(e *pelwarden.Entry) (goOn bool, wait time.Duration, settled bool) {
 	r := o.run
 	m := &Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries,
 		Stream: o.p.cfg.Stream, Group: r.cfg.Group, Consumer: r.cfg.Consumer}
@@ -319,39 +353,42 @@ func (o *owner) handle(e *pelwarden.Entry) (goOn bool, wait time.Duration) {
 		<-done
 		r.m.Count(EventLostOwnership, 1)
 		o.entryLog(true, "partition lease lost while a handler ran: its context was cancelled and its outcome dropped", "id", m.ID, "err", err)
-		return false, 0
+		return false, 0, false
 	}
 	r.m.HandlerDuration(r.clock.now() - start)
 	out := OutcomeOf(err, r.cfg.MinIdle)
 	if out.Action == ActionAck {
 		r.m.Count(EventHandled, 1)
-		o.ack = m.ID
-		return true, 0
+		o.acks = append(o.acks, m.ID)
+		return true, 0, true
 	}
 	r.m.Count(EventHandlerError, 1)
 	switch {
 	case r.handlerCtx.Err() != nil:
 		o.entryLog(true, "handler cancelled by shutdown; entry stays pending for the partition's next owner", "id", m.ID, "err", err)
-		return false, 0
+		return false, 0, false
 	case out.Action == ActionDeadLetter:
-		return o.deadLetter(m, out.ErrText), 0
+		goOn, dead := o.deadLetter(m, out.ErrText)
+		return goOn, 0, dead
 	case out.Retry:
 		o.entryLog(false, "handler asked for a retry; the partition waits", "id", m.ID, "deliveries", m.Deliveries, "after", out.Delay, "err", err)
-		return true, out.Delay
+		return true, out.Delay, false
 	case !panicked:
 		o.entryLog(true, "handler failed; the partition tries its head again", "id", m.ID, "deliveries", m.Deliveries, "err", err)
 	}
-	return true, 0
+	return true, 0, false
 }
 
 // deadLetter moves the entry just handled to the dead-letter stream on
 // its handler's request (fenced by ownership of the entry), while the
-// lease is valid. It reports whether the owner goes on.
-func (o *owner) deadLetter(m *Message, text string) bool {
+// lease is valid. It reports whether the owner goes on, and whether the
+// entry is dead-lettered (or gone from the stream) so the entries behind
+// it may run.
+func (o *owner) deadLetter(m *Message, text string) (goOn, settled bool) {
 	r := o.run
 	var res *pelwarden.DeadLetterResult
 	if !o.keep() {
-		return false
+		return false, false
 	}
 	ok := o.call("dead-letter", func(ctx context.Context) error {
 		var err error
@@ -359,7 +396,7 @@ func (o *owner) deadLetter(m *Message, text string) bool {
 		return err
 	})
 	if !ok {
-		return false // it stays pending: the partition's next call hands it out again
+		return false, false // it stays pending: the partition's next call hands it out again
 	}
 	if n := len(res.DeadLettered); n > 0 {
 		r.m.DeadLettered(pelwarden.ReasonHandler, n)
@@ -371,22 +408,25 @@ func (o *owner) deadLetter(m *Message, text string) bool {
 	if n := len(res.TooLarge); n > 0 {
 		r.m.Count(EventTooLarge, n)
 		o.log.Error("entry has too many fields to dead-letter atomically; it stays pending at the partition's head", "id", m.ID, "err", text)
+		return true, false
 	}
 	if n := len(res.OwnedElsewhere()); n > 0 {
 		r.m.Count(EventLostOwnership, n)
-		return false
+		return false, false
 	}
-	return true
+	return true, true
 }
 
 // releaseLease gives the lease back for a graceful hand-over, acking the
-// entry handled last in the same call, retrying transient errors for up
+// entries handled since the last next call and giving back the rest of
+// the batch in the same call, retrying transient errors for up
 // to ShutdownTimeout; once the lease lapsed (the server was out of reach
 // for most of a PartitionLease) it tries once: the lease expires by
 // itself soon, and an owner stuck in retries would keep this consumer
 // from acquiring the partition again.
 func (o *owner) releaseLease() {
 	r := o.run
+	o.giveBackBatch()
 	deadline := time.Now().Add(r.cfg.ShutdownTimeout)
 	var res *pelwarden.ReleaseLeaseResult
 	stop := func(err error, _ int) bool {
@@ -397,25 +437,25 @@ func (o *owner) releaseLease() {
 			ctx, cancel := context.WithTimeout(ctx, r.cfg.ShutdownTimeout)
 			defer cancel()
 			var err error
-			res, err = o.srv.releaseLease(ctx, o.token, o.ack)
+			res, err = o.srv.releaseLease(ctx, o.token, o.acks, o.giveBack)
 			return err
 		})
 	if err != nil {
 		o.log.Error("release lease gave up; the partition frees when its lease expires", "err", err)
 		return
 	}
-	if res.Acked {
-		r.m.Count(EventAcked, 1)
+	if res.Acked > 0 {
+		r.m.Count(EventAcked, int(res.Acked))
 	}
 	if !res.Released {
-		if o.ack != "" {
-			r.m.Count(EventLostOwnership, 1)
+		if n := len(o.acks); n > 0 {
+			r.m.Count(EventLostOwnership, n)
 		}
-		o.log.Warn("partition lease already held by another consumer at hand-over; the last entry's ack was refused", "ack", o.ack)
+		o.log.Warn("partition lease already held by another consumer at hand-over; the last entries' acks were refused", "acks", len(o.acks))
 		return
 	}
 	r.m.Count(EventLeaseReleased, 1)
-	o.log.Info("partition handed over", "acked", res.Acked)
+	o.log.Info("partition handed over", "acked", res.Acked, "given_back", res.GivenBack)
 }
 
 // entryLog writes a per-entry record at level warn (or info),

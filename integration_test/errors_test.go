@@ -102,10 +102,15 @@ func TestLibraryRejectsBadArguments(t *testing.T) {
 			{pelwarden.FunctionLease, lease, []any{f.Group, "c", "0"}, "PWBADARG"},
 			{pelwarden.FunctionLease, []string{f.Stream, f.Stream}, []any{f.Group, "c", "1000"}, "PWBADARG"},
 			{pelwarden.FunctionLeaseRelease, lease, []any{f.Group, "c", "0", "0"}, "PWBADARG"},
-			{pelwarden.FunctionLeaseRelease, lease, []any{f.Group, "c", "1", "0", "x-1"}, "PWBADID"},
-			{pelwarden.FunctionLeaseNext, three, []any{f.Group, "c", "1", "1000", "0", "0", "1-"}, "PWBADID"},
-			{pelwarden.FunctionLeaseNext, three, []any{f.Group, "c", "1", "0", "0", "0", ""}, "PWBADARG"},
-			{pelwarden.FunctionLeaseNext, two, []any{f.Group, "c", "1", "1000", "0", "0", ""}, "PWBADARG"},
+			{pelwarden.FunctionLeaseRelease, lease, []any{f.Group, "c", "1", "0", "1", "x-1", "0"}, "PWBADID"},
+			{pelwarden.FunctionLeaseRelease, lease, []any{f.Group, "c", "1", "0", "2", "1-0"}, "PWBADARG"},
+			{pelwarden.FunctionLeaseRelease, lease, []any{f.Group, "c", "1", "0", "0", "1", "1"}, "PWBADID"},
+			{pelwarden.FunctionLeaseNext, three, []any{f.Group, "c", "1", "1000", "0", "0", "1", "1", "1-", "0"}, "PWBADID"},
+			{pelwarden.FunctionLeaseNext, three, []any{f.Group, "c", "1", "1000", "0", "0", "1", "0", "1", "x"}, "PWBADID"},
+			{pelwarden.FunctionLeaseNext, three, []any{f.Group, "c", "1", "1000", "0", "0", "0", "0", "0"}, "PWBADARG"},
+			{pelwarden.FunctionLeaseNext, three, []any{f.Group, "c", "1", "1000", "0", "0", "10001", "0", "0"}, "PWBADARG"},
+			{pelwarden.FunctionLeaseNext, three, []any{f.Group, "c", "1", "0", "0", "0", "1", "0", "0"}, "PWBADARG"},
+			{pelwarden.FunctionLeaseNext, two, []any{f.Group, "c", "1", "1000", "0", "0", "1", "0", "0"}, "PWBADARG"},
 		}
 		for i, c := range cases {
 			err := s.rdb.FCall(ctx, c.fn, c.keys, c.args...).Err()

@@ -20,10 +20,18 @@ var leaseBenchRuns atomic.Uint64
 
 // BenchmarkLeaseNext measures the ordered step of the lease protocol on its
 // own: 16 partitions, one lease holder each (a goroutine calling LeaseNext,
-// which acks the previous entry), a no-op handler, on the first server of
-// the matrix. It reports entries per second and the server's CPU per entry
-// (used_cpu_user + used_cpu_sys of INFO cpu over the drain).
+// which acks the entries of the previous call), a no-op handler, on the
+// first server of the matrix; with one entry per call (count=1) and with
+// the driver's batch (count=100). It reports entries per second and the
+// server's CPU per entry (used_cpu_user + used_cpu_sys of INFO cpu over the
+// drain).
 func BenchmarkLeaseNext(b *testing.B) {
+	for _, count := range []int{1, 100} {
+		b.Run("count="+strconv.Itoa(count), func(b *testing.B) { benchLeaseNext(b, count) })
+	}
+}
+
+func benchLeaseNext(b *testing.B, count int) {
 	s := servers[0]
 	ctx := b.Context()
 	const parts = 16
@@ -56,18 +64,21 @@ func BenchmarkLeaseNext(b *testing.B) {
 	errs := make([]error, parts)
 	for i, p := range names {
 		wg.Go(func() {
-			ack := ""
+			var acks []string
 			for {
 				n, err := s.lib.LeaseNext(ctx, pelwarden.LeaseNextArgs{Stream: p, DeadLetterStream: pelwarden.DeadLetterStreamFor(p), Lease: pelwarden.LeaseKeyFor(p),
-					Group: "g", Consumer: "c", Token: tokens[i], TTL: time.Hour, AckID: ack})
+					Group: "g", Consumer: "c", Token: tokens[i], TTL: time.Hour, Count: count, AckIDs: acks})
 				if err != nil {
 					errs[i] = err
 					return
 				}
-				if n.Entry == nil {
+				if len(n.Entries) == 0 {
 					return
 				}
-				ack = n.Entry.ID
+				acks = acks[:0]
+				for _, e := range n.Entries {
+					acks = append(acks, e.ID)
+				}
 			}
 		})
 	}

@@ -42,7 +42,106 @@ func leaseOf(f *pelwardentest.Fixture, c string, ttl time.Duration) pelwarden.Le
 
 func nextOf(f *pelwardentest.Fixture, c string, token int64, ack string) pelwarden.LeaseNextArgs {
 	return pelwarden.LeaseNextArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Lease: pelwarden.LeaseKeyFor(f.Stream),
-		Group: f.Group, Consumer: c, Token: token, TTL: time.Minute, AckID: ack}
+		Group: f.Group, Consumer: c, Token: token, TTL: time.Minute, AckIDs: idList(ack)}
+}
+
+// idList is the ack list of one id ("" for none).
+func idList(id string) []string {
+	if id == "" {
+		return nil
+	}
+	return []string{id}
+}
+
+// A batch: with nothing pending, one call hands out up to Count new
+// entries in stream order; the next call acks those handled and gives back
+// the rest behind a head that failed, and hands the head out again alone.
+// The given-back entries then come with delivery 1 (their counts were set
+// back), one at a time, before anything new; a release gives back and acks
+// the same way for the next owner; a foreign consumer's ids are neither
+// acked nor given back.
+func TestLeaseNextBatch(t *testing.T) {
+	eachMode(t, func(t *testing.T, s *target, lib *pelwarden.Library) {
+		ctx := t.Context()
+		f := s.fixture(t)
+		ids := f.Produce(8, order)
+		_, err := lib.AcquireLease(ctx, leaseOf(f, "a", time.Hour))
+		require.NoError(t, err)
+		args := nextOf(f, "a", 1, "")
+		args.Count = 5
+		n, err := lib.LeaseNext(ctx, args)
+		require.NoError(t, err)
+		require.Len(t, n.Entries, 5)
+		for i, e := range n.Entries {
+			require.Equal(t, ids[i], e.ID)
+			require.EqualValues(t, 1, e.Deliveries)
+			require.NotEmpty(t, e.Fields)
+		}
+
+		// ids[0] and ids[1] handled, ids[2] failed: ids[3] and ids[4] go back.
+		args.AckIDs, args.GiveBack = ids[:2], ids[3:5]
+		n, err = lib.LeaseNext(ctx, args)
+		require.NoError(t, err)
+		require.EqualValues(t, 2, n.Acked)
+		require.EqualValues(t, 2, n.GivenBack)
+		require.Len(t, n.Entries, 1, "a pending head comes alone")
+		require.Equal(t, ids[2], n.Entries[0].ID)
+		require.EqualValues(t, 2, n.Entries[0].Deliveries)
+		pend, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: f.Stream, Group: f.Group, Start: ids[3], End: ids[4], Count: 10}).Result()
+		require.NoError(t, err)
+		require.Len(t, pend, 2)
+		for _, p := range pend {
+			require.Equal(t, "a", p.Consumer)
+			require.Zero(t, p.RetryCount, "given back: not counted as delivered")
+		}
+
+		args.AckIDs, args.GiveBack = []string{ids[2]}, nil
+		n, err = lib.LeaseNext(ctx, args)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n.Acked)
+		require.Len(t, n.Entries, 1)
+		require.Equal(t, ids[3], n.Entries[0].ID, "the given-back entries before anything new")
+		require.EqualValues(t, 1, n.Entries[0].Deliveries, "its first attempt is delivery 1")
+
+		// A foreign consumer's ids are left alone by acks and give-backs.
+		_, err = s.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: f.Group, Consumer: "other", Streams: []string{f.Stream, ">"}, Count: 1}).Result()
+		require.NoError(t, err)
+		args.AckIDs, args.GiveBack = []string{ids[3], ids[5]}, []string{ids[5]}
+		n, err = lib.LeaseNext(ctx, args)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n.Acked, "ids[5] is other's")
+		require.Zero(t, n.GivenBack)
+		require.Equal(t, ids[4], n.Entries[0].ID)
+		pend, err = s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: f.Stream, Group: f.Group, Start: ids[5], End: ids[5], Count: 1}).Result()
+		require.NoError(t, err)
+		require.Equal(t, "other", pend[0].Consumer)
+		require.EqualValues(t, 1, pend[0].RetryCount)
+
+		// The release acks ids[4] and gives the rest of a new batch back.
+		_, err = s.rdb.XAck(ctx, f.Stream, f.Group, ids[5]).Result()
+		require.NoError(t, err)
+		args.AckIDs, args.GiveBack = nil, nil
+		_, err = lib.LeaseNext(ctx, pelwarden.LeaseNextArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Lease: args.Lease,
+			Group: f.Group, Consumer: "a", Token: 1, TTL: time.Minute, AckIDs: []string{ids[4]}, Count: 10})
+		require.NoError(t, err)
+		rel, err := lib.ReleaseLease(ctx, pelwarden.ReleaseLeaseArgs{Stream: f.Stream, Lease: args.Lease, Group: f.Group, Consumer: "a", Token: 1,
+			AckIDs: []string{ids[6]}, GiveBack: []string{ids[7]}})
+		require.NoError(t, err)
+		require.Equal(t, &pelwarden.ReleaseLeaseResult{Released: true, Acked: 1, GivenBack: 1}, rel)
+		_, err = lib.AcquireLease(ctx, leaseOf(f, "b", time.Hour))
+		require.NoError(t, err)
+		n, err = lib.LeaseNext(ctx, nextOf(f, "b", 2, ""))
+		require.NoError(t, err)
+		require.Equal(t, ids[7], n.Entries[0].ID)
+		require.EqualValues(t, 1, n.Entries[0].Deliveries, "given back at the hand-over: the next owner's first attempt")
+		done, err := lib.LeaseNext(ctx, nextOf(f, "b", 2, ids[7]))
+		require.NoError(t, err)
+		require.EqualValues(t, 1, done.Acked)
+		require.Empty(t, done.Entries)
+		left, err := s.rdb.XPending(ctx, f.Stream, f.Group).Result()
+		require.NoError(t, err)
+		require.Zero(t, left.Count, "everything acked")
+	})
 }
 
 // One owner at a time: a held lease is refused to others, renewed by its
@@ -73,8 +172,8 @@ func TestLeaseOwnerAndFence(t *testing.T) {
 		n, err := lib.LeaseNext(ctx, nextOf(f, "a", 1, ""))
 		require.NoError(t, err)
 		require.True(t, n.Held)
-		require.NotNil(t, n.Entry)
-		first := n.Entry.ID
+		require.Len(t, n.Entries, 1)
+		first := n.Entries[0].ID
 
 		// A stale or foreign token changes nothing.
 		stale, err := lib.ReleaseLease(ctx, pelwarden.ReleaseLeaseArgs{Stream: f.Stream, Lease: pelwarden.LeaseKeyFor(f.Stream), Group: f.Group, Consumer: "a", Token: 2})
@@ -83,8 +182,8 @@ func TestLeaseOwnerAndFence(t *testing.T) {
 		foreign, err := lib.LeaseNext(ctx, nextOf(f, "b", 1, first))
 		require.NoError(t, err)
 		require.False(t, foreign.Held)
-		require.Nil(t, foreign.Entry)
-		require.False(t, foreign.Acked)
+		require.Empty(t, foreign.Entries)
+		require.Zero(t, foreign.Acked)
 		require.EqualValues(t, 1, f.PendingCount(), "b's ack changed nothing")
 
 		// The graceful hand-over: a releases, b acquires at once with token 2.
@@ -104,12 +203,12 @@ func TestLeaseOwnerAndFence(t *testing.T) {
 		nb, err := lib.LeaseNext(ctx, nextOf(f, "b", 2, ""))
 		require.NoError(t, err)
 		require.True(t, nb.Held)
-		require.Equal(t, first, nb.Entry.ID)
-		require.EqualValues(t, 2, nb.Entry.Deliveries)
+		require.Equal(t, first, nb.Entries[0].ID)
+		require.EqualValues(t, 2, nb.Entries[0].Deliveries)
 		done, err := lib.LeaseNext(ctx, nextOf(f, "b", 2, first))
 		require.NoError(t, err)
-		require.True(t, done.Acked)
-		require.Nil(t, done.Entry)
+		require.EqualValues(t, 1, done.Acked)
+		require.Empty(t, done.Entries)
 		require.Zero(t, f.PendingCount())
 
 		// Going back to a consumer that held the lease before still moves
@@ -158,10 +257,10 @@ func TestLeaseNextInOrder(t *testing.T) {
 		for _, want := range ids[:3] {
 			n, err := lib.LeaseNext(ctx, nextOf(f, "a", 1, ack))
 			require.NoError(t, err)
-			require.Equal(t, ack != "", n.Acked)
-			require.Equal(t, want, n.Entry.ID)
-			require.EqualValues(t, 1, n.Entry.Deliveries)
-			ack = n.Entry.ID
+			require.Equal(t, ack != "", n.Acked == 1)
+			require.Equal(t, want, n.Entries[0].ID)
+			require.EqualValues(t, 1, n.Entries[0].Deliveries)
+			ack = n.Entries[0].ID
 		}
 		// a "crashes" holding ids[2], with ids[3] and ids[4] also delivered
 		// to it by a plain read (a stale prefetch): all three are pending.
@@ -176,15 +275,15 @@ func TestLeaseNextInOrder(t *testing.T) {
 		for range 4 {
 			n, err := lib.LeaseNext(ctx, nextOf(f, "b", b.Token, ack))
 			require.NoError(t, err)
-			require.NotNil(t, n.Entry)
-			got = append(got, n.Entry.ID)
-			ack = n.Entry.ID
+			require.Len(t, n.Entries, 1)
+			got = append(got, n.Entries[0].ID)
+			ack = n.Entries[0].ID
 		}
 		require.Equal(t, ids[2:], got)
 		n, err := lib.LeaseNext(ctx, nextOf(f, "b", b.Token, ack))
 		require.NoError(t, err)
-		require.True(t, n.Acked)
-		require.Nil(t, n.Entry)
+		require.EqualValues(t, 1, n.Acked)
+		require.Empty(t, n.Entries)
 		require.Zero(t, f.PendingCount())
 	})
 }
@@ -204,8 +303,8 @@ func TestLeaseNextPoison(t *testing.T) {
 		for d := int64(1); d <= 2; d++ {
 			n, err := lib.LeaseNext(ctx, args)
 			require.NoError(t, err)
-			require.Equal(t, ids[0], n.Entry.ID, "the head again, not the entry behind it")
-			require.Equal(t, d, n.Entry.Deliveries)
+			require.Equal(t, ids[0], n.Entries[0].ID, "the head again, not the entry behind it")
+			require.Equal(t, d, n.Entries[0].Deliveries)
 		}
 		// At MaxDeliveries the head is dead-lettered whatever its backoff,
 		// and the entry behind it comes in the same call.
@@ -214,8 +313,8 @@ func TestLeaseNextPoison(t *testing.T) {
 		n, err := lib.LeaseNext(ctx, blocked)
 		require.NoError(t, err)
 		require.Equal(t, []string{ids[0]}, n.DeadLettered)
-		require.Equal(t, ids[1], n.Entry.ID)
-		require.EqualValues(t, 1, n.Entry.Deliveries)
+		require.Equal(t, ids[1], n.Entries[0].ID)
+		require.EqualValues(t, 1, n.Entries[0].Deliveries)
 		recs, err := s.rdb.XRange(ctx, f.DeadLetterStream, "-", "+").Result()
 		require.NoError(t, err)
 		require.Len(t, recs, 1)
@@ -228,7 +327,7 @@ func TestLeaseNextPoison(t *testing.T) {
 		blocked.MaxDeliveries = 5
 		n, err = lib.LeaseNext(ctx, blocked)
 		require.NoError(t, err)
-		require.Nil(t, n.Entry)
+		require.Empty(t, n.Entries)
 		require.Equal(t, ids[1], n.Blocked)
 		require.EqualValues(t, 1, n.BlockedDeliveries)
 		require.Positive(t, n.Wait)
@@ -253,6 +352,22 @@ func TestLeaseArguments(t *testing.T) {
 	_, err = lib.ReleaseLease(ctx, pelwarden.ReleaseLeaseArgs{Stream: "{s}", Lease: "{s}:lease", Group: "g", Consumer: "c"})
 	require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
 	require.ErrorContains(t, err, "Token")
+	next := pelwarden.LeaseNextArgs{Stream: "{s}", DeadLetterStream: "{s}:dlq", Lease: "{s}:lease", Group: "g", Consumer: "c", Token: 1, TTL: time.Second}
+	for field, mod := range map[string]func(*pelwarden.LeaseNextArgs){
+		"Count":       func(a *pelwarden.LeaseNextArgs) { a.Count = pelwarden.MaxCount + 1 },
+		"AckIDs[1]":   func(a *pelwarden.LeaseNextArgs) { a.AckIDs = []string{"1-0", "x"} },
+		"GiveBack[0]": func(a *pelwarden.LeaseNextArgs) { a.GiveBack = []string{"1"} },
+		"GiveBack":    func(a *pelwarden.LeaseNextArgs) { a.GiveBack = make([]string, pelwarden.MaxCount+1) },
+	} {
+		a := next
+		mod(&a)
+		_, err = lib.LeaseNext(ctx, a)
+		require.ErrorIs(t, err, pelwarden.ErrInvalidArgument, field)
+		require.ErrorContains(t, err, field)
+	}
+	_, err = lib.ReleaseLease(ctx, pelwarden.ReleaseLeaseArgs{Stream: "{s}", Lease: "{s}:lease", Group: "g", Consumer: "c", Token: 1, AckIDs: []string{"bad"}})
+	require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
+	require.ErrorContains(t, err, "AckIDs[0]")
 }
 
 // A user missing a command the lease functions need gets ErrNoPermission

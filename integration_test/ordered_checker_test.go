@@ -198,7 +198,7 @@ func leaseConsumer(ctx context.Context, lib *pelwarden.Library, c leaseSetup, lo
 			}
 			for p, h := range held {
 				_, err := lib.ReleaseLease(bg, pelwarden.ReleaseLeaseArgs{Stream: c.names[p], Lease: pelwarden.LeaseKeyFor(c.names[p]),
-					Group: c.group, Consumer: c.consumer, Token: h.token, AckID: h.ack})
+					Group: c.group, Consumer: c.consumer, Token: h.token, AckIDs: idList(h.ack)})
 				if err != nil {
 					return fmt.Errorf("release %s: %w", c.names[p], err)
 				}
@@ -234,7 +234,7 @@ func leaseConsumer(ctx context.Context, lib *pelwarden.Library, c leaseSetup, lo
 				sent = time.Now()
 			}
 			if int64(len(held)) > share {
-				_, err := lib.ReleaseLease(bg, pelwarden.ReleaseLeaseArgs{Stream: stream, Lease: lease, Group: c.group, Consumer: c.consumer, Token: h.token, AckID: h.ack})
+				_, err := lib.ReleaseLease(bg, pelwarden.ReleaseLeaseArgs{Stream: stream, Lease: lease, Group: c.group, Consumer: c.consumer, Token: h.token, AckIDs: idList(h.ack)})
 				if err != nil {
 					return fmt.Errorf("release %s: %w", stream, err)
 				}
@@ -242,7 +242,7 @@ func leaseConsumer(ctx context.Context, lib *pelwarden.Library, c leaseSetup, lo
 				continue
 			}
 			n, err := lib.LeaseNext(bg, pelwarden.LeaseNextArgs{Stream: stream, DeadLetterStream: pelwarden.DeadLetterStreamFor(stream), Lease: lease,
-				Group: c.group, Consumer: c.consumer, Token: h.token, TTL: leaseTTL, AckID: h.ack, MaxDeliveries: 10})
+				Group: c.group, Consumer: c.consumer, Token: h.token, TTL: leaseTTL, AckIDs: idList(h.ack), MaxDeliveries: 10})
 			if err != nil {
 				return fmt.Errorf("next %s: %w", stream, err)
 			}
@@ -252,18 +252,18 @@ func leaseConsumer(ctx context.Context, lib *pelwarden.Library, c leaseSetup, lo
 			}
 			h.ack = ""
 			h.deadline = sent.Add(leaseTTL - leaseMargin)
-			if n.Entry == nil || ctx.Err() != nil || time.Now().After(h.deadline) {
+			if len(n.Entries) == 0 || ctx.Err() != nil || time.Now().After(h.deadline) {
 				// Not handled: a killed consumer never gets here, a stopping
 				// one leaves the entry pending for the next owner.
 				continue
 			}
 			idle = false
-			key, seq, err := keySeq(n.Entry)
+			key, seq, err := keySeq(&n.Entries[0])
 			if err != nil {
 				return err
 			}
 			log.record(key, seq, c.consumer, h.token)
-			h.ack = n.Entry.ID
+			h.ack = n.Entries[0].ID
 		}
 		if idle {
 			select {

@@ -1165,14 +1165,43 @@ local function leasekeys(keys, fn)
   return stream, lease
 end
 
--- The fenced ack of one id by the lease holder: acked only while consumer
--- owns it in the PEL. Returns 1 when acked, else 0.
-local function leaseackone(stream, group, consumer, id, delete)
-  local owner = pendinginfo(stream, group, id)
-  if owner ~= consumer then return 0 end
-  call('XACK', stream, group, id)
-  if delete then call('XDEL', stream, id) end
-  return 1
+-- The fenced ack of ids by the lease holder: each is acked only while
+-- consumer owns it in the PEL. Returns how many were acked.
+local function leaseack(stream, group, consumer, ids, delete)
+  local owned = {}
+  for _, id in ipairs(ids) do
+    if pendinginfo(stream, group, id) == consumer then owned[#owned + 1] = id end
+  end
+  if #owned == 0 then return 0 end
+  callids({'XACK', stream, group}, owned)
+  if delete then callids({'XDEL', stream}, owned) end
+  return #owned
+end
+
+-- The fenced give-back of ids by the lease holder: entries a lease_next
+-- batch handed out as new that no handler ran. Each one consumer still
+-- owns stays pending to it with its delivery count set back to 0 (XCLAIM
+-- RETRYCOUNT 0 JUSTID), so the lease_next that hands it out again counts
+-- its first attempt as delivery 1. Returns how many were given back.
+local function leasegiveback(stream, group, consumer, ids)
+  local owned = {}
+  for _, id in ipairs(ids) do
+    if pendinginfo(stream, group, id) == consumer then owned[#owned + 1] = id end
+  end
+  if #owned == 0 then return 0 end
+  callids({'XCLAIM', stream, group, consumer, 0}, owned, {'RETRYCOUNT', 0, 'JUSTID'})
+  return #owned
+end
+
+-- The id lists of lease_next and lease_release: ARGV[i] is a count n, the
+-- n ids follow. Returns the ids and the index after them.
+local function argids(args, i, name)
+  local n = argint(args, i, name .. ' count', 0, MAX_COUNT)
+  local ids = {}
+  for j = 1, n do
+    ids[j] = checkid(argstr(args, i + j, name), name)
+  end
+  return ids, i + n + 1
 end
 
 ------------------------------------------------------------------------------
@@ -1216,10 +1245,15 @@ end
 -- ARGV[1] group
 -- ARGV[2] consumer
 -- ARGV[3] token       the caller's token
--- ARGV[4] delete      "1": also XDEL the acked entry
--- ARGV[5] ack-id      optional: an id to ack first (fenced, see lease_next)
+-- ARGV[4] delete      "1": also XDEL the acked entries
+-- ARGV[5] n           how many ack ids follow, 0..MAX_COUNT
+-- ARGV[6..5+n]        ids to ack first (fenced, see lease_next): the
+--                     entries handled since the last lease_next
+-- ARGV[6+n] m         how many give-back ids follow, 0..MAX_COUNT
+-- ARGV[7+n..6+n+m]    ids handed out as new and not handled, given back
+--                     (see lease_next) for the next owner
 -- Reply: { released (1, or 0 when the caller did not hold the lease with
---          that token: nothing changed), acked (0 or 1) }
+--          that token: nothing changed), acked, given back (counts) }
 -- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
 local function leaserelease(keys, args)
   local stream, key = leasekeys(keys, 'lease_release')
@@ -1227,20 +1261,21 @@ local function leaserelease(keys, args)
   local consumer = argname(args, 2, 'consumer')
   local token = argint(args, 3, 'token', 1, 2 ^ 53)
   local delete = argbool(args, 4, 'delete')
-  local ackid = args[5]
-  if ackid ~= nil then checkid(ackid, 'ack-id') end
+  local acks, i = argids(args, 5, 'ack-id')
+  local gives = argids(args, i, 'give-back-id')
   local checks = {{'TYPE', stream}, {'XPENDING', stream, group}, {'HMGET', key, 'owner'}, {'HSET', key, 'owner', ''}}
-  if ackid ~= nil then
+  if #acks > 0 then
     checks[#checks + 1] = {'XACK', stream, group, '0-0'}
     if delete then checks[#checks + 1] = {'XDEL', stream, '0-0'} end
   end
+  if #gives > 0 then checks[#checks + 1] = {'XCLAIM', stream, group, consumer, '0', '0-0'} end
   allow(checks)
   needgroup(stream, group)
-  if not holds(key, consumer, token) then return {0, 0} end
-  local acked = 0
-  if ackid ~= nil then acked = leaseackone(stream, group, consumer, ackid, delete) end
+  if not holds(key, consumer, token) then return {0, 0, 0} end
+  local acked = leaseack(stream, group, consumer, acks, delete)
+  local given = leasegiveback(stream, group, consumer, gives)
   call('HSET', key, 'owner', '', 'expires', '0')
-  return {1, acked}
+  return {1, acked, given}
 end
 
 ------------------------------------------------------------------------------
@@ -1257,22 +1292,36 @@ end
 -- ARGV[4] ttl ms           the lease is renewed to last this long, 1..2^53
 -- ARGV[5] max-deliveries   0 = no limit
 -- ARGV[6] delete           "1": XDEL acked and dead-lettered entries
--- ARGV[7] ack-id           "" or the id handled last: acked first while the
---                          caller owns it in the PEL
--- ARGV[8..] backoff ms     as in claim: delay before attempt n+1
+-- ARGV[7] count           1..MAX_COUNT: new entries handed out at most,
+--                          when nothing is pending
+-- ARGV[8] n                how many ack ids follow, 0..MAX_COUNT
+-- ARGV[9..8+n]             ids handled since the last call: acked first,
+--                          each while the caller owns it in the PEL
+-- ARGV[9+n] m              how many give-back ids follow, 0..MAX_COUNT
+-- ARGV[10+n..9+n+m]        ids a previous call handed out as new that no
+--                          handler ran (the rest of a batch behind a head
+--                          that failed): each the caller still owns gets
+--                          its delivery count set back to 0, so its first
+--                          attempt counts as delivery 1
+-- ARGV[10+n+m..] backoff ms as in claim: delay before attempt n+1
 -- The next entry is the lowest pending id of the group (whoever owns it:
 -- the old owner's entries first, in id order), claimed to the caller with
--- its delivery count bumped; only when nothing is pending, one new entry
--- (XREADGROUP ... COUNT 1 ... >). One entry at a time, so every delivery
--- counted is an attempt. A pending head already delivered max-deliveries
+-- its delivery count bumped; only when nothing is pending, up to count new
+-- entries (XREADGROUP ... COUNT count ... >), which the caller handles in
+-- order and acks with its next call, giving back those behind a head that
+-- failed. A pending entry is handed out alone, so every delivery counted
+-- is an attempt, but for one case: a crash or a lost lease leaves the rest
+-- of a batch counted once and unhandled, and the next owner sees it as
+-- delivery 2. A pending head already delivered max-deliveries
 -- times is dead-lettered (as claim does) and the next head looked at, at
 -- most LEASE_SCAN per call. A head delivered n times and idle less than
 -- its backoff delay blocks the partition: it is reported with the time
 -- left, and nothing behind it is handed out.
 -- Reply: { held (0: the caller does not hold the lease with that token;
 --          nothing changed and the rest is empty),
---          acked (0 or 1),
---          { {id, {field, value, ...}, deliveries} } at most one entry,
+--          acked, given back (counts),
+--          { {id, {field, value, ...}, deliveries}, ... } the entries: one
+--          pending entry, or up to count new ones,
 --          { id, ... } dead-lettered,
 --          { id, ... } deleted from the stream while pending (cleared),
 --          blocked head id ('' when none), its wait ms (-1: too large to
@@ -1293,11 +1342,13 @@ local function leasenext(keys, args)
   local ttl = argint(args, 4, 'ttl', 1, 2 ^ 53)
   local maxdeliveries = argint(args, 5, 'max-deliveries', 0, 2 ^ 53)
   local delete = argbool(args, 6, 'delete')
-  local ackid = argstr(args, 7, 'ack-id')
-  if ackid ~= '' then checkid(ackid, 'ack-id') end
+  local count = argint(args, 7, 'count', 1, MAX_COUNT)
+  local acks, i = argids(args, 8, 'ack-id')
+  local gives
+  gives, i = argids(args, i, 'give-back-id')
   local backoff = {}
-  for i = 8, #args do
-    backoff[#backoff + 1] = argint(args, i, 'backoff', 0, 2 ^ 53)
+  for j = i, #args do
+    backoff[#backoff + 1] = argint(args, j, 'backoff', 0, 2 ^ 53)
   end
   local checks = {{'TYPE', stream}, {'TYPE', dlq}, {'XPENDING', stream, group}, {'XACK', stream, group, '0-0'},
     {'HMGET', key, 'owner'}, {'HSET', key, 'owner', ''}, {'TIME'},
@@ -1310,11 +1361,11 @@ local function leasenext(keys, args)
   allow(checks)
   needgroup(stream, group)
   streamkey(dlq)
-  if not holds(key, consumer, token) then return {0, 0, {}, {}, {}, '', 0, 0} end
+  if not holds(key, consumer, token) then return {0, 0, 0, {}, {}, {}, '', 0, 0} end
   local now = nowms()
   call('HSET', key, 'expires', tostring(now + ttl))
-  local acked = 0
-  if ackid ~= '' then acked = leaseackone(stream, group, consumer, ackid, delete) end
+  local acked = leaseack(stream, group, consumer, acks, delete)
+  local given = leasegiveback(stream, group, consumer, gives)
 
   local dead, deleted = {}, {}
   for _, p in ipairs(call('XPENDING', stream, group, '-', '+', LEASE_SCAN)) do
@@ -1324,7 +1375,7 @@ local function leasenext(keys, args)
       if done == 'deleted' then
         deleted[#deleted + 1] = id
       elseif done == 'toolarge' then
-        return {1, acked, {}, dead, deleted, id, -1, deliveries}
+        return {1, acked, given, {}, dead, deleted, id, -1, deliveries}
       else
         dead[#dead + 1] = id
       end
@@ -1332,7 +1383,7 @@ local function leasenext(keys, args)
       if #backoff > 0 and deliveries > 0 then
         local delay = backoff[math.min(deliveries, #backoff)]
         if idle < delay then
-          return {1, acked, {}, dead, deleted, id, delay - idle, deliveries}
+          return {1, acked, given, {}, dead, deleted, id, delay - idle, deliveries}
         end
       end
       local c = call('XCLAIM', stream, group, consumer, 0, id)
@@ -1340,21 +1391,20 @@ local function leasenext(keys, args)
         call('XACK', stream, group, id)
         deleted[#deleted + 1] = id
       else
-        return {1, acked, {{id, c[1][2], deliveries + 1}}, dead, deleted, '', 0, 0}
+        return {1, acked, given, {{id, c[1][2], deliveries + 1}}, dead, deleted, '', 0, 0}
       end
     end
   end
   if #dead + #deleted >= LEASE_SCAN then
     -- The scan budget is spent: the caller asks again.
-    return {1, acked, {}, dead, deleted, '', 0, 0}
+    return {1, acked, given, {}, dead, deleted, '', 0, 0}
   end
   local live = {}
-  local r = call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', 1, 'STREAMS', stream, '>')
+  local r = call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, '>')
   if type(r) == 'table' and r[1] ~= nil then
-    local e = r[1][2][1]
-    if e ~= nil then live[1] = {e[1], e[2], 1} end
+    for _, e in ipairs(r[1][2]) do live[#live + 1] = {e[1], e[2], 1} end
   end
-  return {1, acked, live, dead, deleted, '', 0, 0}
+  return {1, acked, given, live, dead, deleted, '', 0, 0}
 end
 
 ------------------------------------------------------------------------------
