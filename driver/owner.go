@@ -125,6 +125,19 @@ const (
 // interruptible, a hand-over is asked; meanwhile it renews the lease every
 // leaseRenewal by the clock, and ends with holdLost once it cannot.
 func (o *owner) hold(wake <-chan struct{}, d time.Duration, interruptible bool) holdResult {
+	// The common case first, without a ticker or a timer: a place is free,
+	// or the handler already returned.
+	if !o.keep() {
+		return holdLost
+	}
+	if interruptible && o.handingOver() {
+		return holdHandOver
+	}
+	select {
+	case <-wake:
+		return holdWoken
+	default:
+	}
 	var timeout <-chan time.Time
 	if d > 0 {
 		t := time.NewTimer(d)

@@ -1165,13 +1165,27 @@ local function leasekeys(keys, fn)
   return stream, lease
 end
 
+-- The ids of the list that consumer owns in the group's PEL, in list order:
+-- one XPENDING over the list's range for consumer (a batch is contiguous,
+-- so that is usually all), then one XPENDING per id it did not show (the
+-- range held more of consumer's entries than the count, an id written
+-- with leading zeros, or an id not consumer's).
+local function ownedby(stream, group, consumer, ids)
+  if #ids == 0 then return {} end
+  local lo, hi = idrange(ids)
+  local seen = {}
+  for _, p in ipairs(call('XPENDING', stream, group, lo, hi, #ids, consumer)) do seen[p[1]] = true end
+  local owned = {}
+  for _, id in ipairs(ids) do
+    if seen[id] or pendinginfo(stream, group, id) == consumer then owned[#owned + 1] = id end
+  end
+  return owned
+end
+
 -- The fenced ack of ids by the lease holder: each is acked only while
 -- consumer owns it in the PEL. Returns how many were acked.
 local function leaseack(stream, group, consumer, ids, delete)
-  local owned = {}
-  for _, id in ipairs(ids) do
-    if pendinginfo(stream, group, id) == consumer then owned[#owned + 1] = id end
-  end
+  local owned = ownedby(stream, group, consumer, ids)
   if #owned == 0 then return 0 end
   callids({'XACK', stream, group}, owned)
   if delete then callids({'XDEL', stream}, owned) end
@@ -1184,10 +1198,7 @@ end
 -- RETRYCOUNT 0 JUSTID), so the lease_next that hands it out again counts
 -- its first attempt as delivery 1. Returns how many were given back.
 local function leasegiveback(stream, group, consumer, ids)
-  local owned = {}
-  for _, id in ipairs(ids) do
-    if pendinginfo(stream, group, id) == consumer then owned[#owned + 1] = id end
-  end
+  local owned = ownedby(stream, group, consumer, ids)
   if #owned == 0 then return 0 end
   callids({'XCLAIM', stream, group, consumer, 0}, owned, {'RETRYCOUNT', 0, 'JUSTID'})
   return #owned
