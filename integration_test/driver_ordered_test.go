@@ -30,14 +30,43 @@ import (
 // counts are even (4/4, then 3/3/2, then 4/4).
 func TestDriverOrdered(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := t.Context()
 		f := s.fixture(t)
+		runDriverOrdered(t, orderedEnv{name: s.srv.Name, admin: s.rdb, base: f.Stream[1 : len(f.Stream)-1], group: f.Group,
+			client: func() redis.UniversalClient {
+				opts := s.srv.Options()
+				opts.MaxRetries = -1
+				return redis.NewClient(opts)
+			}})
+	})
+}
+
+// orderedEnv is where runDriverOrdered runs: a server or a cluster.
+type orderedEnv struct {
+	name   string
+	admin  redis.UniversalClient
+	client func() redis.UniversalClient // a new client for one consumer
+	base   string                       // the partitions' base name
+	group  string
+}
+
+func runDriverOrdered(t *testing.T, env orderedEnv) {
+	ctx := t.Context()
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		require.Eventually(t, cond, time.Minute, 10*time.Millisecond, what)
+	}
+	{
 		const parts, keys, perKey = 8, 24, 20
 		const lease = time.Second
-		names, err := pelwarden.Partitions(f.Stream[1:len(f.Stream)-1], parts)
+		names, err := pelwarden.Partitions(env.base, parts)
 		require.NoError(t, err)
+		t.Cleanup(func() {
+			for _, p := range names {
+				env.admin.Del(context.Background(), p, pelwarden.DeadLetterStreamFor(p), pelwarden.LeaseKeyFor(p))
+			}
+		})
 		produce := func(from, to int) {
-			pipe := s.rdb.Pipeline()
+			pipe := env.admin.Pipeline()
 			for seq := from; seq < to; seq++ {
 				for k := range keys {
 					pipe.XAdd(ctx, &redis.XAddArgs{Stream: names[k%parts], Values: []string{"key", strconv.Itoa(k), "seq", strconv.Itoa(seq)}})
@@ -72,13 +101,11 @@ func TestDriverOrdered(t *testing.T) {
 		type consumer struct {
 			cancel context.CancelFunc
 			done   chan error
-			rdb    *redis.Client
+			rdb    redis.UniversalClient
 		}
 		run := func(name string) *consumer {
-			opts := s.srv.Options()
-			opts.MaxRetries = -1
-			rdb := redis.NewClient(opts)
-			c, err := driver.New(rdb, driver.Config{Streams: names, Group: f.Group, Consumer: name, CreateGroup: true,
+			rdb := env.client()
+			c, err := driver.New(rdb, driver.Config{Streams: names, Group: env.group, Consumer: name, CreateGroup: true,
 				Ordered: true, PartitionLease: lease, Handler: handler, ShutdownTimeout: 2 * time.Second})
 			require.NoError(t, err)
 			cctx, cancel := context.WithCancel(ctx)
@@ -94,7 +121,7 @@ func TestDriverOrdered(t *testing.T) {
 		owners := func() map[string]int {
 			out := map[string]int{}
 			for _, p := range names {
-				o, err := s.rdb.HGet(ctx, pelwarden.LeaseKeyFor(p), "owner").Result()
+				o, err := env.admin.HGet(ctx, pelwarden.LeaseKeyFor(p), "owner").Result()
 				if err == nil && o != "" {
 					out[o]++
 				}
@@ -103,31 +130,31 @@ func TestDriverOrdered(t *testing.T) {
 		}
 		total := keys * perKey
 		waitHandled := func(n int) {
-			f.Eventually(fmt.Sprintf("%d distinct entries handled", n), func() bool { return chk.distinct() >= n })
+			eventually(fmt.Sprintf("%d distinct entries handled", n), func() bool { return chk.distinct() >= n })
 		}
 
 		c1, c2 := run("c1"), run("c2")
-		f.Eventually("c1 and c2 own 4 each", func() bool { o := owners(); return o["c1"] == 4 && o["c2"] == 4 })
+		eventually("c1 and c2 own 4 each", func() bool { o := owners(); return o["c1"] == 4 && o["c2"] == 4 })
 		waitHandled(total / 6)
 		c3 := run("c3")
-		f.Eventually("c1, c2, c3 own 3/3/2", func() bool { o := owners(); return o["c1"] == 3 && o["c2"] == 3 && o["c3"] == 2 })
+		eventually("c1, c2, c3 own 3/3/2", func() bool { o := owners(); return o["c1"] == 3 && o["c2"] == 3 && o["c3"] == 2 })
 		waitHandled(total / 4)
 		produce(perKey/2, perKey)
 		waitHandled(total/2 + total/8) // into the second half: c1 is mid-stream
 
 		crashed := map[string]bool{}
 		for _, p := range names {
-			if o, _ := s.rdb.HGet(ctx, pelwarden.LeaseKeyFor(p), "owner").Result(); o == "c1" {
+			if o, _ := env.admin.HGet(ctx, pelwarden.LeaseKeyFor(p), "owner").Result(); o == "c1" {
 				crashed[p] = true
 			}
 		}
 		require.NoError(t, c1.rdb.Close()) // c1 crashes: every call it makes fails from now on
 		killed := time.Now()
-		f.Eventually("c1's partitions taken over", func() bool {
+		eventually("c1's partitions taken over", func() bool {
 			o := owners()
 			return o["c1"] == 0 && o["c2"]+o["c3"] == 8
 		})
-		t.Logf("%s: c1's %d partitions owned again %v after the crash (PartitionLease %v)", s.srv.Name, len(crashed), time.Since(killed).Round(time.Millisecond), lease)
+		t.Logf("%s: c1's %d partitions owned again %v after the crash (PartitionLease %v)", env.name, len(crashed), time.Since(killed).Round(time.Millisecond), lease)
 		c1.cancel()
 		require.NoError(t, <-c1.done)
 
@@ -135,9 +162,9 @@ func TestDriverOrdered(t *testing.T) {
 		stop(c2)
 		c4 := run("c4")
 		waitHandled(total)
-		f.Eventually("every partition drained", func() bool {
+		eventually("every partition drained", func() bool {
 			for _, p := range names {
-				n, err := s.rdb.XPending(ctx, p, f.Group).Result()
+				n, err := env.admin.XPending(ctx, p, env.group).Result()
 				require.NoError(t, err)
 				if n.Count != 0 {
 					return false
@@ -145,7 +172,7 @@ func TestDriverOrdered(t *testing.T) {
 			}
 			return true
 		})
-		f.Eventually("c3 and c4 own 4 each", func() bool { o := owners(); return o["c3"] == 4 && o["c4"] == 4 })
+		eventually("c3 and c4 own 4 each", func() bool { o := owners(); return o["c3"] == 4 && o["c4"] == 4 })
 		stop(c3)
 		stop(c4)
 		require.Empty(t, owners(), "graceful stops released every lease")
@@ -180,11 +207,11 @@ func TestDriverOrdered(t *testing.T) {
 		}
 		chk.mu.Unlock()
 		require.LessOrEqual(t, repeats, 100*len(crashed), "at most a batch of c1's handled entries per partition runs again")
-		t.Logf("%s: ordered driver: %d keys x %d sequences, %d redeliveries after the crash", s.srv.Name, keys, perKey, repeats)
+		t.Logf("%s: ordered driver: %d keys x %d sequences, %d redeliveries after the crash", env.name, keys, perKey, repeats)
 		for _, p := range names {
-			n, err := s.rdb.XLen(ctx, pelwarden.DeadLetterStreamFor(p)).Result()
+			n, err := env.admin.XLen(ctx, pelwarden.DeadLetterStreamFor(p)).Result()
 			require.NoError(t, err)
 			require.Zero(t, n, "nothing dead-lettered on %s", p)
 		}
-	})
+	}
 }
