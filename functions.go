@@ -981,7 +981,7 @@ type ReleaseLeaseArgs struct {
 	Stream, Lease, Group, Consumer string
 	// Token is the token Consumer holds the lease with (at least 1).
 	Token int64
-	// AckIDs are acked first, each while Consumer owns it (the entries
+	// AckIDs are acked first, as LeaseNextArgs.AckIDs are (the entries
 	// handled since the last LeaseNext), in the same atomic call; at most
 	// MaxCount.
 	AckIDs []string
@@ -997,8 +997,9 @@ type ReleaseLeaseResult struct {
 	// Released is false when Consumer did not hold the lease with Token:
 	// nothing changed.
 	Released bool
-	// Acked is how many of AckIDs were acked; GivenBack how many of
-	// GiveBack were given back (the others were no longer Consumer's).
+	// Acked is how many of AckIDs were acked (the others were no longer
+	// pending); GivenBack how many of GiveBack were given back (the others
+	// were no longer Consumer's).
 	Acked, GivenBack int64
 }
 
@@ -1045,8 +1046,10 @@ type LeaseNextArgs struct {
 	// Count is how many new entries are handed out at most, when nothing
 	// is pending: 1 to MaxCount; zero means 1.
 	Count int
-	// AckIDs are acked first, each while Consumer owns it: the entries
-	// handled since the previous call. At most MaxCount.
+	// AckIDs are acked first: the entries handled since the previous call.
+	// The token fence makes Consumer the partition's only reader, so they
+	// are acked as listed; list only entries a LeaseNext handed out and a
+	// handler ran to success. At most MaxCount.
 	AckIDs []string
 	// GiveBack are entries a previous call handed out as new that no
 	// handler ran (the rest of a batch behind a head that failed). Each
@@ -1065,8 +1068,9 @@ type LeaseNextResult struct {
 	// Held is false when Consumer does not hold the lease with Token:
 	// nothing changed, the rest is empty; stop handling the partition.
 	Held bool
-	// Acked is how many of AckIDs were acked; GivenBack how many of
-	// GiveBack were given back (the others were no longer Consumer's).
+	// Acked is how many of AckIDs were acked (the others were no longer
+	// pending); GivenBack how many of GiveBack were given back (the others
+	// were no longer Consumer's).
 	Acked, GivenBack int64
 	// Entries are the partition's next entries in stream order, now owned
 	// by Consumer: one pending entry with its delivery count bumped, or,

@@ -477,9 +477,14 @@ func decodeLeaseNext(v any) (*LeaseNextResult, error) {
 		r.Entries = make([]Entry, len(live))
 	}
 	for i, x := range live {
-		ea, err := asArray(fn, fmt.Sprintf("entries[%d]", i), x, 3)
+		// {id, fields, deliveries} for a pending entry; {id, fields} for a
+		// new one, as XREADGROUP returned it (delivery 1).
+		ea, err := asArray(fn, fmt.Sprintf("entries[%d]", i), x, 2)
 		if err != nil {
 			return nil, err
+		}
+		if len(ea) > 3 {
+			return nil, malformed(fn, "entries[%d]: want 2 or 3 elements, got %d", i, len(ea))
 		}
 		e := &r.Entries[i]
 		if e.ID, err = asString(fn, "entries.id", ea[0]); err != nil {
@@ -488,8 +493,11 @@ func decodeLeaseNext(v any) (*LeaseNextResult, error) {
 		if e.Fields, err = asFields(fn, "entries.fields", ea[1]); err != nil {
 			return nil, err
 		}
-		if e.Deliveries, err = asInt(fn, "entries.deliveries", ea[2]); err != nil {
-			return nil, err
+		e.Deliveries = 1
+		if len(ea) == 3 {
+			if e.Deliveries, err = asInt(fn, "entries.deliveries", ea[2]); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if r.DeadLettered, err = asStrings(fn, "dead-lettered", a[4]); err != nil {

@@ -208,11 +208,11 @@ func (s *fakePartitionServer) holds(p *fakePartition, token int64) bool {
 	return p.owner == s.consumer && p.token == token && token > 0
 }
 
-// ack is the library's fenced ack of ids by the lease holder: each only
-// while the caller owns it. mu is held.
+// ack is the library's ack of ids by the lease holder (fenced by the
+// token, not per id): each still pending is acked. mu is held.
 func (s *fakePartitionServer) ack(p *fakePartition, ids []string) (acked int64) {
 	for _, id := range ids {
-		if e, ok := p.pel[id]; ok && e.owner == s.consumer {
+		if _, ok := p.pel[id]; ok {
 			delete(p.pel, id)
 			acked++
 		}

@@ -137,7 +137,9 @@ func TestOrderedChaos(t *testing.T) {
 
 		// The producer writes straight to the server, in rounds: sequence
 		// seq of every key, over about 10 s.
-		produced := map[string][2]int{} // id -> key, seq
+		// Entry ids repeat across partitions (each is a stream of its own):
+		// entries are named by partition and id.
+		produced := map[string][2]int{} // partition + " " + id -> key, seq
 		prodDone := make(chan error, 1)
 		go func() {
 			for seq := range perKey {
@@ -151,7 +153,7 @@ func TestOrderedChaos(t *testing.T) {
 					return
 				}
 				for key, c := range cmds {
-					produced[c.Val()] = [2]int{key, seq}
+					produced[names[key%parts]+" "+c.Val()] = [2]int{key, seq}
 				}
 				if !ctxwait.Sleep(ctx, 250*time.Millisecond) {
 					prodDone <- ctx.Err()
@@ -198,17 +200,17 @@ func TestOrderedChaos(t *testing.T) {
 			byKey[r.Key] = append(byKey[r.Key], r)
 			byPart[r.Partition] = append(byPart[r.Partition], r)
 			if r.OK {
-				succeeded[r.ID] = true
+				succeeded[r.Partition+" "+r.ID] = true
 			}
 		}
-		dead := map[string]string{} // original id -> reason
+		dead := map[string]string{} // partition + " " + original id -> reason
 		for _, p := range names {
 			recs, err := s.rdb.XRange(ctx, pelwarden.DeadLetterStreamFor(p), "-", "+").Result()
 			require.NoError(t, err)
 			for _, r := range recs {
 				id, _ := r.Values[pelwarden.FieldOriginalID].(string)
 				reason, _ := r.Values[pelwarden.FieldReason].(string)
-				dead[id] = reason
+				dead[p+" "+id] = reason
 			}
 		}
 		var problems []string

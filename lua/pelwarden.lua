@@ -1182,14 +1182,16 @@ local function ownedby(stream, group, consumer, ids)
   return owned
 end
 
--- The fenced ack of ids by the lease holder: each is acked only while
--- consumer owns it in the PEL. Returns how many were acked.
-local function leaseack(stream, group, consumer, ids, delete)
-  local owned = ownedby(stream, group, consumer, ids)
-  if #owned == 0 then return 0 end
-  callids({'XACK', stream, group}, owned)
-  if delete then callids({'XDEL', stream}, owned) end
-  return #owned
+-- The ack of ids by the lease holder: the entries it handled since its
+-- last call. The token fence already made the caller the partition's only
+-- reader (an entry it lists was handed to it and ran to success), so the
+-- ids are acked as listed, without an ownership look-up per id. Returns
+-- how many were acked (XACK's count: ids no longer pending are skipped).
+local function leaseack(stream, group, ids, delete)
+  if #ids == 0 then return 0 end
+  local n = callids({'XACK', stream, group}, ids)
+  if delete then callids({'XDEL', stream}, ids) end
+  return n
 end
 
 -- The fenced give-back of ids by the lease holder: entries a lease_next
@@ -1258,7 +1260,7 @@ end
 -- ARGV[3] token       the caller's token
 -- ARGV[4] delete      "1": also XDEL the acked entries
 -- ARGV[5] n           how many ack ids follow, 0..MAX_COUNT
--- ARGV[6..5+n]        ids to ack first (fenced, see lease_next): the
+-- ARGV[6..5+n]        ids to ack first (as lease_next does): the
 --                     entries handled since the last lease_next
 -- ARGV[6+n] m         how many give-back ids follow, 0..MAX_COUNT
 -- ARGV[7+n..6+n+m]    ids handed out as new and not handled, given back
@@ -1283,7 +1285,7 @@ local function leaserelease(keys, args)
   allow(checks)
   needgroup(stream, group)
   if not holds(key, consumer, token) then return {0, 0, 0} end
-  local acked = leaseack(stream, group, consumer, acks, delete)
+  local acked = leaseack(stream, group, acks, delete)
   local given = leasegiveback(stream, group, consumer, gives)
   call('HSET', key, 'owner', '', 'expires', '0')
   return {1, acked, given}
@@ -1306,8 +1308,9 @@ end
 -- ARGV[7] count           1..MAX_COUNT: new entries handed out at most,
 --                          when nothing is pending
 -- ARGV[8] n                how many ack ids follow, 0..MAX_COUNT
--- ARGV[9..8+n]             ids handled since the last call: acked first,
---                          each while the caller owns it in the PEL
+-- ARGV[9..8+n]             ids handled since the last call: acked first
+--                          (the token fence makes the caller the
+--                          partition's only reader: no look-up per id)
 -- ARGV[9+n] m              how many give-back ids follow, 0..MAX_COUNT
 -- ARGV[10+n..9+n+m]        ids a previous call handed out as new that no
 --                          handler ran (the rest of a batch behind a head
@@ -1331,8 +1334,9 @@ end
 -- Reply: { held (0: the caller does not hold the lease with that token;
 --          nothing changed and the rest is empty),
 --          acked, given back (counts),
---          { {id, {field, value, ...}, deliveries}, ... } the entries: one
---          pending entry, or up to count new ones,
+--          { {id, {field, value, ...}, deliveries} } one pending entry,
+--          or { {id, {field, value, ...}}, ... } up to count new ones
+--          (delivery 1),
 --          { id, ... } dead-lettered,
 --          { id, ... } deleted from the stream while pending (cleared),
 --          blocked head id ('' when none), its wait ms (-1: too large to
@@ -1375,7 +1379,7 @@ local function leasenext(keys, args)
   if not holds(key, consumer, token) then return {0, 0, 0, {}, {}, {}, '', 0, 0} end
   local now = nowms()
   call('HSET', key, 'expires', tostring(now + ttl))
-  local acked = leaseack(stream, group, consumer, acks, delete)
+  local acked = leaseack(stream, group, acks, delete)
   local given = leasegiveback(stream, group, consumer, gives)
 
   local dead, deleted = {}, {}
@@ -1410,11 +1414,11 @@ local function leasenext(keys, args)
     -- The scan budget is spent: the caller asks again.
     return {1, acked, given, {}, dead, deleted, '', 0, 0}
   end
+  -- New entries go out as XREADGROUP returned them, {id, fields} (their
+  -- delivery is the first), without a table built per entry.
   local live = {}
   local r = call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, '>')
-  if type(r) == 'table' and r[1] ~= nil then
-    for _, e in ipairs(r[1][2]) do live[#live + 1] = {e[1], e[2], 1} end
-  end
+  if type(r) == 'table' and r[1] ~= nil then live = r[1][2] end
   return {1, acked, given, live, dead, deleted, '', 0, 0}
 end
 
