@@ -131,7 +131,19 @@ func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err 
 	r.handlerCtx = handlerCtx
 
 	balanced := make(chan struct{})
-	go func() { defer close(balanced); repeat(loopCtx, r.balanceEvery, func(bool) { r.balance(loopCtx) }) }()
+	go func() {
+		defer close(balanced)
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			select {
+			case <-loopCtx.Done():
+				return
+			case <-t.C:
+			}
+			t.Reset(r.balance(loopCtx))
+		}
+	}()
 	<-loopCtx.Done()
 	<-balanced
 
@@ -208,8 +220,13 @@ func (r *orderedRun) start(ctx context.Context) error {
 // share of the partitions among the live members (shareOf); owners beyond
 // it hand their partitions over, and free partitions are acquired up to
 // it, the search starting at this consumer's rank's part of the list.
-// Nothing is acquired before the second heartbeat landed.
-func (r *orderedRun) balance(ctx context.Context) {
+// Nothing is acquired before the second heartbeat landed. It returns
+// when the next round is due: balanceEvery, or sooner when a partition
+// this consumer wants is held under a lease that expires before that (a
+// crashed owner's): just after the expiry, so the partition runs again
+// PartitionLease after its owner's last renewal, not up to a round later.
+func (r *orderedRun) balance(ctx context.Context) (next time.Duration) {
+	next = r.balanceEvery
 	hctx, cancel := context.WithTimeout(ctx, r.cfg.PartitionLease)
 	live, err := r.members.heartbeat(hctx, r.cfg.PartitionLease)
 	cancel()
@@ -264,17 +281,28 @@ func (r *orderedRun) balance(ctx context.Context) {
 	r.mu.Unlock()
 	for _, p := range free {
 		if kept >= share || ctx.Err() != nil {
-			return
+			return next
 		}
-		if r.acquire(ctx, p) {
+		held, left := r.acquire(ctx, p)
+		switch {
+		case held:
 			kept++
+		case left > 0:
+			next = min(next, left+expirySlack)
 		}
 	}
+	return next
 }
 
+// expirySlack is how long after a refused lease's reported expiry the
+// balancer asks again: the reply's time left was measured on the server
+// before the reply travelled back, so the lease has expired by then.
+const expirySlack = 2 * time.Millisecond
+
 // acquire tries to take p's lease and, when it is taken, starts its
-// owner. It reports whether it did.
-func (r *orderedRun) acquire(ctx context.Context, p *partitionSlot) bool {
+// owner. It reports whether it did and, when another consumer holds the
+// lease, the time its lease has left.
+func (r *orderedRun) acquire(ctx context.Context, p *partitionSlot) (held bool, left time.Duration) {
 	ttl := r.cfg.PartitionLease
 	actx, cancel := context.WithTimeout(ctx, ttl-r.cfg.leaseMargin())
 	defer cancel()
@@ -284,17 +312,17 @@ func (r *orderedRun) acquire(ctx context.Context, p *partitionSlot) bool {
 		if ctx.Err() == nil {
 			r.commandError(p, "acquire lease", err, 0)
 		}
-		return false
+		return false, 0
 	}
 	if !l.Held {
-		return false
+		return false, l.TTL
 	}
 	o := newOwner(r, p, l.Token, sent)
 	r.mu.Lock()
 	if closedNow(ctx.Done()) {
 		r.mu.Unlock()
 		o.releaseLease() // the shutdown began: give it back at once
-		return false
+		return false, 0
 	}
 	r.owners[p.index] = o
 	r.ownersRun.Add(1)
@@ -308,7 +336,7 @@ func (r *orderedRun) acquire(ctx context.Context, p *partitionSlot) bool {
 		delete(r.owners, p.index)
 		r.mu.Unlock()
 	}()
-	return true
+	return true, 0
 }
 
 // ownedCount is how many partitions have a running owner.

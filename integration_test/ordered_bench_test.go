@@ -292,5 +292,6 @@ func BenchmarkOrderedRecovery(b *testing.B) {
 			s.rdb.Del(ctx, p, pelwarden.DeadLetterStreamFor(p), pelwarden.LeaseKeyFor(p))
 		}
 		s.rdb.Del(ctx, driver.MembersKey(parts, "g"))
+		b.StartTimer()
 	}
 }
