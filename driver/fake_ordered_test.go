@@ -392,7 +392,7 @@ func (m *fakeMembers) leave(context.Context) error {
 type orderedConsumer struct {
 	name string
 	run  *orderedRun
-	m    *countingMetrics
+	m    *partitionGauges
 	logs *syncBuffer
 
 	cancel context.CancelFunc
@@ -407,7 +407,7 @@ const testPartitionLease = 30 * time.Second
 // stopped; change adjusts its Config (the handler, say).
 func (w *fakeWorld) start(t *testing.T, streams []string, name string, change func(*Config)) *orderedConsumer {
 	t.Helper()
-	c := &orderedConsumer{name: name, m: &countingMetrics{}, logs: &syncBuffer{}, done: make(chan error, 1)}
+	c := &orderedConsumer{name: name, m: &partitionGauges{}, logs: &syncBuffer{}, done: make(chan error, 1)}
 	cfg := Config{Streams: streams, Group: "g", Consumer: name, Ordered: true, PartitionLease: testPartitionLease,
 		Handler: nopHandler(), ShutdownTimeout: 5 * time.Second,
 		Metrics: c.m, Logger: slog.New(slog.NewTextHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}

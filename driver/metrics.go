@@ -111,6 +111,23 @@ type Metrics interface {
 	HandlerDuration(d time.Duration)
 }
 
+// PartitionMetrics is an optional extension of Metrics for ordered mode
+// (Config.Ordered): a Metrics that also implements it is told, per
+// partition, whether this consumer owns it and whether a failing head
+// blocks it, so a dashboard or an alert can name the partitions (the
+// counters of Metrics have no labels). Package driver/prommetrics
+// implements it with two gauges labelled by stream.
+type PartitionMetrics interface {
+	// PartitionOwned reports that this consumer owns stream from now on
+	// (true), or no longer (false).
+	PartitionOwned(stream string, owned bool)
+	// PartitionBlocked reports that stream's head fails and blocks the
+	// partition while it waits for its backoff or for an operator (true),
+	// or no longer does (false). It is called with false too when the
+	// partition leaves this consumer while blocked.
+	PartitionBlocked(stream string, blocked bool)
+}
+
 type noMetrics struct{}
 
 func (noMetrics) Count(Event, int)              {}

@@ -460,6 +460,9 @@ func TestOrderedBackoffBlocksOnlyItsPartition(t *testing.T) {
 		})
 	})
 	eventually(t, "blocked", func() bool { return a.m.get(EventPartitionBlocked) == 1 })
+	owned, blocked := a.m.state(streams[0])
+	require.True(t, owned, "PartitionMetrics: owned")
+	require.True(t, blocked, "PartitionMetrics: blocked")
 	w.add(streams[1], 2)
 	eventually(t, "the other partition goes on", func() bool { return len(hs.of(streams[1])) == 2 })
 	require.Equal(t, []string{"1-0"}, hs.of(streams[0]), "nothing behind the blocked head")
@@ -473,6 +476,13 @@ func TestOrderedBackoffBlocksOnlyItsPartition(t *testing.T) {
 	eventually(t, "unblocked", func() bool { return len(w.pendingOf(streams[0])) == 0 })
 	require.Contains(t, a.logs.String(), "partition unblocked")
 	require.Empty(t, w.deadOf(streams[0]))
+	_, blocked = a.m.state(streams[0])
+	require.False(t, blocked, "PartitionMetrics: unblocked")
+	_, blocked = a.m.state(streams[1])
+	require.False(t, blocked, "the other partition never blocked")
+	a.stop(t)
+	owned, _ = a.m.state(streams[0])
+	require.False(t, owned, "PartitionMetrics: handed over at the stop")
 }
 
 // DeadLetter from a handler: the entry goes to the dead-letter stream at

@@ -66,9 +66,19 @@ func (o *owner) handingOver() bool { return closedNow(o.handOver) }
 // own handles the partition until it is handed over or lost, then gives
 // the lease back (with the last ack) unless another consumer holds it.
 func (o *owner) own() {
+	pm, _ := o.run.m.(PartitionMetrics)
+	if pm != nil {
+		pm.PartitionOwned(o.p.cfg.Stream, true)
+	}
 	defer func() {
 		if !o.fenced {
 			o.releaseLease()
+		}
+		if pm != nil {
+			if o.blocked != "" {
+				pm.PartitionBlocked(o.p.cfg.Stream, false)
+			}
+			pm.PartitionOwned(o.p.cfg.Stream, false)
 		}
 	}()
 	for !o.handingOver() {
@@ -308,6 +318,11 @@ func (o *owner) pause(res *pelwarden.LeaseNextResult) bool {
 	switch {
 	case res.Blocked != "":
 		if res.Blocked != o.blocked {
+			if o.blocked == "" {
+				if pm, ok := o.run.m.(PartitionMetrics); ok {
+					pm.PartitionBlocked(o.p.cfg.Stream, true)
+				}
+			}
 			o.blocked = res.Blocked
 			o.run.m.Count(EventPartitionBlocked, 1)
 			if res.Wait < 0 {
@@ -338,6 +353,9 @@ func (o *owner) unblocked() {
 	if o.blocked != "" {
 		o.log.Info("partition unblocked", "id", o.blocked)
 		o.blocked = ""
+		if pm, ok := o.run.m.(PartitionMetrics); ok {
+			pm.PartitionBlocked(o.p.cfg.Stream, false)
+		}
 	}
 }
 
