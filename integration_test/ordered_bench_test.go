@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -59,9 +58,9 @@ func BenchmarkOrdered(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					self0 := processCPU(b)
+					self0 := measure.ProcessCPU()
 					wall := drainOne(b, ctx, s, parts, entries, ordered)
-					self := processCPU(b) - self0
+					self := measure.ProcessCPU() - self0
 					cpu1, err := measure.ServerCPU(ctx, s.rdb)
 					if err != nil {
 						b.Fatal(err)
@@ -78,15 +77,6 @@ func BenchmarkOrdered(b *testing.B) {
 			})
 		}
 	}
-}
-
-// processCPU is this process's user+system CPU time.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // drainOne runs one consumer with the driver's defaults (ordered or not)
