@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/ops"
 	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
@@ -332,6 +334,101 @@ func TestLeaseNextPoison(t *testing.T) {
 		require.EqualValues(t, 1, n.BlockedDeliveries)
 		require.Positive(t, n.Wait)
 		require.LessOrEqual(t, n.Wait, time.Hour)
+
+		// The blocked head is recorded in the lease hash for tools (the
+		// dashboard): its id, deliveries and when it may be tried again.
+		key := pelwarden.LeaseKeyFor(f.Stream)
+		now, err := s.rdb.Time(ctx).Result()
+		require.NoError(t, err)
+		h, err := s.rdb.HGetAll(ctx, key).Result()
+		require.NoError(t, err)
+		require.Equal(t, ids[1], h["blocked"])
+		require.Equal(t, "1", h["blocked_deliveries"])
+		until, err := strconv.ParseInt(h["blocked_until"], 10, 64)
+		require.NoError(t, err, h)
+		require.Greater(t, until, now.UnixMilli())
+		require.LessOrEqual(t, until, now.Add(time.Hour).UnixMilli())
+		l, err := ops.ReadLease(ctx, s.rdb, key)
+		require.NoError(t, err)
+		require.Equal(t, "a", l.Owner)
+		require.Equal(t, ids[1], l.Blocked)
+		require.EqualValues(t, 1, l.BlockedDeliveries)
+		require.False(t, l.TooLarge)
+		require.Positive(t, l.RetryIn)
+		require.LessOrEqual(t, l.RetryIn, time.Hour)
+		require.Positive(t, l.Left)
+		// Asked again while still blocked, the record stays as it was.
+		_, err = lib.LeaseNext(ctx, blocked)
+		require.NoError(t, err)
+		again, err := s.rdb.HGetAll(ctx, key).Result()
+		require.NoError(t, err)
+		require.Equal(t, h["blocked_until"], again["blocked_until"])
+
+		// Handed out (no backoff now), the head no longer blocks: cleared.
+		free := blocked
+		free.Backoff = nil
+		n, err = lib.LeaseNext(ctx, free)
+		require.NoError(t, err)
+		require.Equal(t, ids[1], n.Entries[0].ID)
+		vals, err := s.rdb.HMGet(ctx, key, "blocked", "blocked_deliveries", "blocked_until").Result()
+		require.NoError(t, err)
+		require.Equal(t, []any{"", "", ""}, vals)
+		l, err = ops.ReadLease(ctx, s.rdb, key)
+		require.NoError(t, err)
+		require.Empty(t, l.Blocked)
+	})
+}
+
+// A head at max-deliveries too large to dead-letter blocks the partition
+// for an operator: the lease hash records it with blocked_until -1, and
+// once the operator removed it the next lease_next clears the record. A
+// lease key holding another type reads as ErrWrongType; a missing one as
+// no lease.
+func TestLeaseNextRecordsTooLargeHead(t *testing.T) {
+	eachMode(t, func(t *testing.T, s *target, lib *pelwarden.Library) {
+		ctx := t.Context()
+		f := s.fixture(t)
+		key := pelwarden.LeaseKeyFor(f.Stream)
+		l, err := ops.ReadLease(ctx, s.rdb, key)
+		require.NoError(t, err)
+		require.Nil(t, l, "no lease hash: not a partition in ordered mode")
+		big := addTooLarge(t, s.rdb, f.Stream)
+		_, err = lib.AcquireLease(ctx, leaseOf(f, "a", time.Hour))
+		require.NoError(t, err)
+		args := nextOf(f, "a", 1, "")
+		args.MaxDeliveries = 1
+		n, err := lib.LeaseNext(ctx, args)
+		require.NoError(t, err)
+		require.Equal(t, big, n.Entries[0].ID)
+		n, err = lib.LeaseNext(ctx, args) // not acked: at max-deliveries, too large
+		require.NoError(t, err)
+		require.Equal(t, big, n.Blocked)
+		require.Negative(t, n.Wait, "too large to dead-letter: Wait < 0")
+		h, err := s.rdb.HGetAll(ctx, key).Result()
+		require.NoError(t, err)
+		require.Equal(t, big, h["blocked"])
+		require.Equal(t, "1", h["blocked_deliveries"])
+		require.Equal(t, "-1", h["blocked_until"])
+		l, err = ops.ReadLease(ctx, s.rdb, key)
+		require.NoError(t, err)
+		require.True(t, l.TooLarge)
+		require.Equal(t, big, l.Blocked)
+
+		// The operator acks it away: nothing pending, the record is cleared.
+		require.NoError(t, s.rdb.XAck(ctx, f.Stream, f.Group, big).Err())
+		n, err = lib.LeaseNext(ctx, args)
+		require.NoError(t, err)
+		require.Empty(t, n.Blocked)
+		require.Empty(t, n.Entries)
+		l, err = ops.ReadLease(ctx, s.rdb, key)
+		require.NoError(t, err)
+		require.Empty(t, l.Blocked)
+		require.False(t, l.TooLarge)
+
+		wrong := f.Stream + ":not-a-lease"
+		require.NoError(t, s.rdb.Set(ctx, wrong, "x", 0).Err())
+		_, err = ops.ReadLease(ctx, s.rdb, wrong)
+		require.True(t, pelwarden.Matches(err, pelwarden.ErrWrongType), "%v", err)
 	})
 }
 

@@ -1140,18 +1140,46 @@ end
 -- consumer, changes nothing and reports the lease as not held.
 -- Times are the server's clock (TIME), milliseconds.
 
--- The lease hash's state: owner ('' when free), token, expires (ms).
+-- The lease hash's state: owner ('' when free), token, expires (ms), and
+-- the blocked head lease_next recorded: { id, deliveries, until } as
+-- stored ('' each when none; see lease_next). One HMGET reads them all.
 local function leasestate(lease)
-  local h = call('HMGET', lease, 'owner', 'token', 'expires')
-  return h[1] or '', tonumber(h[2] or '0') or 0, tonumber(h[3] or '0') or 0
+  local h = call('HMGET', lease, 'owner', 'token', 'expires', 'blocked', 'blocked_deliveries', 'blocked_until')
+  return h[1] or '', tonumber(h[2] or '0') or 0, tonumber(h[3] or '0') or 0,
+    {h[4] or '', h[5] or '', h[6] or ''}
 end
 
--- Whether consumer holds the lease with token. An expired lease is still
--- held while nobody took it: the token only moves when another consumer
--- acquires it, so nobody else has run the partition's entries.
+-- Whether consumer holds the lease with token, and the blocked head as
+-- leasestate reads it. An expired lease is still held while nobody took
+-- it: the token only moves when another consumer acquires it, so nobody
+-- else has run the partition's entries.
 local function holds(lease, consumer, token)
-  local owner, cur = leasestate(lease)
-  return owner == consumer and cur == token and token > 0
+  local owner, cur, _, blocked = leasestate(lease)
+  return owner == consumer and cur == token and token > 0, blocked
+end
+
+-- How far a recomputed blocked_until may move before it is rewritten: it
+-- is TIME less the head's idle time plus its delay, and TIME (the real
+-- clock) and idle (the script's start) may be a millisecond apart from one
+-- call to the next.
+local BLOCKED_SLACK_MS = 10
+
+-- Records the partition's blocked head in the lease hash (id, deliveries,
+-- until: the server ms it may be tried again, -1 when it waits for an
+-- operator), or clears it (id ''), writing only when that changes what
+-- was stored (was, from leasestate): a partition that is not blocked, or
+-- stays blocked on the same head, costs no write for it.
+local function setblocked(lease, was, id, deliveries, untilms)
+  local d, u = '', ''
+  if id ~= '' then d, u = tostring(deliveries), tostring(untilms) end
+  if was[1] == id and was[2] == d then
+    if was[3] == u then return end
+    local old = tonumber(was[3])
+    if id ~= '' and old ~= nil and old >= 0 and untilms >= 0 and math.abs(old - untilms) <= BLOCKED_SLACK_MS then
+      return
+    end
+  end
+  call('HSET', lease, 'blocked', id, 'blocked_deliveries', d, 'blocked_until', u)
 end
 
 local function leasekeys(keys, fn)
@@ -1331,6 +1359,16 @@ end
 -- most LEASE_SCAN per call. A head delivered n times and idle less than
 -- its backoff delay blocks the partition: it is reported with the time
 -- left, and nothing behind it is handed out.
+-- The blocked head is also recorded in the lease hash, for tools that are
+-- not the owner (the dashboard), in the same call:
+--   blocked             the head's id ('' when the partition is not blocked)
+--   blocked_deliveries  its deliveries ('' when not blocked)
+--   blocked_until       the server ms from which it may be tried again, or
+--                       -1: at max-deliveries but too large to dead-letter,
+--                       it waits for an operator ('' when not blocked)
+-- They are cleared (set to '') by the call that hands an entry out or
+-- finds nothing pending, and written only when they change. A call by a
+-- caller not holding the lease leaves them alone.
 -- Reply: { held (0: the caller does not hold the lease with that token;
 --          nothing changed and the rest is empty),
 --          acked, given back (counts),
@@ -1376,7 +1414,8 @@ local function leasenext(keys, args)
   allow(checks)
   needgroup(stream, group)
   streamkey(dlq)
-  if not holds(key, consumer, token) then return {0, 0, 0, {}, {}, {}, '', 0, 0} end
+  local held, was = holds(key, consumer, token)
+  if not held then return {0, 0, 0, {}, {}, {}, '', 0, 0} end
   local now = nowms()
   call('HSET', key, 'expires', tostring(now + ttl))
   local acked = leaseack(stream, group, acks, delete)
@@ -1390,6 +1429,7 @@ local function leasenext(keys, args)
       if done == 'deleted' then
         deleted[#deleted + 1] = id
       elseif done == 'toolarge' then
+        setblocked(key, was, id, deliveries, -1)
         return {1, acked, given, {}, dead, deleted, id, -1, deliveries}
       else
         dead[#dead + 1] = id
@@ -1398,6 +1438,7 @@ local function leasenext(keys, args)
       if #backoff > 0 and deliveries > 0 then
         local delay = backoff[math.min(deliveries, #backoff)]
         if idle < delay then
+          setblocked(key, was, id, deliveries, now - idle + delay)
           return {1, acked, given, {}, dead, deleted, id, delay - idle, deliveries}
         end
       end
@@ -1406,10 +1447,13 @@ local function leasenext(keys, args)
         call('XACK', stream, group, id)
         deleted[#deleted + 1] = id
       else
+        setblocked(key, was, '')
         return {1, acked, given, {{id, c[1][2], deliveries + 1}}, dead, deleted, '', 0, 0}
       end
     end
   end
+  -- No head blocks the partition (the scan got past every one it met).
+  setblocked(key, was, '')
   if #dead + #deleted >= LEASE_SCAN then
     -- The scan budget is spent: the caller asks again.
     return {1, acked, given, {}, dead, deleted, '', 0, 0}
