@@ -54,28 +54,50 @@ func asStrings(fn, what string, v any) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, 0, len(a))
+	out := make([]string, len(a))
 	for i, e := range a {
-		s, err := asString(fn, fmt.Sprintf("%s[%d]", what, i), e)
-		if err != nil {
-			return nil, err
+		s, ok := stringOf(e)
+		if !ok {
+			// The element's name is formatted only here: on the hot path
+			// (thousands of fields per reply) it would cost more than the
+			// decoding itself.
+			return nil, malformed(fn, "%s[%d]: want a string, got %T", what, i, e)
 		}
-		out = append(out, s)
+		out[i] = s
 	}
 	return out, nil
 }
 
+// stringOf is asString's test without an error to build.
+func stringOf(v any) (string, bool) {
+	switch s := v.(type) {
+	case string:
+		return s, true
+	case []byte:
+		return string(s), true
+	}
+	return "", false
+}
+
 func asFields(fn, what string, v any) ([]Field, error) {
-	flat, err := asStrings(fn, what, v)
+	flat, err := asArray(fn, what, v, 0)
 	if err != nil {
 		return nil, err
 	}
 	if len(flat)%2 != 0 {
 		return nil, malformed(fn, "%s: odd number of field/value elements (%d)", what, len(flat))
 	}
-	out := make([]Field, 0, len(flat)/2)
-	for i := 0; i < len(flat); i += 2 {
-		out = append(out, Field{Name: flat[i], Value: flat[i+1]})
+	out := make([]Field, len(flat)/2)
+	for i := range out {
+		name, ok := stringOf(flat[2*i])
+		if !ok {
+			return nil, malformed(fn, "%s[%d]: want a string, got %T", what, 2*i, flat[2*i])
+		}
+		value, ok := stringOf(flat[2*i+1])
+		if !ok {
+			return nil, malformed(fn, "%s[%d]: want a string, got %T", what, 2*i+1, flat[2*i+1])
+		}
+		out[i] = Field{Name: name, Value: value}
 	}
 	return out, nil
 }
@@ -96,7 +118,7 @@ func decodeClaim(v any) (*ClaimPage, error) {
 	}
 	p.Entries = make([]Entry, 0, len(live))
 	for i, e := range live {
-		what := fmt.Sprintf("entries[%d]", i)
+		what := "entries[" + strconv.Itoa(i) + "]"
 		ea, err := asArray(fn, what, e, 3)
 		if err != nil {
 			return nil, err
@@ -479,7 +501,7 @@ func decodeLeaseNext(v any) (*LeaseNextResult, error) {
 	for i, x := range live {
 		// {id, fields, deliveries} for a pending entry; {id, fields} for a
 		// new one, as XREADGROUP returned it (delivery 1).
-		ea, err := asArray(fn, fmt.Sprintf("entries[%d]", i), x, 2)
+		ea, err := asArray(fn, "entries["+strconv.Itoa(i)+"]", x, 2)
 		if err != nil {
 			return nil, err
 		}
