@@ -924,3 +924,261 @@ func (l *Library) checkSlots(fn string, keys ...string) error {
 	}
 	return nil
 }
+
+// LeaseKeyFor is the conventional lease key of a partition stream: the
+// stream's name with ":lease" appended, in the stream's cluster slot when
+// the stream's name is one hash tag (as Partitions makes them).
+func LeaseKeyFor(stream string) string { return stream + ":lease" }
+
+// Lease is the state of a partition's lease as a lease function saw it.
+type Lease struct {
+	// Held reports whether the calling consumer holds the lease now.
+	Held bool
+	// Owner holds the lease ("" when free).
+	Owner string
+	// Token is the lease's fencing token: it grows by one each time the
+	// lease passes to another consumer and never goes down.
+	Token int64
+	// TTL is how long the lease lasts from the call (0 when expired).
+	TTL time.Duration
+}
+
+// LeaseArgs are the arguments of AcquireLease.
+type LeaseArgs struct {
+	// Stream (the partition), Lease (its lease key, see LeaseKeyFor),
+	// Group and Consumer are required; Lease must hash to Stream's slot.
+	Stream, Lease, Group, Consumer string
+	// TTL is how long the lease lasts from the call; at least 1 ms.
+	TTL time.Duration
+}
+
+// AcquireLease takes or renews a partition's lease for Consumer: it is
+// taken when free, expired or already Consumer's. A consumer that held it
+// keeps its token, any other gets the next one. A lease another consumer
+// holds and that has not expired is left alone (Held false, Owner and TTL
+// say whose and for how long).
+func (l *Library) AcquireLease(ctx context.Context, a LeaseArgs) (*Lease, error) {
+	const fn = FunctionLease
+	if err := checkLeaseKeys(fn, a.Stream, a.Lease, a.Group, a.Consumer); err != nil {
+		return nil, err
+	}
+	if err := l.checkSlots(fn, a.Stream, a.Lease); err != nil {
+		return nil, err
+	}
+	if a.TTL < time.Millisecond {
+		return nil, argError(fn, "TTL", "must be at least 1ms, got %v", a.TTL)
+	}
+	v, err := l.call(ctx, fn, []string{a.Stream, a.Lease}, a.Group, a.Consumer, ms(a.TTL))
+	if err != nil {
+		return nil, err
+	}
+	return decodeLease(v)
+}
+
+// ReleaseLeaseArgs are the arguments of ReleaseLease.
+type ReleaseLeaseArgs struct {
+	// Stream, Lease, Group and Consumer are required.
+	Stream, Lease, Group, Consumer string
+	// Token is the token Consumer holds the lease with (at least 1).
+	Token int64
+	// AckIDs are acked first, as LeaseNextArgs.AckIDs are (the entries
+	// handled since the last LeaseNext), in the same atomic call; at most
+	// MaxCount.
+	AckIDs []string
+	// GiveBack are entries a LeaseNext handed out as new that no handler
+	// ran; see LeaseNextArgs.GiveBack. At most MaxCount.
+	GiveBack []string
+	// Delete also XDELs the acked entries.
+	Delete bool
+}
+
+// ReleaseLeaseResult is the outcome of ReleaseLease.
+type ReleaseLeaseResult struct {
+	// Released is false when Consumer did not hold the lease with Token:
+	// nothing changed.
+	Released bool
+	// Acked is how many of AckIDs were acked (the others were no longer
+	// pending); GivenBack how many of GiveBack were given back (the others
+	// were no longer Consumer's).
+	Acked, GivenBack int64
+}
+
+// ReleaseLease frees a partition's lease at once, for a graceful hand-over:
+// another consumer may acquire it with the next call. Its token stays, so
+// the next owner's token is greater.
+func (l *Library) ReleaseLease(ctx context.Context, a ReleaseLeaseArgs) (*ReleaseLeaseResult, error) {
+	const fn = FunctionLeaseRelease
+	if err := checkLeaseKeys(fn, a.Stream, a.Lease, a.Group, a.Consumer); err != nil {
+		return nil, err
+	}
+	if err := l.checkSlots(fn, a.Stream, a.Lease); err != nil {
+		return nil, err
+	}
+	if a.Token < 1 {
+		return nil, argError(fn, "Token", "must be at least 1, got %d", a.Token)
+	}
+	args := []any{a.Group, a.Consumer, a.Token, flag(a.Delete)}
+	args, err := appendLeaseIDs(fn, args, a.AckIDs, a.GiveBack)
+	if err != nil {
+		return nil, err
+	}
+	v, err := l.call(ctx, fn, []string{a.Stream, a.Lease}, args...)
+	if err != nil {
+		return nil, err
+	}
+	return decodeLeaseRelease(v)
+}
+
+// LeaseNextArgs are the arguments of LeaseNext.
+type LeaseNextArgs struct {
+	// Stream, DeadLetterStream, Lease, Group and Consumer are required;
+	// the three keys must differ and hash to one slot.
+	Stream, DeadLetterStream, Lease, Group, Consumer string
+	// Token is the token Consumer holds the lease with (at least 1).
+	Token int64
+	// TTL renews the lease to last this long from the call; at least 1 ms.
+	TTL time.Duration
+	// MaxDeliveries: a pending head already delivered this many times is
+	// dead-lettered. Zero means no limit.
+	MaxDeliveries int
+	// Delete also XDELs acked and dead-lettered entries.
+	Delete bool
+	// Count is how many new entries are handed out at most, when nothing
+	// is pending: 1 to MaxCount; zero means 1.
+	Count int
+	// AckIDs are acked first: the entries handled since the previous call.
+	// The token fence makes Consumer the partition's only reader, so they
+	// are acked as listed; list only entries a LeaseNext handed out and a
+	// handler ran to success. At most MaxCount.
+	AckIDs []string
+	// GiveBack are entries a previous call handed out as new that no
+	// handler ran (the rest of a batch behind a head that failed). Each
+	// that Consumer still owns stays pending to it with its delivery count
+	// set back to 0, so the call that hands it out again counts its first
+	// attempt as delivery 1. At most MaxCount.
+	GiveBack []string
+	// Backoff is the delay per attempt, as in ClaimArgs: a head delivered n
+	// times and idle less than Backoff[min(n, len(Backoff))-1] blocks the
+	// partition for the time left.
+	Backoff []time.Duration
+}
+
+// LeaseNextResult is the outcome of LeaseNext.
+type LeaseNextResult struct {
+	// Held is false when Consumer does not hold the lease with Token:
+	// nothing changed, the rest is empty; stop handling the partition.
+	Held bool
+	// Acked is how many of AckIDs were acked (the others were no longer
+	// pending); GivenBack how many of GiveBack were given back (the others
+	// were no longer Consumer's).
+	Acked, GivenBack int64
+	// Entries are the partition's next entries in stream order, now owned
+	// by Consumer: one pending entry with its delivery count bumped, or,
+	// when nothing is pending, up to Count new ones (delivery 1); none
+	// when the partition is empty or blocked. Handle them in order; ack
+	// those handled with the next call and give back those behind a
+	// failure.
+	Entries []Entry
+	// DeadLettered ids (pending heads at MaxDeliveries) were copied to the
+	// dead-letter stream and acked.
+	DeadLettered []string
+	// Deleted ids were pending but gone from the stream; they were cleared.
+	Deleted []string
+	// Blocked is the pending head that blocks the partition ("" when none):
+	// it waits for its backoff (Wait) or, with Wait < 0, is too large to be
+	// dead-lettered by the library and waits for an operator.
+	Blocked string
+	// Wait is the time left before Blocked may be tried again.
+	Wait time.Duration
+	// BlockedDeliveries is Blocked's delivery count.
+	BlockedDeliveries int64
+}
+
+// LeaseNext is the ordered step of a lease holder, one atomic call: it
+// checks the fence (Consumer holds the lease with Token), renews the lease,
+// acks AckIDs, gives GiveBack back, and hands out the partition's next
+// entries in stream order: the lowest pending id of the group, whoever owns
+// it (a previous owner's entries come first, in id order), alone; else up to
+// Count new entries. Pending heads at MaxDeliveries are dead-lettered on the
+// way (at most 100 per call); a head in its backoff blocks the partition
+// (Blocked, Wait) and nothing behind it is handed out. A pending entry comes
+// alone, so every delivery the server counts is an attempt, with one
+// exception: new entries of a batch that a crash or a lost lease left
+// unhandled count one delivery, and the next owner sees delivery 2.
+func (l *Library) LeaseNext(ctx context.Context, a LeaseNextArgs) (*LeaseNextResult, error) {
+	const fn = FunctionLeaseNext
+	if err := checkLeaseKeys(fn, a.Stream, a.Lease, a.Group, a.Consumer); err != nil {
+		return nil, err
+	}
+	if err := checkName(fn, "DeadLetterStream", a.DeadLetterStream); err != nil {
+		return nil, err
+	}
+	if a.DeadLetterStream == a.Stream || a.DeadLetterStream == a.Lease {
+		return nil, argError(fn, "DeadLetterStream", "must differ from Stream and Lease")
+	}
+	if err := l.checkSlots(fn, a.Stream, a.DeadLetterStream, a.Lease); err != nil {
+		return nil, err
+	}
+	switch {
+	case a.Token < 1:
+		return nil, argError(fn, "Token", "must be at least 1, got %d", a.Token)
+	case a.TTL < time.Millisecond:
+		return nil, argError(fn, "TTL", "must be at least 1ms, got %v", a.TTL)
+	case a.MaxDeliveries < 0:
+		return nil, argError(fn, "MaxDeliveries", "must not be negative, got %d", a.MaxDeliveries)
+	}
+	count := a.Count
+	if count == 0 {
+		count = 1
+	}
+	if count < 1 || count > MaxCount {
+		return nil, argError(fn, "Count", "must be between 1 and %d, got %d", MaxCount, a.Count)
+	}
+	args := []any{a.Group, a.Consumer, a.Token, ms(a.TTL), a.MaxDeliveries, flag(a.Delete), count}
+	args, err := appendLeaseIDs(fn, args, a.AckIDs, a.GiveBack)
+	if err != nil {
+		return nil, err
+	}
+	for i, d := range a.Backoff {
+		if err := checkDuration(fn, fmt.Sprintf("Backoff[%d]", i), d); err != nil {
+			return nil, err
+		}
+		args = append(args, ms(d))
+	}
+	v, err := l.call(ctx, fn, []string{a.Stream, a.DeadLetterStream, a.Lease}, args...)
+	if err != nil {
+		return nil, err
+	}
+	return decodeLeaseNext(v)
+}
+
+// appendLeaseIDs appends the ack and give-back id lists of lease_next and
+// lease_release to args, each as its length and then its ids.
+func appendLeaseIDs(fn string, args []any, acks, giveBack []string) ([]any, error) {
+	for _, list := range []struct {
+		field string
+		ids   []string
+	}{{"AckIDs", acks}, {"GiveBack", giveBack}} {
+		if len(list.ids) > MaxCount {
+			return nil, argError(fn, list.field, "must hold at most %d ids, got %d", MaxCount, len(list.ids))
+		}
+		args = append(args, len(list.ids))
+		for i, id := range list.ids {
+			if err := checkID(fn, fmt.Sprintf("%s[%d]", list.field, i), id); err != nil {
+				return nil, err
+			}
+			args = append(args, id)
+		}
+	}
+	return args, nil
+}
+
+func checkLeaseKeys(fn, stream, lease, group, consumer string) error {
+	if err := checkNames(fn, "Stream", stream, "Lease", lease, "Group", group, "Consumer", consumer); err != nil {
+		return err
+	}
+	if stream == lease {
+		return argError(fn, "Lease", "must differ from Stream")
+	}
+	return nil
+}

@@ -12,7 +12,7 @@ const LibraryName = "pelwarden"
 
 // LibraryVersion is the version of the embedded library. Load never replaces
 // a newer version on a server with this one.
-const LibraryVersion = "1.1.1"
+const LibraryVersion = "1.2.0"
 
 // Function names of API version 1. A later library keeps these names working.
 const (
@@ -29,6 +29,11 @@ const (
 	// 1.1.0.
 	FunctionTrim     = "pelwarden_v1_trim"
 	FunctionTrimPlan = "pelwarden_v1_trim_plan"
+	// FunctionLease, FunctionLeaseRelease and FunctionLeaseNext (partition
+	// leases for ordered consumption) were added in library 1.2.0.
+	FunctionLease        = "pelwarden_v1_lease"
+	FunctionLeaseRelease = "pelwarden_v1_lease_release"
+	FunctionLeaseNext    = "pelwarden_v1_lease_next"
 )
 
 // Metadata fields appended to every dead-letter record after the entry's

@@ -54,28 +54,50 @@ func asStrings(fn, what string, v any) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, 0, len(a))
+	out := make([]string, len(a))
 	for i, e := range a {
-		s, err := asString(fn, fmt.Sprintf("%s[%d]", what, i), e)
-		if err != nil {
-			return nil, err
+		s, ok := stringOf(e)
+		if !ok {
+			// The element's name is formatted only here: on the hot path
+			// (thousands of fields per reply) it would cost more than the
+			// decoding itself.
+			return nil, malformed(fn, "%s[%d]: want a string, got %T", what, i, e)
 		}
-		out = append(out, s)
+		out[i] = s
 	}
 	return out, nil
 }
 
+// stringOf is asString's test without an error to build.
+func stringOf(v any) (string, bool) {
+	switch s := v.(type) {
+	case string:
+		return s, true
+	case []byte:
+		return string(s), true
+	}
+	return "", false
+}
+
 func asFields(fn, what string, v any) ([]Field, error) {
-	flat, err := asStrings(fn, what, v)
+	flat, err := asArray(fn, what, v, 0)
 	if err != nil {
 		return nil, err
 	}
 	if len(flat)%2 != 0 {
 		return nil, malformed(fn, "%s: odd number of field/value elements (%d)", what, len(flat))
 	}
-	out := make([]Field, 0, len(flat)/2)
-	for i := 0; i < len(flat); i += 2 {
-		out = append(out, Field{Name: flat[i], Value: flat[i+1]})
+	out := make([]Field, len(flat)/2)
+	for i := range out {
+		name, ok := stringOf(flat[2*i])
+		if !ok {
+			return nil, malformed(fn, "%s[%d]: want a string, got %T", what, 2*i, flat[2*i])
+		}
+		value, ok := stringOf(flat[2*i+1])
+		if !ok {
+			return nil, malformed(fn, "%s[%d]: want a string, got %T", what, 2*i+1, flat[2*i+1])
+		}
+		out[i] = Field{Name: name, Value: value}
 	}
 	return out, nil
 }
@@ -96,7 +118,7 @@ func decodeClaim(v any) (*ClaimPage, error) {
 	}
 	p.Entries = make([]Entry, 0, len(live))
 	for i, e := range live {
-		what := fmt.Sprintf("entries[%d]", i)
+		what := "entries[" + strconv.Itoa(i) + "]"
 		ea, err := asArray(fn, what, e, 3)
 		if err != nil {
 			return nil, err
@@ -403,6 +425,119 @@ func decodeTrim(v any) (*TrimResult, error) {
 			return nil, err
 		}
 		r.Groups = append(r.Groups, b)
+	}
+	return r, nil
+}
+
+func decodeLease(v any) (*Lease, error) {
+	const fn = FunctionLease
+	a, err := asArray(fn, "reply", v, 4)
+	if err != nil {
+		return nil, err
+	}
+	held, err := asInt(fn, "held", a[0])
+	if err != nil {
+		return nil, err
+	}
+	r := &Lease{Held: held == 1}
+	if r.Owner, err = asString(fn, "owner", a[1]); err != nil {
+		return nil, err
+	}
+	if r.Token, err = asInt(fn, "token", a[2]); err != nil {
+		return nil, err
+	}
+	ttl, err := asInt(fn, "ttl", a[3])
+	if err != nil {
+		return nil, err
+	}
+	r.TTL = msDuration(ttl)
+	return r, nil
+}
+
+func decodeLeaseRelease(v any) (*ReleaseLeaseResult, error) {
+	const fn = FunctionLeaseRelease
+	a, err := asArray(fn, "reply", v, 3)
+	if err != nil {
+		return nil, err
+	}
+	released, err := asInt(fn, "released", a[0])
+	if err != nil {
+		return nil, err
+	}
+	r := &ReleaseLeaseResult{Released: released == 1}
+	if r.Acked, err = asInt(fn, "acked", a[1]); err != nil {
+		return nil, err
+	}
+	if r.GivenBack, err = asInt(fn, "given-back", a[2]); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func decodeLeaseNext(v any) (*LeaseNextResult, error) {
+	const fn = FunctionLeaseNext
+	a, err := asArray(fn, "reply", v, 9)
+	if err != nil {
+		return nil, err
+	}
+	held, err := asInt(fn, "held", a[0])
+	if err != nil {
+		return nil, err
+	}
+	r := &LeaseNextResult{Held: held == 1}
+	if r.Acked, err = asInt(fn, "acked", a[1]); err != nil {
+		return nil, err
+	}
+	if r.GivenBack, err = asInt(fn, "given-back", a[2]); err != nil {
+		return nil, err
+	}
+	live, err := asArray(fn, "entries", a[3], 0)
+	if err != nil {
+		return nil, err
+	}
+	if len(live) > 0 {
+		r.Entries = make([]Entry, len(live))
+	}
+	for i, x := range live {
+		// {id, fields, deliveries} for a pending entry; {id, fields} for a
+		// new one, as XREADGROUP returned it (delivery 1).
+		ea, err := asArray(fn, "entries["+strconv.Itoa(i)+"]", x, 2)
+		if err != nil {
+			return nil, err
+		}
+		if len(ea) > 3 {
+			return nil, malformed(fn, "entries[%d]: want 2 or 3 elements, got %d", i, len(ea))
+		}
+		e := &r.Entries[i]
+		if e.ID, err = asString(fn, "entries.id", ea[0]); err != nil {
+			return nil, err
+		}
+		if e.Fields, err = asFields(fn, "entries.fields", ea[1]); err != nil {
+			return nil, err
+		}
+		e.Deliveries = 1
+		if len(ea) == 3 {
+			if e.Deliveries, err = asInt(fn, "entries.deliveries", ea[2]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if r.DeadLettered, err = asStrings(fn, "dead-lettered", a[4]); err != nil {
+		return nil, err
+	}
+	if r.Deleted, err = asStrings(fn, "deleted", a[5]); err != nil {
+		return nil, err
+	}
+	if r.Blocked, err = asString(fn, "blocked", a[6]); err != nil {
+		return nil, err
+	}
+	wait, err := asInt(fn, "wait", a[7])
+	if err != nil {
+		return nil, err
+	}
+	r.Wait = msDuration(wait)
+	if r.BlockedDeliveries, err = asInt(fn, "blocked-deliveries", a[8]); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

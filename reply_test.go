@@ -70,6 +70,9 @@ func FuzzDecode(f *testing.F) {
 		func(v any) (any, error) { return decodeRedrive(v) },
 		func(v any) (any, error) { return decodeStats(v) },
 		func(v any) (any, error) { return decodeTrim(v) },
+		func(v any) (any, error) { return decodeLease(v) },
+		func(v any) (any, error) { return decodeLeaseRelease(v) },
+		func(v any) (any, error) { return decodeLeaseNext(v) },
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		b := &treeBuilder{data: data}

@@ -26,6 +26,7 @@ const (
 	DefaultAckInterval     = 20 * time.Millisecond
 	DefaultShutdownTimeout = 30 * time.Second
 	DefaultGroupStartID    = "0"
+	DefaultPartitionLease  = 10 * time.Second
 )
 
 // AckMode says how a Consumer acknowledges the entries whose handler
@@ -147,6 +148,34 @@ type Config struct {
 	// which stream an entry came from. The group is the same on every
 	// stream.
 	Streams []string
+	// Ordered consumes Stream or Streams in ordered mode (the package
+	// doc's "Ordered mode", the README's "Ordered consumption"): each
+	// stream (a partition) is owned by at most one consumer of the group at a time,
+	// through a lease with a fencing token kept next to it
+	// (pelwarden.LeaseKeyFor), and its entries are handled one at a time
+	// in stream order. The consumers of the group find each other through
+	// a heartbeat (MembersKey) and share the partitions evenly. Every
+	// consumer of the group must list the same Streams and set Ordered.
+	// Concurrency bounds the handlers running at once over the partitions
+	// it owns (one per partition).
+	// Not available with AckPlain, Prefetch, TrimInterval, ReapIdle,
+	// DeadLetterMaxAge or DeadLetterMaxLen; ReadClaim, MinIdle (beyond its
+	// check), LeaseInterval, ReclaimInterval, StallAfter, MaxInHand,
+	// MaxInHandBytes, ReadCount, ClaimCount, AckBatch and AckInterval do
+	// not apply.
+	Ordered bool
+	// PartitionLease is how long a partition's lease lasts from the call
+	// that took or renewed it, in ordered mode: the owner renews it every
+	// PartitionLease/3 (with every entry, and while a handler runs), and
+	// a crashed owner's partitions run again elsewhere PartitionLease
+	// after its last renewal (plus at most one rebalancing round,
+	// PartitionLease/5 capped at one second). An owner that could not
+	// renew stops handling the partition, cancelling its handler with
+	// ErrLostOwnership, once PartitionLease minus a quarter of it has
+	// passed since it sent its last successful renewal. Defaults to
+	// DefaultPartitionLease; at least 100ms; only with Ordered.
+	PartitionLease time.Duration
+
 	// Group is the consumer group. Required.
 	Group string
 	// Consumer is this consumer's name in the group. Defaults to
@@ -387,6 +416,9 @@ func (c Config) withDefaults() Config {
 	if c.TrimLimit == 0 {
 		c.TrimLimit = pelwarden.DefaultTrimLimit
 	}
+	if c.Ordered && c.PartitionLease == 0 {
+		c.PartitionLease = DefaultPartitionLease
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -594,7 +626,7 @@ func (c Config) validate() error {
 	if c.DeadLetterMaxLen < 0 {
 		return bad("DeadLetterMaxLen", "must not be negative, got %d", c.DeadLetterMaxLen)
 	}
-	return nil
+	return c.validateOrdered()
 }
 
 func defaultConsumerName() string {

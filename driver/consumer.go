@@ -64,7 +64,9 @@ func (c *Consumer) Name() string { return c.cfg.Consumer }
 func (c *Consumer) Config() Config { return c.cfg }
 
 // Run loads the library, makes sure the group exists, then reads, reclaims
-// and handles entries until ctx is cancelled. It then stops reading, lets
+// and handles entries until ctx is cancelled (with Config.Ordered: takes
+// its share of the partitions' leases and handles each partition in order;
+// at the stop it hands them over). It then stops reading, lets
 // in-flight handlers finish within ShutdownTimeout (cancelling the rest,
 // whose entries stay pending), flushes pending acks and returns nil. It also
 // returns nil when ctx is cancelled before it has started.
@@ -80,8 +82,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
 	}
-	s, lanes := newSession(c.cfg, c.log, c.lib, c.laneServer, monoClock{})
-	lingering, err := s.serve(ctx, lanes)
+	var lingering <-chan struct{}
+	var err error
+	if c.cfg.Ordered {
+		members := &redisMembers{rdb: c.rdb, key: MembersKey(c.cfg.Streams, c.cfg.Group), consumer: c.cfg.Consumer}
+		lingering, err = newOrderedRun(c.cfg, c.log, c.lib, c.partitionServer, members, monoClock{}).serve(ctx)
+	} else {
+		s, lanes := newSession(c.cfg, c.log, c.lib, c.laneServer, monoClock{})
+		lingering, err = s.serve(ctx, lanes)
+	}
 	if lingering == nil {
 		c.running.Store(false)
 	} else {
@@ -90,6 +99,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 		go func() { <-lingering; c.running.Store(false) }()
 	}
 	return err
+}
+
+// partitionServer is the server of the partition cfg.Stream in ordered
+// mode.
+func (c *Consumer) partitionServer(cfg Config) partitionServer {
+	return &redisPartition{rdb: c.rdb, lib: c.lib, stream: cfg.Stream, deadLetterStream: cfg.DeadLetterStream,
+		lease: pelwarden.LeaseKeyFor(cfg.Stream), group: cfg.Group, consumer: cfg.Consumer,
+		backoff: cfg.Backoff, maxDeliveries: cfg.claimMaxDeliveries()}
 }
 
 // laneServer is the server of the lane of cfg.Stream.

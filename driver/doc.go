@@ -90,6 +90,28 @@
 //	    LeaseInterval, cancels handlers whose entry was taken over, holds
 //	    long RetryAfter delays.
 //
+// # Ordered mode
+//
+// With Config.Ordered a Run is an orderedRun (ordered.go) instead of a
+// session with lanes: none of the loops above run.
+//
+//	balancer ──heartbeat (memberServer: MembersKey)──> share (share.go)
+//	   └─ lease fn: acquire up to the share ─> one owner per partition held
+//	owner (owner.go) ──lease_next fn: fence, renew, acks, next batch─────────┐
+//	   │  renews (lease fn) while it waits: a handler, a place, a pause     │
+//	   └─ handler (one of Concurrency places) <──────────────────────────────┘
+//	   hand-over (balancer or shutdown): lease_release fn with the last acks
+//
+//	  - ordered.go: the run, its start and shutdown, the balancer's round
+//	    (heartbeat, shares, hand-overs, acquisitions).
+//	  - owner.go: one partition from acquisition to hand-over or loss: the
+//	    ordered step, renewals and the local validity (PartitionLease less
+//	    a quarter, from the last renewal's send), the handler, its
+//	    outcome, the blocked head.
+//	  - orderedserver.go: the seams, partitionServer and memberServer, and
+//	    their Redis implementations; orderedconfig.go: ordered mode's
+//	    Config checks and intervals; share.go: the share rule.
+//
 // One entry, from read to ack, passes through four files: readloop.go
 // (read, dispatch), tracker.go (held in hand, queued for a worker),
 // work.go (its handler and outcome), acker.go (queued, sent, forgotten).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -557,6 +558,42 @@ func (m *countingMetrics) DeadLettered(reason string, n int) {
 }
 
 func (*countingMetrics) HandlerDuration(time.Duration) {}
+
+// partitionGauges is a countingMetrics that also records PartitionMetrics:
+// the current owned and blocked state per stream, and every change.
+type partitionGauges struct {
+	countingMetrics
+	gmu     sync.Mutex
+	owned   map[string]bool
+	blocked map[string]bool
+	changes []string // "owned s true", "blocked s false", ...
+}
+
+func (g *partitionGauges) PartitionOwned(stream string, owned bool) {
+	g.gmu.Lock()
+	defer g.gmu.Unlock()
+	if g.owned == nil {
+		g.owned = map[string]bool{}
+	}
+	g.owned[stream] = owned
+	g.changes = append(g.changes, fmt.Sprintf("owned %s %v", stream, owned))
+}
+
+func (g *partitionGauges) PartitionBlocked(stream string, blocked bool) {
+	g.gmu.Lock()
+	defer g.gmu.Unlock()
+	if g.blocked == nil {
+		g.blocked = map[string]bool{}
+	}
+	g.blocked[stream] = blocked
+	g.changes = append(g.changes, fmt.Sprintf("blocked %s %v", stream, blocked))
+}
+
+func (g *partitionGauges) state(stream string) (owned, blocked bool) {
+	g.gmu.Lock()
+	defer g.gmu.Unlock()
+	return g.owned[stream], g.blocked[stream]
+}
 
 func (m *countingMetrics) get(e Event) int {
 	m.mu.Lock()

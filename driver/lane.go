@@ -162,11 +162,17 @@ func (l *lane) groupMissing(ctx context.Context, err error) bool {
 // already, pelwarden.ErrGroupExists, is fine), and otherwise checks it
 // exists.
 func (l *lane) ensureGroup(ctx context.Context) error {
-	if l.cfg.CreateGroup {
-		err := l.srv.createGroup(ctx, l.cfg.GroupStartID)
+	return ensureGroup(ctx, l.srv, l.cfg, l.log)
+}
+
+// ensureGroup creates the group of cfg.Stream on g when CreateGroup is
+// set (BUSYGROUP is fine), and otherwise checks it exists.
+func ensureGroup(ctx context.Context, g groupServer, cfg Config, log *slog.Logger) error {
+	if cfg.CreateGroup {
+		err := g.createGroup(ctx, cfg.GroupStartID)
 		switch {
 		case err == nil:
-			l.log.Info("created consumer group", "start_id", l.cfg.GroupStartID)
+			log.Info("created consumer group", "start_id", cfg.GroupStartID)
 			return nil
 		case pelwarden.Matches(err, pelwarden.ErrGroupExists):
 			return nil
@@ -174,17 +180,17 @@ func (l *lane) ensureGroup(ctx context.Context) error {
 			return fmt.Errorf("pelwarden/driver: create group: %w: %v", pelwarden.ErrWrongType, err)
 		case pelwarden.Matches(err, pelwarden.ErrNoPermission):
 			return fmt.Errorf("pelwarden/driver: create group (XGROUP CREATE %s %s %s MKSTREAM; Config.CreateGroup needs +xgroup|create): %w: %w",
-				l.cfg.Stream, l.cfg.Group, l.cfg.GroupStartID, pelwarden.ErrNoPermission, err)
+				cfg.Stream, cfg.Group, cfg.GroupStartID, pelwarden.ErrNoPermission, err)
 		}
 		return fmt.Errorf("pelwarden/driver: create group: %w", err)
 	}
-	err := l.srv.checkGroup(ctx)
+	err := g.checkGroup(ctx)
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, pelwarden.ErrNoGroup):
 		return fmt.Errorf("pelwarden/driver: group %q on stream %q does not exist; create it (XGROUP CREATE %s %s 0 MKSTREAM) or set Config.CreateGroup: %w",
-			l.cfg.Group, l.cfg.Stream, l.cfg.Stream, l.cfg.Group, err)
+			cfg.Group, cfg.Stream, cfg.Stream, cfg.Group, err)
 	}
 	return fmt.Errorf("pelwarden/driver: check group: %w", err)
 }

@@ -6,7 +6,8 @@ import "time"
 type Event int
 
 const (
-	// EventRead: new entries read from the stream with XREADGROUP ">".
+	// EventRead: new entries read from the stream with XREADGROUP ">"
+	// (in ordered mode: handed out new by lease_next).
 	EventRead Event = iota
 	// EventHandled: handler calls that returned nil.
 	EventHandled
@@ -17,7 +18,9 @@ const (
 	// EventHandlerError).
 	EventHandlerPanic
 	// EventClaimed: idle entries taken over, by a reclaim pass or by a
-	// read (XREADGROUP ... CLAIM, see ReadClaimAuto).
+	// read (XREADGROUP ... CLAIM, see ReadClaimAuto); in ordered mode,
+	// pending entries handed out again by lease_next (a retry, or a
+	// previous owner's entry).
 	EventClaimed
 	// EventDeletedFromPEL: pending ids whose entries were gone from the
 	// stream, cleared from the PEL. Not a success.
@@ -51,6 +54,23 @@ const (
 	// EventStalled: pending entries found idle past Config.StallAfter,
 	// each counted once by each consumer that found it (see StallAfter).
 	EventStalled
+	// EventLeaseAcquired: partition leases this consumer took, in ordered
+	// mode (Config.Ordered).
+	EventLeaseAcquired
+	// EventLeaseReleased: partition leases this consumer gave back on a
+	// graceful hand-over (a rebalance or its stop), in ordered mode.
+	EventLeaseReleased
+	// EventLeaseLost: partition leases this consumer lost in ordered mode:
+	// the server answered that another consumer holds it, or it could not
+	// renew it in time (PartitionLease less its margin). A handler running
+	// then is cancelled with ErrLostOwnership and its outcome dropped
+	// (counted as EventLostOwnership too).
+	EventLeaseLost
+	// EventPartitionBlocked: times a partition's head blocked it in
+	// ordered mode (once per head): it failed and waits for its Backoff,
+	// or it reached MaxDeliveries but is too large to dead-letter. Each
+	// is also logged once, naming the stream and the entry.
+	EventPartitionBlocked
 	numEvents
 )
 
@@ -58,6 +78,7 @@ var eventNames = [numEvents]string{
 	"read", "handled", "handler_error", "handler_panic", "claimed", "deleted_from_pel",
 	"acked", "lost_ownership", "lease_extended", "reaped", "command_error", "too_large",
 	"paused", "trimmed", "dead_letter_trimmed", "stalled",
+	"lease_acquired", "lease_released", "lease_lost", "partition_blocked",
 }
 
 // String returns the event's snake_case name, e.g. "deleted_from_pel".
@@ -88,6 +109,23 @@ type Metrics interface {
 	DeadLettered(reason string, n int)
 	// HandlerDuration observes one handler call's duration.
 	HandlerDuration(d time.Duration)
+}
+
+// PartitionMetrics is an optional extension of Metrics for ordered mode
+// (Config.Ordered): a Metrics that also implements it is told, per
+// partition, whether this consumer owns it and whether a failing head
+// blocks it, so a dashboard or an alert can name the partitions (the
+// counters of Metrics have no labels). Package driver/prommetrics
+// implements it with two gauges labelled by stream.
+type PartitionMetrics interface {
+	// PartitionOwned reports that this consumer owns stream from now on
+	// (true), or no longer (false).
+	PartitionOwned(stream string, owned bool)
+	// PartitionBlocked reports that stream's head fails and blocks the
+	// partition while it waits for its backoff or for an operator (true),
+	// or no longer does (false). It is called with false too when the
+	// partition leaves this consumer while blocked.
+	PartitionBlocked(stream string, blocked bool)
 }
 
 type noMetrics struct{}

@@ -61,10 +61,7 @@ type laneServer interface {
 	// trimDeadLetters applies XTRIM to the dead-letter stream: MINID with
 	// a minID, else MAXLEN maxLen. It returns how many records it deleted.
 	trimDeadLetters(ctx context.Context, minID string, maxLen int64) (int64, error)
-	// createGroup creates the group at startID (and the stream).
-	createGroup(ctx context.Context, startID string) error
-	// checkGroup fails with pelwarden.ErrNoGroup when the group is missing.
-	checkGroup(ctx context.Context) error
+	groupServer // createGroup, checkGroup
 	// stale tells the client that err suggests its cluster slot map is out
 	// of date (see followTopology).
 	stale(err error)

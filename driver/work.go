@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"time"
 
@@ -46,18 +47,24 @@ func (l *lane) runJob(j job) {
 }
 
 func (l *lane) runHandler(ctx context.Context, m *Message) (err error, panicked bool) {
+	return runHandler(ctx, l.cfg.Handler, m, l.m, l.entryLogs, l.log)
+}
+
+// runHandler calls h on m, recovering a panic: it is logged with its stack
+// (rate-limited by logs) and counted, and returned as an error.
+func runHandler(ctx context.Context, h Handler, m *Message, metrics Metrics, logs *logLimiter, log *slog.Logger) (err error, panicked bool) {
 	defer func() {
 		if p := recover(); p != nil {
 			panicked = true
 			err = fmt.Errorf("handler panic: %v", p)
-			l.m.Count(EventHandlerPanic, 1)
-			if ok, suppressed := l.entryLogs.allow(); ok {
-				l.log.Error("handler panicked", "id", m.ID, "deliveries", m.Deliveries, "panic", p,
+			metrics.Count(EventHandlerPanic, 1)
+			if ok, suppressed := logs.allow(); ok {
+				log.Error("handler panicked", "id", m.ID, "deliveries", m.Deliveries, "panic", p,
 					"stack", string(debug.Stack()), "suppressed", suppressed)
 			}
 		}
 	}()
-	return l.cfg.Handler.Handle(ctx, m), false
+	return h.Handle(ctx, m), false
 }
 
 // entryLog writes a per-entry record at level warn (or info), rate-limited

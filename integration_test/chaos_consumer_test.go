@@ -66,6 +66,14 @@ type chaosConsumerConfig struct {
 	// MetricsFile receives the driver's counters (JSON), rewritten every
 	// 200ms and at exit.
 	MetricsFile string
+	// Ordered runs the consumer in ordered mode on Partitions (with
+	// PartitionLease and Backoff) and its handler is an orderedChaosHandler
+	// writing to OrderLog (see TestOrderedChaos); Keys gives only the group.
+	Ordered        bool
+	Partitions     []string
+	PartitionLease time.Duration
+	Backoff        []time.Duration
+	OrderLog       string
 }
 
 // The kinds of entries, derived from the producer's sequence number (a
@@ -235,14 +243,22 @@ func chaosConsumerMain() int {
 	defer rdb.Close()
 	m := &chaosMetrics{dead: map[string]int64{}}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	c, err := driver.New(rdb, driver.Config{
+	dcfg := driver.Config{
 		Stream: cfg.Keys.Stream, DeadLetterStream: cfg.Keys.DLQ, Group: cfg.Keys.Group, Consumer: cfg.Consumer,
 		Handler:     &chaosHandler{rdb: rdb, keys: cfg.Keys, work: cfg.MaxWork, slow: cfg.SlowWork},
 		Concurrency: cfg.Concurrency, MaxDeliveries: cfg.MaxDeliveries,
 		MinIdle: cfg.MinIdle, ReclaimInterval: cfg.ReclaimInterval, ReadBlock: cfg.ReadBlock,
 		ReapIdle: cfg.ReapIdle, ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger: log, Metrics: m,
-	})
+	}
+	if cfg.Ordered {
+		dcfg = driver.Config{Streams: cfg.Partitions, Group: cfg.Keys.Group, Consumer: cfg.Consumer,
+			Ordered: true, PartitionLease: cfg.PartitionLease, Backoff: cfg.Backoff,
+			Handler:     &orderedChaosHandler{rdb: rdb, log: cfg.OrderLog, work: cfg.MaxWork},
+			Concurrency: cfg.Concurrency, MaxDeliveries: cfg.MaxDeliveries, ShutdownTimeout: cfg.ShutdownTimeout,
+			Logger: log, Metrics: m}
+	}
+	c, err := driver.New(rdb, dcfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos consumer:", err)
 		return 2

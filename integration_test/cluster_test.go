@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,6 +113,14 @@ func TestCluster(t *testing.T) {
 		t.Run("Trim", func(t *testing.T) {
 			t.Parallel()
 			trimSuite(t, clusterTrimEnv(c)) // trim_test.go
+		})
+		t.Run("DriverOrdered", func(t *testing.T) {
+			t.Parallel()
+			// 8 partitions spread over the three primaries (Partitions
+			// gives each an equal slot range), the membership key in the
+			// first one's slot: TestDriverOrdered's scenario on the cluster.
+			runDriverOrdered(t, orderedEnv{name: "cluster", admin: rdb, base: "ordered-cluster-" + strconv.FormatInt(time.Now().UnixNano(), 36), group: "g",
+				client: func() redis.UniversalClient { return c.Client() }})
 		})
 		t.Run("DriverPerShard", func(t *testing.T) {
 			t.Parallel()

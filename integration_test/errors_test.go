@@ -69,6 +69,8 @@ func TestLibraryRejectsBadArguments(t *testing.T) {
 		f := s.fixture(t)
 		f.Produce(1, order)
 		two := []string{f.Stream, f.DeadLetterStream}
+		lease := []string{f.Stream, pelwarden.LeaseKeyFor(f.Stream)}
+		three := []string{f.Stream, f.DeadLetterStream, pelwarden.LeaseKeyFor(f.Stream)}
 		cases := []struct {
 			fn   string
 			keys []string
@@ -96,6 +98,19 @@ func TestLibraryRejectsBadArguments(t *testing.T) {
 			{pelwarden.FunctionTrim, []string{}, []any{"10", "0"}, "PWBADARG"},
 			{pelwarden.FunctionTrimPlan, []string{f.Stream}, []any{}, "PWBADARG"},
 			{pelwarden.FunctionTrimPlan, []string{f.Stream}, []any{"-1"}, "PWBADARG"},
+			{pelwarden.FunctionLease, []string{f.Stream}, []any{f.Group, "c", "1000"}, "PWBADARG"},
+			{pelwarden.FunctionLease, lease, []any{f.Group, "c", "0"}, "PWBADARG"},
+			{pelwarden.FunctionLease, []string{f.Stream, f.Stream}, []any{f.Group, "c", "1000"}, "PWBADARG"},
+			{pelwarden.FunctionLeaseRelease, lease, []any{f.Group, "c", "0", "0"}, "PWBADARG"},
+			{pelwarden.FunctionLeaseRelease, lease, []any{f.Group, "c", "1", "0", "1", "x-1", "0"}, "PWBADID"},
+			{pelwarden.FunctionLeaseRelease, lease, []any{f.Group, "c", "1", "0", "2", "1-0"}, "PWBADARG"},
+			{pelwarden.FunctionLeaseRelease, lease, []any{f.Group, "c", "1", "0", "0", "1", "1"}, "PWBADID"},
+			{pelwarden.FunctionLeaseNext, three, []any{f.Group, "c", "1", "1000", "0", "0", "1", "1", "1-", "0"}, "PWBADID"},
+			{pelwarden.FunctionLeaseNext, three, []any{f.Group, "c", "1", "1000", "0", "0", "1", "0", "1", "x"}, "PWBADID"},
+			{pelwarden.FunctionLeaseNext, three, []any{f.Group, "c", "1", "1000", "0", "0", "0", "0", "0"}, "PWBADARG"},
+			{pelwarden.FunctionLeaseNext, three, []any{f.Group, "c", "1", "1000", "0", "0", "10001", "0", "0"}, "PWBADARG"},
+			{pelwarden.FunctionLeaseNext, three, []any{f.Group, "c", "1", "0", "0", "0", "1", "0", "0"}, "PWBADARG"},
+			{pelwarden.FunctionLeaseNext, two, []any{f.Group, "c", "1", "1000", "0", "0", "1", "0", "0"}, "PWBADARG"},
 		}
 		for i, c := range cases {
 			err := s.rdb.FCall(ctx, c.fn, c.keys, c.args...).Err()

@@ -22,6 +22,7 @@ var fuzzFunctions = []string{
 	pelwarden.FunctionExtend, pelwarden.FunctionRelease, pelwarden.FunctionReap,
 	pelwarden.FunctionRedrive, pelwarden.FunctionStats, pelwarden.FunctionVersion,
 	pelwarden.FunctionTrim, pelwarden.FunctionTrimPlan,
+	pelwarden.FunctionLease, pelwarden.FunctionLeaseRelease, pelwarden.FunctionLeaseNext,
 }
 
 // fuzzCodes are the library's error codes: the only errors allowed back.

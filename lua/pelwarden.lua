@@ -28,7 +28,7 @@ Conventions
   field data.
 ]]
 
-local LIBRARY_VERSION = '1.1.1'
+local LIBRARY_VERSION = '1.2.0'
 
 -- @@errors-begin (parsed by errors_test.go: keep one code per line)
 local ERRORS = {
@@ -1129,6 +1129,344 @@ local function trimplan(keys, args)
 end
 
 ------------------------------------------------------------------------------
+-- Partition leases (added in 1.2.0): ordered consumption of a partitioned
+-- stream. A partition (one stream) is owned by at most one consumer of a
+-- group at a time through a lease kept in a hash next to the stream
+-- (fields owner, token, expires; same hash slot). The token is a fencing
+-- token: it grows by one each time the lease passes to a consumer that did
+-- not hold it with that token, and never goes down (the hash is never
+-- deleted by the library: deleting it restarts the tokens, so don't). A
+-- call made with a token other than the current one, or by another
+-- consumer, changes nothing and reports the lease as not held.
+-- Times are the server's clock (TIME), milliseconds.
+
+-- The lease hash's state: owner ('' when free), token, expires (ms), and
+-- the blocked head lease_next recorded: { id, deliveries, until } as
+-- stored ('' each when none; see lease_next). One HMGET reads them all.
+local function leasestate(lease)
+  local h = call('HMGET', lease, 'owner', 'token', 'expires', 'blocked', 'blocked_deliveries', 'blocked_until')
+  return h[1] or '', tonumber(h[2] or '0') or 0, tonumber(h[3] or '0') or 0,
+    {h[4] or '', h[5] or '', h[6] or ''}
+end
+
+-- Whether consumer holds the lease with token, and the blocked head as
+-- leasestate reads it. An expired lease is still held while nobody took
+-- it: the token only moves when another consumer acquires it, so nobody
+-- else has run the partition's entries.
+local function holds(lease, consumer, token)
+  local owner, cur, _, blocked = leasestate(lease)
+  return owner == consumer and cur == token and token > 0, blocked
+end
+
+-- How far a recomputed blocked_until may move before it is rewritten: it
+-- is TIME less the head's idle time plus its delay, and TIME (the real
+-- clock) and idle (the script's start) may be a millisecond apart from one
+-- call to the next.
+local BLOCKED_SLACK_MS = 10
+
+-- Records the partition's blocked head in the lease hash (id, deliveries,
+-- until: the server ms it may be tried again, -1 when it waits for an
+-- operator), or clears it (id ''), writing only when that changes what
+-- was stored (was, from leasestate): a partition that is not blocked, or
+-- stays blocked on the same head, costs no write for it.
+local function setblocked(lease, was, id, deliveries, untilms)
+  local d, u = '', ''
+  if id ~= '' then d, u = tostring(deliveries), tostring(untilms) end
+  if was[1] == id and was[2] == d then
+    if was[3] == u then return end
+    local old = tonumber(was[3])
+    if id ~= '' and old ~= nil and old >= 0 and untilms >= 0 and math.abs(old - untilms) <= BLOCKED_SLACK_MS then
+      return
+    end
+  end
+  call('HSET', lease, 'blocked', id, 'blocked_deliveries', d, 'blocked_until', u)
+end
+
+local function leasekeys(keys, fn)
+  local stream, lease = keys[1], keys[2]
+  if stream == nil or lease == nil then
+    fail(ERRORS.BADARG, fn .. ' needs 2 keys: stream, lease')
+  end
+  if stream == lease then
+    fail(ERRORS.BADARG, 'the lease key must differ from the stream')
+  end
+  return stream, lease
+end
+
+-- The ids of the list that consumer owns in the group's PEL, in list order:
+-- one XPENDING over the list's range for consumer (a batch is contiguous,
+-- so that is usually all), then one XPENDING per id it did not show (the
+-- range held more of consumer's entries than the count, an id written
+-- with leading zeros, or an id not consumer's).
+local function ownedby(stream, group, consumer, ids)
+  if #ids == 0 then return {} end
+  local lo, hi = idrange(ids)
+  local seen = {}
+  for _, p in ipairs(call('XPENDING', stream, group, lo, hi, #ids, consumer)) do seen[p[1]] = true end
+  local owned = {}
+  for _, id in ipairs(ids) do
+    if seen[id] or pendinginfo(stream, group, id) == consumer then owned[#owned + 1] = id end
+  end
+  return owned
+end
+
+-- The ack of ids by the lease holder: the entries it handled since its
+-- last call. The token fence already made the caller the partition's only
+-- reader (an entry it lists was handed to it and ran to success), so the
+-- ids are acked as listed, without an ownership look-up per id. Returns
+-- how many were acked (XACK's count: ids no longer pending are skipped).
+local function leaseack(stream, group, ids, delete)
+  if #ids == 0 then return 0 end
+  local n = callids({'XACK', stream, group}, ids)
+  if delete then callids({'XDEL', stream}, ids) end
+  return n
+end
+
+-- The fenced give-back of ids by the lease holder: entries a lease_next
+-- batch handed out as new that no handler ran. Each one consumer still
+-- owns stays pending to it with its delivery count set back to 0 (XCLAIM
+-- RETRYCOUNT 0 JUSTID), so the lease_next that hands it out again counts
+-- its first attempt as delivery 1. Returns how many were given back.
+local function leasegiveback(stream, group, consumer, ids)
+  local owned = ownedby(stream, group, consumer, ids)
+  if #owned == 0 then return 0 end
+  callids({'XCLAIM', stream, group, consumer, 0}, owned, {'RETRYCOUNT', 0, 'JUSTID'})
+  return #owned
+end
+
+-- The id lists of lease_next and lease_release: ARGV[i] is a count n, the
+-- n ids follow. Returns the ids and the index after them.
+local function argids(args, i, name)
+  local n = argint(args, i, name .. ' count', 0, MAX_COUNT)
+  local ids = {}
+  for j = 1, n do
+    ids[j] = checkid(argstr(args, i + j, name), name)
+  end
+  return ids, i + n + 1
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_lease: acquire or renew a partition's lease (added in 1.2.0).
+--
+-- KEYS[1] stream      the partition
+-- KEYS[2] lease       its lease hash (same hash slot as KEYS[1])
+-- ARGV[1] group
+-- ARGV[2] consumer    the caller
+-- ARGV[3] ttl ms      the lease lasts this long from now, 1..2^53
+-- The lease is taken when it is free, expired, or already the caller's; a
+-- caller that held it keeps its token, anyone else gets token + 1. A lease
+-- held by another consumer and not expired is left alone.
+-- Reply: { held (1: the caller holds the lease now, 0: another does),
+--          owner ('' when free), token, ttl-left ms (0 when expired) }
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWNOPERM, PWSERVER
+local function lease(keys, args)
+  local stream, key = leasekeys(keys, 'lease')
+  local group = argname(args, 1, 'group')
+  local consumer = argname(args, 2, 'consumer')
+  local ttl = argint(args, 3, 'ttl', 1, 2 ^ 53)
+  allow({{'TYPE', stream}, {'XPENDING', stream, group}, {'HMGET', key, 'owner'},
+    {'HSET', key, 'owner', ''}, {'TIME'}})
+  needgroup(stream, group)
+  local owner, token, expires = leasestate(key)
+  local now = nowms()
+  if owner ~= consumer and owner ~= '' and expires > now then
+    return {0, owner, token, expires - now}
+  end
+  if owner ~= consumer or token == 0 then token = token + 1 end
+  call('HSET', key, 'owner', consumer, 'token', tostring(token), 'expires', tostring(now + ttl))
+  return {1, consumer, token, ttl}
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_lease_release: give a partition's lease back at once, for a
+-- graceful hand-over (added in 1.2.0).
+--
+-- KEYS[1] stream
+-- KEYS[2] lease
+-- ARGV[1] group
+-- ARGV[2] consumer
+-- ARGV[3] token       the caller's token
+-- ARGV[4] delete      "1": also XDEL the acked entries
+-- ARGV[5] n           how many ack ids follow, 0..MAX_COUNT
+-- ARGV[6..5+n]        ids to ack first (as lease_next does): the
+--                     entries handled since the last lease_next
+-- ARGV[6+n] m         how many give-back ids follow, 0..MAX_COUNT
+-- ARGV[7+n..6+n+m]    ids handed out as new and not handled, given back
+--                     (see lease_next) for the next owner
+-- Reply: { released (1, or 0 when the caller did not hold the lease with
+--          that token: nothing changed), acked, given back (counts) }
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
+local function leaserelease(keys, args)
+  local stream, key = leasekeys(keys, 'lease_release')
+  local group = argname(args, 1, 'group')
+  local consumer = argname(args, 2, 'consumer')
+  local token = argint(args, 3, 'token', 1, 2 ^ 53)
+  local delete = argbool(args, 4, 'delete')
+  local acks, i = argids(args, 5, 'ack-id')
+  local gives = argids(args, i, 'give-back-id')
+  local checks = {{'TYPE', stream}, {'XPENDING', stream, group}, {'HMGET', key, 'owner'}, {'HSET', key, 'owner', ''}}
+  if #acks > 0 then
+    checks[#checks + 1] = {'XACK', stream, group, '0-0'}
+    if delete then checks[#checks + 1] = {'XDEL', stream, '0-0'} end
+  end
+  if #gives > 0 then checks[#checks + 1] = {'XCLAIM', stream, group, consumer, '0', '0-0'} end
+  allow(checks)
+  needgroup(stream, group)
+  if not holds(key, consumer, token) then return {0, 0, 0} end
+  local acked = leaseack(stream, group, acks, delete)
+  local given = leasegiveback(stream, group, consumer, gives)
+  call('HSET', key, 'owner', '', 'expires', '0')
+  return {1, acked, given}
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_lease_next: the ordered step of a lease holder (added in
+-- 1.2.0): ack the entry just handled, renew the lease, and hand out the
+-- partition's next entry in stream order.
+--
+-- KEYS[1] stream
+-- KEYS[2] dead-letter stream
+-- KEYS[3] lease
+-- ARGV[1] group
+-- ARGV[2] consumer
+-- ARGV[3] token            the caller's token
+-- ARGV[4] ttl ms           the lease is renewed to last this long, 1..2^53
+-- ARGV[5] max-deliveries   0 = no limit
+-- ARGV[6] delete           "1": XDEL acked and dead-lettered entries
+-- ARGV[7] count           1..MAX_COUNT: new entries handed out at most,
+--                          when nothing is pending
+-- ARGV[8] n                how many ack ids follow, 0..MAX_COUNT
+-- ARGV[9..8+n]             ids handled since the last call: acked first
+--                          (the token fence makes the caller the
+--                          partition's only reader: no look-up per id)
+-- ARGV[9+n] m              how many give-back ids follow, 0..MAX_COUNT
+-- ARGV[10+n..9+n+m]        ids a previous call handed out as new that no
+--                          handler ran (the rest of a batch behind a head
+--                          that failed): each the caller still owns gets
+--                          its delivery count set back to 0, so its first
+--                          attempt counts as delivery 1
+-- ARGV[10+n+m..] backoff ms as in claim: delay before attempt n+1
+-- The next entry is the lowest pending id of the group (whoever owns it:
+-- the old owner's entries first, in id order), claimed to the caller with
+-- its delivery count bumped; only when nothing is pending, up to count new
+-- entries (XREADGROUP ... COUNT count ... >), which the caller handles in
+-- order and acks with its next call, giving back those behind a head that
+-- failed. A pending entry is handed out alone, so every delivery counted
+-- is an attempt, but for one case: a crash or a lost lease leaves the rest
+-- of a batch counted once and unhandled, and the next owner sees it as
+-- delivery 2. A pending head already delivered max-deliveries
+-- times is dead-lettered (as claim does) and the next head looked at, at
+-- most LEASE_SCAN per call. A head delivered n times and idle less than
+-- its backoff delay blocks the partition: it is reported with the time
+-- left, and nothing behind it is handed out.
+-- The blocked head is also recorded in the lease hash, for tools that are
+-- not the owner (the dashboard), in the same call:
+--   blocked             the head's id ('' when the partition is not blocked)
+--   blocked_deliveries  its deliveries ('' when not blocked)
+--   blocked_until       the server ms from which it may be tried again, or
+--                       -1: at max-deliveries but too large to dead-letter,
+--                       it waits for an operator ('' when not blocked)
+-- They are cleared (set to '') by the call that hands an entry out or
+-- finds nothing pending, and written only when they change. A call by a
+-- caller not holding the lease leaves them alone.
+-- Reply: { held (0: the caller does not hold the lease with that token;
+--          nothing changed and the rest is empty),
+--          acked, given back (counts),
+--          { {id, {field, value, ...}, deliveries} } one pending entry,
+--          or { {id, {field, value, ...}}, ... } up to count new ones
+--          (delivery 1),
+--          { id, ... } dead-lettered,
+--          { id, ... } deleted from the stream while pending (cleared),
+--          blocked head id ('' when none), its wait ms (-1: too large to
+--          dead-letter, left for an operator), its deliveries }
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
+local LEASE_SCAN = 100
+local function leasenext(keys, args)
+  local stream, dlq, key = keys[1], keys[2], keys[3]
+  if stream == nil or dlq == nil or key == nil then
+    fail(ERRORS.BADARG, 'lease_next needs 3 keys: stream, dead-letter stream, lease')
+  end
+  if stream == dlq or stream == key or dlq == key then
+    fail(ERRORS.BADARG, 'the stream, dead-letter stream and lease keys must differ')
+  end
+  local group = argname(args, 1, 'group')
+  local consumer = argname(args, 2, 'consumer')
+  local token = argint(args, 3, 'token', 1, 2 ^ 53)
+  local ttl = argint(args, 4, 'ttl', 1, 2 ^ 53)
+  local maxdeliveries = argint(args, 5, 'max-deliveries', 0, 2 ^ 53)
+  local delete = argbool(args, 6, 'delete')
+  local count = argint(args, 7, 'count', 1, MAX_COUNT)
+  local acks, i = argids(args, 8, 'ack-id')
+  local gives
+  gives, i = argids(args, i, 'give-back-id')
+  local backoff = {}
+  for j = i, #args do
+    backoff[#backoff + 1] = argint(args, j, 'backoff', 0, 2 ^ 53)
+  end
+  local checks = {{'TYPE', stream}, {'TYPE', dlq}, {'XPENDING', stream, group}, {'XACK', stream, group, '0-0'},
+    {'HMGET', key, 'owner'}, {'HSET', key, 'owner', ''}, {'TIME'},
+    {'XCLAIM', stream, group, consumer, '0', '0-0'}, {'XREADGROUP', 'GROUP', group, consumer, 'STREAMS', stream, '>'}}
+  if maxdeliveries > 0 then
+    checks[#checks + 1] = {'XRANGE', stream, '-', '+'}
+    checks[#checks + 1] = {'XADD', dlq, '*', 'f', 'v'}
+  end
+  if delete then checks[#checks + 1] = {'XDEL', stream, '0-0'} end
+  allow(checks)
+  needgroup(stream, group)
+  streamkey(dlq)
+  local held, was = holds(key, consumer, token)
+  if not held then return {0, 0, 0, {}, {}, {}, '', 0, 0} end
+  local now = nowms()
+  call('HSET', key, 'expires', tostring(now + ttl))
+  local acked = leaseack(stream, group, acks, delete)
+  local given = leasegiveback(stream, group, consumer, gives)
+
+  local dead, deleted = {}, {}
+  for _, p in ipairs(call('XPENDING', stream, group, '-', '+', LEASE_SCAN)) do
+    local id, owner, idle, deliveries = p[1], p[2], tonumber(p[3]), tonumber(p[4])
+    if maxdeliveries > 0 and deliveries >= maxdeliveries then
+      local done = deadletterone(stream, dlq, group, id, owner, deliveries, REASON_MAX_DELIVERIES, '', now, delete)
+      if done == 'deleted' then
+        deleted[#deleted + 1] = id
+      elseif done == 'toolarge' then
+        setblocked(key, was, id, deliveries, -1)
+        return {1, acked, given, {}, dead, deleted, id, -1, deliveries}
+      else
+        dead[#dead + 1] = id
+      end
+    else
+      if #backoff > 0 and deliveries > 0 then
+        local delay = backoff[math.min(deliveries, #backoff)]
+        if idle < delay then
+          setblocked(key, was, id, deliveries, now - idle + delay)
+          return {1, acked, given, {}, dead, deleted, id, delay - idle, deliveries}
+        end
+      end
+      local c = call('XCLAIM', stream, group, consumer, 0, id)
+      if #c == 0 or type(c[1][2]) ~= 'table' then
+        call('XACK', stream, group, id)
+        deleted[#deleted + 1] = id
+      else
+        setblocked(key, was, '')
+        return {1, acked, given, {{id, c[1][2], deliveries + 1}}, dead, deleted, '', 0, 0}
+      end
+    end
+  end
+  -- No head blocks the partition (the scan got past every one it met).
+  setblocked(key, was, '')
+  if #dead + #deleted >= LEASE_SCAN then
+    -- The scan budget is spent: the caller asks again.
+    return {1, acked, given, {}, dead, deleted, '', 0, 0}
+  end
+  -- New entries go out as XREADGROUP returned them, {id, fields} (their
+  -- delivery is the first), without a table built per entry.
+  local live = {}
+  local r = call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, '>')
+  if type(r) == 'table' and r[1] ~= nil then live = r[1][2] end
+  return {1, acked, given, live, dead, deleted, '', 0, 0}
+end
+
+------------------------------------------------------------------------------
 -- pelwarden_v1_version: the library's version, e.g. "1.1.0" (read only).
 --
 -- KEYS: none. ARGV: none.
@@ -1144,7 +1482,10 @@ end
 -- only acknowledge, re-time or delete what is already there, so they run
 -- on a server at maxmemory (noeviction) too: a full server must not keep a
 -- consumer from settling the entries it holds, nor an operator from
--- trimming what every group is done with. claim (it may dead-letter), deadletter and
+-- trimming what every group is done with. lease and lease_release (1.2.0)
+-- only re-time or free a lease (and ack), so they run there too, and a
+-- graceful stop can still hand its partitions over. claim (it may
+-- dead-letter), lease_next (it may too), deadletter and
 -- redrive add entries and stay refused there. Under EVALSHA no script has
 -- flags: the server then refuses only commands that grow memory (XADD), so
 -- the same split holds.
@@ -1160,6 +1501,9 @@ local FUNCTIONS = {
   {name = 'pelwarden_v1_trim', fn = trim, flags = {'allow-oom'}},
   {name = 'pelwarden_v1_trim_plan', fn = trimplan, flags = {'no-writes'}},
   {name = 'pelwarden_v1_version', fn = version, flags = {'no-writes'}},
+  {name = 'pelwarden_v1_lease', fn = lease, flags = {'allow-oom'}},
+  {name = 'pelwarden_v1_lease_release', fn = leaserelease, flags = {'allow-oom'}},
+  {name = 'pelwarden_v1_lease_next', fn = leasenext, flags = {}},
 }
 -- @@register (everything below is replaced by lua/shim.lua under EVALSHA)
 -- The load-time environment is minimal (no ipairs on Redis 7.0): plain loop.

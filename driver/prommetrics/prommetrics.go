@@ -28,19 +28,28 @@ type Options struct {
 	Buckets []float64
 }
 
-// Metrics implements driver.Metrics and prometheus.Collector:
+// Metrics implements driver.Metrics, driver.PartitionMetrics and
+// prometheus.Collector:
 //
 //	<ns>_events_total{event="read|handled|handler_error|..."}
 //	<ns>_dead_lettered_total{reason="max_deliveries|handler|..."}
 //	<ns>_handler_duration_seconds
+//	<ns>_partition_owned{partition="..."}    1 while this consumer owns the partition (ordered mode)
+//	<ns>_partition_blocked{partition="..."}  1 while a failing head blocks it (ordered mode)
+//
+// A partition's series are removed when the consumer no longer owns it,
+// so a fleet's sum of partition_owned is the number of owned partitions.
 type Metrics struct {
 	events   *prometheus.CounterVec
 	byEvent  []prometheus.Counter
 	dead     *prometheus.CounterVec
 	duration prometheus.Histogram
+	owned    *prometheus.GaugeVec
+	blocked  *prometheus.GaugeVec
 }
 
 var _ driver.Metrics = (*Metrics)(nil)
+var _ driver.PartitionMetrics = (*Metrics)(nil)
 var _ prometheus.Collector = (*Metrics)(nil)
 
 // New returns a collector; register it with a prometheus.Registerer.
@@ -64,6 +73,14 @@ func New(o Options) *Metrics {
 			Namespace: o.Namespace, Name: "handler_duration_seconds", ConstLabels: o.ConstLabels,
 			Help: "Duration of handler calls.", Buckets: o.Buckets,
 		}),
+		owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: o.Namespace, Name: "partition_owned", ConstLabels: o.ConstLabels,
+			Help: "1 while this consumer owns the partition (ordered mode).",
+		}, []string{"partition"}),
+		blocked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: o.Namespace, Name: "partition_blocked", ConstLabels: o.ConstLabels,
+			Help: "1 while a failing head blocks the partition this consumer owns (ordered mode).",
+		}, []string{"partition"}),
 	}
 	// Pre-create every event series so they export 0 before the first event.
 	for _, e := range driver.Events() {
@@ -98,11 +115,35 @@ func (m *Metrics) DeadLettered(reason string, n int) {
 // HandlerDuration implements driver.Metrics.
 func (m *Metrics) HandlerDuration(d time.Duration) { m.duration.Observe(d.Seconds()) }
 
+// PartitionOwned implements driver.PartitionMetrics: the partition's
+// partition_owned series is 1 while owned and removed (with its
+// partition_blocked series) when it leaves.
+func (m *Metrics) PartitionOwned(stream string, owned bool) {
+	if owned {
+		m.owned.WithLabelValues(stream).Set(1)
+		m.blocked.WithLabelValues(stream).Set(0)
+		return
+	}
+	m.owned.DeleteLabelValues(stream)
+	m.blocked.DeleteLabelValues(stream)
+}
+
+// PartitionBlocked implements driver.PartitionMetrics.
+func (m *Metrics) PartitionBlocked(stream string, blocked bool) {
+	v := 0.0
+	if blocked {
+		v = 1
+	}
+	m.blocked.WithLabelValues(stream).Set(v)
+}
+
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.events.Describe(ch)
 	m.dead.Describe(ch)
 	m.duration.Describe(ch)
+	m.owned.Describe(ch)
+	m.blocked.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -110,4 +151,6 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.events.Collect(ch)
 	m.dead.Collect(ch)
 	m.duration.Collect(ch)
+	m.owned.Collect(ch)
+	m.blocked.Collect(ch)
 }

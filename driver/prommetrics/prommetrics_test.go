@@ -72,3 +72,38 @@ func counter(t *testing.T, reg *prometheus.Registry, event string) prometheus.Co
 	t.Fatalf("no series for event %q", event)
 	return nil
 }
+
+// Ordered mode's partitions: partition_owned is 1 while owned,
+// partition_blocked follows the blocking head, and both series go when the
+// partition leaves; a "stream" const label does not clash with them.
+func TestPartitionGauges(t *testing.T) {
+	t.Parallel()
+	m := prommetrics.New(prommetrics.Options{ConstLabels: prometheus.Labels{"stream": "orders"}})
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(m))
+	m.PartitionOwned("{orders/4/0/1}", true)
+	m.PartitionOwned("{orders/4/1/2}", true)
+	m.PartitionBlocked("{orders/4/1/2}", true)
+	want := `
+# HELP pelwarden_partition_blocked 1 while a failing head blocks the partition this consumer owns (ordered mode).
+# TYPE pelwarden_partition_blocked gauge
+pelwarden_partition_blocked{partition="{orders/4/0/1}",stream="orders"} 0
+pelwarden_partition_blocked{partition="{orders/4/1/2}",stream="orders"} 1
+# HELP pelwarden_partition_owned 1 while this consumer owns the partition (ordered mode).
+# TYPE pelwarden_partition_owned gauge
+pelwarden_partition_owned{partition="{orders/4/0/1}",stream="orders"} 1
+pelwarden_partition_owned{partition="{orders/4/1/2}",stream="orders"} 1
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "pelwarden_partition_owned", "pelwarden_partition_blocked"))
+	m.PartitionBlocked("{orders/4/1/2}", false)
+	m.PartitionOwned("{orders/4/0/1}", false)
+	want = `
+# HELP pelwarden_partition_blocked 1 while a failing head blocks the partition this consumer owns (ordered mode).
+# TYPE pelwarden_partition_blocked gauge
+pelwarden_partition_blocked{partition="{orders/4/1/2}",stream="orders"} 0
+# HELP pelwarden_partition_owned 1 while this consumer owns the partition (ordered mode).
+# TYPE pelwarden_partition_owned gauge
+pelwarden_partition_owned{partition="{orders/4/1/2}",stream="orders"} 1
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "pelwarden_partition_owned", "pelwarden_partition_blocked"))
+}

@@ -1,6 +1,7 @@
 // Package dashboard is the web dashboard of `pelwarden ui`: an http.Handler
 // that shows every stream with consumer groups, a group's consumers and
-// pending entries, and dead-letter records, and runs the operator actions
+// pending entries (and, for a partition in ordered mode, its lease and
+// blocked head), and dead-letter records, and runs the operator actions
 // (redrive, purge, poison, reap) through package ops, the same code as the
 // command line.
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/ops"
 )
 
 // errNoGroup: the stream or the group does not exist.
@@ -29,12 +30,18 @@ type groupView struct {
 	LowestID, HighestID   string
 	OldestAge             time.Duration
 	Consumers             []redis.XInfoConsumer
+	// LeaseKey is the stream's lease hash (pelwarden.LeaseKeyFor), Lease
+	// its state (nil when the stream is not a partition in ordered mode),
+	// LeaseNote why it could not be read ("" when it was).
+	LeaseKey  string
+	Lease     *ops.LeaseState
+	LeaseNote string
 }
 
 // loadGroup reads a group's summary in one pipelined round trip: TIME,
 // XINFO GROUPS (the group's row), XLEN of the stream and its dead-letter
-// stream, XPENDING's summary form and XINFO CONSUMERS (a row per consumer;
-// nothing per pending entry).
+// stream, XPENDING's summary form, XINFO CONSUMERS (a row per consumer;
+// nothing per pending entry) and an HMGET of the stream's lease hash.
 func (s *Server) loadGroup(ctx context.Context, stream, group, dlq string) (*groupView, error) {
 	pipe := s.rdb.Pipeline()
 	tm := pipe.Time(ctx)
@@ -44,12 +51,14 @@ func (s *Server) loadGroup(ctx context.Context, stream, group, dlq string) (*gro
 	dlqLen := pipe.XLen(ctx, dlq)
 	pending := pipe.XPending(ctx, stream, group)
 	consumers := pipe.XInfoConsumers(ctx, stream, group)
+	leaseKey := pelwarden.LeaseKeyFor(stream)
+	lease := pipe.HMGet(ctx, leaseKey, ops.LeaseFields...)
 	_, _ = pipe.Exec(ctx)
 	now, err := tm.Result()
 	if err != nil {
 		return nil, fmt.Errorf("TIME: %w", err)
 	}
-	v := &groupView{At: now, Stream: stream, Group: group, DLQ: dlq, OldestAge: -1}
+	v := &groupView{At: now, Stream: stream, Group: group, DLQ: dlq, OldestAge: -1, LeaseKey: leaseKey}
 	switch t, _ := typ.Result(); t {
 	case "stream":
 	case "none":
@@ -86,7 +95,30 @@ func (s *Server) loadGroup(ctx context.Context, stream, group, dlq string) (*gro
 	if v.Consumers, err = consumers.Result(); err != nil {
 		return nil, fmt.Errorf("XINFO CONSUMERS %s %s: %w", stream, group, err)
 	}
+	v.Lease, v.LeaseNote = leaseState(leaseKey, lease, now)
 	return v, nil
+}
+
+// leaseState decodes the HMGET of a stream's lease hash: its state (nil
+// when there is none), or a note saying why it could not be read. The
+// lease is a panel of the group page, so a key that is not a lease hash
+// or an ACL user that may not read it is noted there and the rest of the
+// page is shown.
+func leaseState(key string, cmd *redis.SliceCmd, now time.Time) (*ops.LeaseState, string) {
+	vals, err := cmd.Result()
+	switch {
+	case pelwarden.Matches(err, pelwarden.ErrWrongType):
+		return nil, fmt.Sprintf("%s is not a lease hash (it holds another type): the partition's lease cannot be shown", key)
+	case pelwarden.Matches(err, pelwarden.ErrNoPermission):
+		return nil, fmt.Sprintf("this ACL user may not read %s (grant %%R~%s +hmget to see the partition's lease)", key, key)
+	case err != nil:
+		return nil, fmt.Sprintf("HMGET %s: %v", key, err)
+	}
+	l, err := ops.DecodeLease(key, vals, now)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return l, ""
 }
 
 // pelPage is one page of a PEL.

@@ -39,6 +39,10 @@ type groupRow struct {
 	// Err is set when the group could not be read; the other fields are
 	// then partial.
 	Err string
+	// Lease is the stream's partition lease (nil when the stream is not a
+	// partition in ordered mode or its lease could not be read: the group
+	// page says why).
+	Lease *ops.LeaseState
 	// FirstOfStream: the first row of its stream. The dead-letter stream
 	// is the stream's, so its cells are shown on that row only.
 	FirstOfStream bool
@@ -62,6 +66,7 @@ type streamReads struct {
 	length      *redis.IntCmd
 	dlqLength   *redis.IntCmd
 	dlqInfo     *redis.XInfoStreamCmd
+	lease       *redis.SliceCmd
 }
 
 // groupReads are the per-group commands of one refresh.
@@ -92,7 +97,7 @@ func (s *Server) overview(ctx context.Context) (*overview, error) {
 // loadOverview reads every group of every discovered stream in two
 // pipelined round trips: per stream XINFO GROUPS, XLEN, and the dead-letter
 // stream's XLEN and XINFO STREAM (not FULL: its entries-added counter makes
-// the dead-lettered rate); per group XPENDING (the summary form: one row
+// the dead-lettered rate) and an HMGET of its lease hash; per group XPENDING (the summary form: one row
 // per consumer) and XINFO CONSUMERS. Nothing reads a PEL or a stream's
 // entries.
 func (s *Server) loadOverview(ctx context.Context) (*overview, error) {
@@ -115,6 +120,7 @@ func (s *Server) loadOverview(ctx context.Context) (*overview, error) {
 		sr.length = pipe.XLen(ctx, name)
 		sr.dlqLength = pipe.XLen(ctx, sr.dlq)
 		sr.dlqInfo = pipe.XInfoStream(ctx, sr.dlq)
+		sr.lease = pipe.HMGet(ctx, pelwarden.LeaseKeyFor(name), ops.LeaseFields...)
 		streams = append(streams, sr)
 	}
 	if len(streams) > 0 {
@@ -167,6 +173,7 @@ func (s *Server) groupRow(gr *groupReads, now time.Time) groupRow {
 		Lag: gr.g.Lag, Pending: gr.g.Pending, Consumers: int(gr.g.Consumers), OldestPendingAge: -1}
 	row.Length, _ = gr.s.length.Result()
 	row.DeadLetterLength, _ = gr.s.dlqLength.Result()
+	row.Lease, _ = leaseState(pelwarden.LeaseKeyFor(gr.s.stream), gr.s.lease, now)
 	var dlqAdded int64
 	if info, err := gr.s.dlqInfo.Result(); err == nil {
 		dlqAdded = info.EntriesAdded

@@ -260,7 +260,7 @@ func (b *bench) begin(ctx context.Context, h *hook, progress func() int64) (*pha
 	if err != nil {
 		return nil, err
 	}
-	p := &phase{b: b, h: h, h0: h.counts(), cpu0: cpu, self0: processCPU()}
+	p := &phase{b: b, h: h, h0: h.counts(), cpu0: cpu, self0: measure.ProcessCPU()}
 	p.mem = startMem(progress)
 	p.start = time.Now()
 	return p, nil
@@ -269,7 +269,7 @@ func (b *bench) begin(ctx context.Context, h *hook, progress func() int64) (*pha
 // end fills r's measurements; wall is the time to the last ack.
 func (p *phase) end(ctx context.Context, r *Result, wall time.Duration) error {
 	r.Ran = time.Since(p.start)
-	r.ClientCPU = processCPU() - p.self0
+	r.ClientCPU = measure.ProcessCPU() - p.self0
 	r.Wall = wall
 	c := p.h.counts()
 	r.RoundTrips = c.roundTrips - p.h0.roundTrips

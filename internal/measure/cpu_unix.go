@@ -1,14 +1,15 @@
 //go:build unix
 
-package consume
+package measure
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU is the process's user+system CPU time so far.
-func processCPU() time.Duration {
+// ProcessCPU is this process's user+system CPU time so far (0 when the
+// platform cannot tell: see cpu_other.go).
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0

@@ -1,0 +1,407 @@
+package driver
+
+// Ordered mode (Config.Ordered): one Run of a consumer that owns
+// partitions through leases and handles each one's entries in order.
+//
+//	balancer ──heartbeat (memberServer)──> live members ──> share
+//	   │  acquire (lease fn) up to the share, hand extras over
+//	   └─> one owner per partition held (owner.go):
+//	          next (lease_next fn: fence, renew, acks, give-backs, next batch)
+//	          ──> handler (one place of Concurrency) ──> outcome
+//	          renew (lease fn) while it waits; release (lease_release fn)
+//	          with the last acks when it hands the partition over
+//
+// The lanes' loops (read, reclaim, lease, acker) do not run: every entry
+// comes from lease_next, in stream order, and is acked by the next call.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// partitionSlot is one partition of an ordered run: its stream, its
+// configuration (the consumer's with this Stream and DeadLetterStream),
+// its logger and its server.
+type partitionSlot struct {
+	index int
+	cfg   Config
+	log   *slog.Logger
+	srv   partitionServer
+}
+
+// orderedRun is the state of one Run in ordered mode.
+type orderedRun struct {
+	cfg       Config
+	log       *slog.Logger
+	m         Metrics
+	lib       loader
+	clock     clock
+	members   memberServer
+	parts     []*partitionSlot
+	entryLogs *logLimiter
+
+	// Real-time periods; the tests shorten them. Every decision about a
+	// lease reads clock, so they only say how often it is looked at.
+	balanceEvery time.Duration // the balancer's round
+	tick         time.Duration // how often a waiting owner looks at the clock
+	idleMax      time.Duration // the longest pause of an idle partition between next calls
+
+	places chan struct{} // Concurrency places for handlers: take one to run
+
+	// bg carries no cancellation: lease calls go on during the shutdown.
+	bg context.Context
+	// handlerCtx is the handlers' parent, cancelled at the end of the
+	// shutdown's first ShutdownTimeout.
+	handlerCtx context.Context
+
+	mu        sync.Mutex
+	owners    map[int]*owner // partitions with a running owner
+	lastLive  []string       // the members the last heartbeat saw
+	seen      int            // heartbeats that landed
+	ownersRun sync.WaitGroup
+
+	stopOnce sync.Once
+	stopMu   sync.Mutex
+	stopErr  error
+	stopped  chan struct{}
+}
+
+// newOrderedRun returns the state of an ordered Run of cfg (defaults
+// applied): one slot per stream, on the server partitionOf returns for the
+// slot's configuration, and the membership on members, reading clk.
+func newOrderedRun(cfg Config, log *slog.Logger, lib loader, partitionOf func(Config) partitionServer, members memberServer, clk clock) *orderedRun {
+	r := &orderedRun{
+		cfg: cfg, log: log, m: cfg.Metrics, lib: lib, clock: clk, members: members,
+		entryLogs:    newLogLimiter(entryLogBurst, entryLogRate),
+		balanceEvery: cfg.balanceInterval(),
+		tick:         cfg.PartitionLease / 20,
+		idleMax:      min(cfg.ReadBlock/4, cfg.PartitionLease/4),
+		places:       make(chan struct{}, cfg.Concurrency),
+		owners:       map[int]*owner{},
+		stopped:      make(chan struct{}),
+	}
+	for range cfg.Concurrency {
+		r.places <- struct{}{}
+	}
+	for i, stream := range cfg.Streams {
+		pcfg := cfg
+		pcfg.Stream, pcfg.DeadLetterStream = stream, cfg.deadLetterStreamOf(stream)
+		plog := log
+		if len(cfg.Streams) > 1 {
+			plog = log.With("stream", stream)
+		}
+		r.parts = append(r.parts, &partitionSlot{index: i, cfg: pcfg, log: plog, srv: partitionOf(pcfg)})
+	}
+	return r
+}
+
+// serve is Run's body in ordered mode, as session.serve is otherwise: it
+// returns a channel closed once handlers still running after the shutdown
+// have returned (nil when none is), and Run's error.
+func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err error) {
+	cfg := r.cfg
+	r.bg = context.WithoutCancel(ctx)
+	if err := r.start(ctx); err != nil {
+		if ctx.Err() != nil && !permanent(err) {
+			r.log.Info("pelwarden consumer stopped before it started", "err", err)
+			return nil, nil
+		}
+		return nil, err
+	}
+	r.log.Info("pelwarden consumer started in ordered mode", "partitions", len(r.parts), "concurrency", cfg.Concurrency,
+		"partition_lease", cfg.PartitionLease, "max_deliveries", cfg.MaxDeliveries, "library_mode", r.lib.Mode().String())
+
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	defer stopLoops()
+	go func() {
+		select {
+		case <-r.stopped:
+			stopLoops()
+		case <-loopCtx.Done():
+		}
+	}()
+	handlerCtx, cancelHandlers := context.WithCancel(r.bg)
+	defer cancelHandlers()
+	r.handlerCtx = handlerCtx
+
+	balanced := make(chan struct{})
+	go func() {
+		defer close(balanced)
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			select {
+			case <-loopCtx.Done():
+				return
+			case <-t.C:
+			}
+			t.Reset(r.balance(loopCtx))
+		}
+	}()
+	<-loopCtx.Done()
+	<-balanced
+
+	// The shutdown: this consumer leaves the membership first, so that
+	// the others' next round counts it out, then every owner hands its
+	// partition over at the next boundary (at once when idle, after its
+	// handler otherwise); handlers get ShutdownTimeout to finish, then
+	// their contexts are cancelled.
+	leaveCtx, cancelLeave := context.WithTimeout(r.bg, cfg.ShutdownTimeout)
+	defer cancelLeave()
+	if err := r.members.leave(leaveCtx); err != nil {
+		r.commandError(nil, "leave membership", err, 0)
+	}
+	r.mu.Lock()
+	for _, o := range r.owners {
+		o.handOverSoon()
+	}
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() { r.ownersRun.Wait(); close(done) }()
+	if !waitOrTimeout(done, cfg.ShutdownTimeout) {
+		r.log.Warn("shutdown timeout: cancelling handlers; their entries stay pending for the partitions' next owners", "owned", r.ownedCount())
+		cancelHandlers()
+		if !waitOrTimeout(done, cfg.ShutdownTimeout) {
+			r.log.Error("handlers ignored their cancelled context; abandoned (their outcome is discarded, entries stay pending)", "owned", r.ownedCount())
+			lingering = done
+		}
+	}
+	r.stopMu.Lock()
+	stopErr := r.stopErr
+	r.stopMu.Unlock()
+	if stopErr != nil {
+		return lingering, stopErr
+	}
+	r.log.Info("pelwarden consumer stopped")
+	return lingering, nil
+}
+
+// start loads the library and checks or creates the group of every
+// partition.
+func (r *orderedRun) start(ctx context.Context) error {
+	failed := func(what string) func(error, int) {
+		return func(err error, attempt int) {
+			if !permanent(err) {
+				r.commandError(nil, what, err, attempt)
+			}
+		}
+	}
+	err := retry(ctx, onPermanent, failed("load library"), func(ctx context.Context) error {
+		_, err := r.lib.Load(ctx)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() != nil && !permanent(err) {
+			err = ctx.Err()
+		}
+		return fmt.Errorf("pelwarden/driver: load library: %w", err)
+	}
+	for _, p := range r.parts {
+		err := retry(ctx, onPermanent, failed("check group"), func(ctx context.Context) error {
+			return ensureGroup(ctx, p.srv, p.cfg, p.log)
+		})
+		if err != nil && ctx.Err() != nil && !permanent(err) {
+			return fmt.Errorf("pelwarden/driver: check group: %w", ctx.Err())
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// balance is one round of the balancer: a heartbeat, then this consumer's
+// share of the partitions among the live members (shareOf); owners beyond
+// it hand their partitions over, and free partitions are acquired up to
+// it, the search starting at this consumer's rank's part of the list.
+// Nothing is acquired before the second heartbeat landed. It returns
+// when the next round is due: balanceEvery, or sooner when a partition
+// this consumer wants is held under a lease that expires before that (a
+// crashed owner's): just after the expiry, so the partition runs again
+// PartitionLease after its owner's last renewal, not up to a round later.
+func (r *orderedRun) balance(ctx context.Context) (next time.Duration) {
+	next = r.balanceEvery
+	hctx, cancel := context.WithTimeout(ctx, r.cfg.PartitionLease)
+	live, err := r.members.heartbeat(hctx, r.cfg.PartitionLease)
+	cancel()
+	if err != nil {
+		r.commandError(nil, "membership heartbeat", err, 0)
+	}
+	r.mu.Lock()
+	switch {
+	case err == nil:
+		r.lastLive = live
+		r.seen++
+	case r.lastLive == nil:
+		// No view yet: acquiring blind could take every partition.
+		r.mu.Unlock()
+		return
+	default:
+		live = r.lastLive // a failed heartbeat keeps the last view
+	}
+	if r.seen < 2 {
+		// One round first: consumers started together see each other's
+		// heartbeats before they acquire, rather than each taking what it
+		// can and handing most of it over a round later.
+		r.mu.Unlock()
+		return
+	}
+	self := r.cfg.Consumer
+	n := len(r.parts)
+	share := shareOf(live, self, n)
+	kept := 0
+	for i := n - 1; i >= 0; i-- {
+		o := r.owners[i]
+		if o == nil || o.handingOver() {
+			continue
+		}
+		if kept < share {
+			kept++
+			continue
+		}
+		o.log.Info("handing the partition over: this consumer holds more than its share", "share", share, "members", len(live))
+		o.handOverSoon()
+	}
+	var free []*partitionSlot
+	if kept < share {
+		start := rankOf(live, self) * n / max(len(live), 1)
+		for k := range n {
+			p := r.parts[(start+k)%n]
+			if r.owners[p.index] == nil {
+				free = append(free, p)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, p := range free {
+		if kept >= share || ctx.Err() != nil {
+			return next
+		}
+		held, left := r.acquire(ctx, p)
+		switch {
+		case held:
+			kept++
+		case left > 0:
+			next = min(next, left+expirySlack)
+		}
+	}
+	return next
+}
+
+// expirySlack is how long after a refused lease's reported expiry the
+// balancer asks again: the reply's time left was measured on the server
+// before the reply travelled back, so the lease has expired by then.
+const expirySlack = 2 * time.Millisecond
+
+// acquire tries to take p's lease and, when it is taken, starts its
+// owner. It reports whether it did and, when another consumer holds the
+// lease, the time its lease has left.
+func (r *orderedRun) acquire(ctx context.Context, p *partitionSlot) (held bool, left time.Duration) {
+	ttl := r.cfg.PartitionLease
+	actx, cancel := context.WithTimeout(ctx, ttl-r.cfg.leaseMargin())
+	defer cancel()
+	sent := r.clock.now()
+	l, err := p.srv.acquire(actx, ttl)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.commandError(p, "acquire lease", err, 0)
+		}
+		return false, 0
+	}
+	if !l.Held {
+		return false, l.TTL
+	}
+	o := newOwner(r, p, l.Token, sent)
+	r.mu.Lock()
+	if closedNow(ctx.Done()) {
+		r.mu.Unlock()
+		o.releaseLease() // the shutdown began: give it back at once
+		return false, 0
+	}
+	r.owners[p.index] = o
+	r.ownersRun.Add(1)
+	r.mu.Unlock()
+	r.m.Count(EventLeaseAcquired, 1)
+	p.log.Info("partition acquired", "token", l.Token)
+	go func() {
+		defer r.ownersRun.Done()
+		o.own()
+		r.mu.Lock()
+		delete(r.owners, p.index)
+		r.mu.Unlock()
+	}()
+	return true, 0
+}
+
+// ownedCount is how many partitions have a running owner.
+func (r *orderedRun) ownedCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.owners)
+}
+
+// commandError counts and logs a failed Redis call of partition p (nil
+// for the membership and the start). A fatal error (see fatal) stops the
+// consumer: Run returns it. On a cluster client an error that suggests a
+// failover refreshes the slot map.
+func (r *orderedRun) commandError(p *partitionSlot, what string, err error, attempt int) {
+	r.m.Count(EventCommandError, 1)
+	log := r.log
+	if p != nil {
+		log = p.log
+	}
+	log.Error("redis call failed", "op", what, "attempt", attempt+1, "err", err)
+	if fatal(err) {
+		r.stop(fmt.Errorf("pelwarden/driver: %s: %w", what, err))
+		return
+	}
+	if p != nil {
+		p.srv.stale(err)
+	}
+}
+
+// groupMissing handles a NOGROUP of partition p seen while running:
+// recreate the group with CreateGroup, else stop with an error.
+func (r *orderedRun) groupMissing(ctx context.Context, p *partitionSlot, err error) {
+	if !r.cfg.CreateGroup {
+		r.stop(fmt.Errorf("pelwarden/driver: group %q on stream %q disappeared: %w", r.cfg.Group, p.cfg.Stream, err))
+		return
+	}
+	p.log.Warn("consumer group disappeared; creating it again", "err", err)
+	if cerr := ensureGroup(ctx, p.srv, p.cfg, p.log); cerr != nil && permanent(cerr) {
+		r.stop(cerr)
+	}
+}
+
+// stop ends Run with err (the first one wins).
+func (r *orderedRun) stop(err error) {
+	r.stopOnce.Do(func() {
+		r.log.Error("pelwarden consumer stopping", "err", err)
+		r.stopMu.Lock()
+		r.stopErr = err
+		r.stopMu.Unlock()
+		close(r.stopped)
+	})
+}
+
+// errLeaseLapsed: the owner could not renew its lease before PartitionLease
+// less its margin had passed since it sent its last renewal.
+var errLeaseLapsed = errors.New("partition lease not renewed in time")
+
+// callFailed handles a call of p's owner that failed for good: a missing
+// group goes to groupMissing, and an error retrying cannot fix stops the
+// consumer (a lease that lapsed meanwhile only ends the owner).
+func (r *orderedRun) callFailed(p *partitionSlot, err error) {
+	switch {
+	case errors.Is(err, pelwarden.ErrNoGroup):
+		r.groupMissing(r.bg, p, err)
+	case permanent(err) && !errors.Is(err, errLeaseLapsed):
+		r.stop(fmt.Errorf("pelwarden/driver: partition %q: %w", p.cfg.Stream, err))
+	}
+}

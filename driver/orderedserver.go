@@ -1,0 +1,141 @@
+package driver
+
+// The seams of ordered mode: what one partition's owner asks of Redis
+// (partitionServer), and the membership heartbeat (memberServer).
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// groupServer checks or creates one stream's group.
+type groupServer interface {
+	// createGroup creates the group at startID (and the stream).
+	createGroup(ctx context.Context, startID string) error
+	// checkGroup fails with pelwarden.ErrNoGroup when the group is missing.
+	checkGroup(ctx context.Context) error
+}
+
+// partitionServer is every server operation on one partition in ordered
+// mode, bound to its stream, dead-letter stream, lease key, group and
+// consumer. redisPartition is the real one; the unit tests use a fake.
+type partitionServer interface {
+	groupServer
+	// acquire takes or renews the partition's lease for ttl
+	// (pelwarden_v1_lease).
+	acquire(ctx context.Context, ttl time.Duration) (*pelwarden.Lease, error)
+	// next is the ordered step (pelwarden_v1_lease_next): fence on token,
+	// renew for ttl, ack acks, give giveBack back, hand out the next
+	// entries (one pending entry, or up to orderedBatch new ones).
+	next(ctx context.Context, token int64, ttl time.Duration, acks, giveBack []string) (*pelwarden.LeaseNextResult, error)
+	// releaseLease frees the lease held with token, acking acks and
+	// giving giveBack back first (pelwarden_v1_lease_release).
+	releaseLease(ctx context.Context, token int64, acks, giveBack []string) (*pelwarden.ReleaseLeaseResult, error)
+	// deadLetter moves one entry this consumer owns to the dead-letter
+	// stream on its handler's request, with the error text.
+	deadLetter(ctx context.Context, id, errText string) (*pelwarden.DeadLetterResult, error)
+	// stale tells the client that err suggests its cluster slot map is out
+	// of date (see followTopology).
+	stale(err error)
+}
+
+// memberServer is the membership of the group's ordered consumers.
+type memberServer interface {
+	// heartbeat marks this consumer live for ttl by the server's clock,
+	// drops the members whose heartbeat lapsed, and returns the live
+	// members' names in byte order (this one included).
+	heartbeat(ctx context.Context, ttl time.Duration) ([]string, error)
+	// leave removes this consumer at once (a graceful stop).
+	leave(ctx context.Context) error
+}
+
+// redisPartition is the partitionServer of a real server.
+type redisPartition struct {
+	rdb                             redis.UniversalClient
+	lib                             *pelwarden.Library
+	stream, deadLetterStream, lease string
+	group, consumer                 string
+	backoff                         []time.Duration
+	maxDeliveries                   int // as the library takes it: 0 for no limit
+}
+
+var _ partitionServer = (*redisPartition)(nil)
+
+func (s *redisPartition) createGroup(ctx context.Context, startID string) error {
+	return s.rdb.XGroupCreateMkStream(ctx, s.stream, s.group, startID).Err()
+}
+
+func (s *redisPartition) checkGroup(ctx context.Context) error {
+	_, err := s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: s.stream, DeadLetterStream: s.deadLetterStream, Group: s.group})
+	return err
+}
+
+func (s *redisPartition) acquire(ctx context.Context, ttl time.Duration) (*pelwarden.Lease, error) {
+	return s.lib.AcquireLease(ctx, pelwarden.LeaseArgs{Stream: s.stream, Lease: s.lease, Group: s.group, Consumer: s.consumer, TTL: ttl})
+}
+
+func (s *redisPartition) next(ctx context.Context, token int64, ttl time.Duration, acks, giveBack []string) (*pelwarden.LeaseNextResult, error) {
+	return s.lib.LeaseNext(ctx, pelwarden.LeaseNextArgs{Stream: s.stream, DeadLetterStream: s.deadLetterStream, Lease: s.lease,
+		Group: s.group, Consumer: s.consumer, Token: token, TTL: ttl, MaxDeliveries: s.maxDeliveries, Count: orderedBatch,
+		AckIDs: acks, GiveBack: giveBack, Backoff: s.backoff})
+}
+
+func (s *redisPartition) releaseLease(ctx context.Context, token int64, acks, giveBack []string) (*pelwarden.ReleaseLeaseResult, error) {
+	return s.lib.ReleaseLease(ctx, pelwarden.ReleaseLeaseArgs{Stream: s.stream, Lease: s.lease, Group: s.group, Consumer: s.consumer,
+		Token: token, AckIDs: acks, GiveBack: giveBack})
+}
+
+func (s *redisPartition) deadLetter(ctx context.Context, id, errText string) (*pelwarden.DeadLetterResult, error) {
+	return s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: s.stream, DeadLetterStream: s.deadLetterStream,
+		Group: s.group, Consumer: s.consumer, IDs: []string{id}, Reason: pelwarden.ReasonHandler, Error: errText})
+}
+
+func (s *redisPartition) stale(err error) { followTopology(s.rdb, err) }
+
+// redisMembers is the memberServer of a real server: a sorted set
+// (MembersKey) of consumer names scored with the server time (ms) their
+// heartbeat lasts until. Plain commands, not a library function: the
+// membership only sizes each consumer's share of the partitions (the
+// leases' fence keeps two owners apart whatever a consumer believes), so
+// it needs no atomicity with a stream's state, and a heartbeat is TIME
+// then one pipeline of ZADD, ZREMRANGEBYSCORE, ZRANGE and PEXPIRE (the
+// set vanishes once every consumer is gone). Every score comes from the
+// server's clock, so the clocks of the consumers' hosts never matter.
+type redisMembers struct {
+	rdb           redis.UniversalClient
+	key, consumer string
+}
+
+var _ memberServer = (*redisMembers)(nil)
+
+func (s *redisMembers) heartbeat(ctx context.Context, ttl time.Duration) ([]string, error) {
+	now, err := s.rdb.Time(ctx).Result()
+	if err != nil {
+		return nil, &pelwarden.CommandError{Command: "TIME", Err: err}
+	}
+	ms := now.UnixMilli()
+	pipe := s.rdb.Pipeline()
+	pipe.ZAdd(ctx, s.key, redis.Z{Score: float64(ms + ttl.Milliseconds()), Member: s.consumer})
+	pipe.ZRemRangeByScore(ctx, s.key, "-inf", "("+strconv.FormatInt(ms, 10))
+	live := pipe.ZRange(ctx, s.key, 0, -1)
+	pipe.PExpire(ctx, s.key, 2*ttl)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, &pelwarden.CommandError{Command: "ZADD/ZREMRANGEBYSCORE/ZRANGE/PEXPIRE", Key: s.key, Err: err}
+	}
+	names := live.Val()
+	slices.Sort(names)
+	return names, nil
+}
+
+func (s *redisMembers) leave(ctx context.Context) error {
+	if err := s.rdb.ZRem(ctx, s.key, s.consumer).Err(); err != nil {
+		return &pelwarden.CommandError{Command: "ZREM", Key: s.key, Err: err}
+	}
+	return nil
+}

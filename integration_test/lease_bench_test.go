@@ -1,0 +1,117 @@
+package integration_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pelwarden/pelwarden"
+)
+
+// leaseBenchRuns numbers the benchmark's runs, so each has its own keys.
+var leaseBenchRuns atomic.Uint64
+
+// BenchmarkLeaseNext measures the ordered step of the lease protocol on its
+// own: 16 partitions, one lease holder each (a goroutine calling LeaseNext,
+// which acks the entries of the previous call), a no-op handler, on the
+// first server of the matrix; with one entry per call (count=1) and with
+// the driver's batch (count=100). It reports entries per second and the
+// server's CPU per entry (used_cpu_user + used_cpu_sys of INFO cpu over the
+// drain).
+func BenchmarkLeaseNext(b *testing.B) {
+	for _, count := range []int{1, 100} {
+		b.Run("count="+strconv.Itoa(count), func(b *testing.B) { benchLeaseNext(b, count) })
+	}
+}
+
+func benchLeaseNext(b *testing.B, count int) {
+	s := servers[0]
+	ctx := b.Context()
+	const parts = 16
+	base := strings.NewReplacer("/", ".").Replace(b.Name()) + "." + strconv.FormatUint(leaseBenchRuns.Add(1), 10) + "." + strconv.FormatInt(time.Now().UnixNano(), 36)
+	names, err := pelwarden.Partitions(base, parts)
+	require.NoError(b, err)
+	for _, p := range names {
+		require.NoError(b, s.rdb.XGroupCreateMkStream(ctx, p, "g", "0").Err())
+	}
+	pipe := s.rdb.Pipeline()
+	for i := range b.N {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: names[i%parts], Values: []string{"n", strconv.Itoa(i)}})
+		if pipe.Len() == 1000 {
+			_, err := pipe.Exec(ctx)
+			require.NoError(b, err)
+		}
+	}
+	_, err = pipe.Exec(ctx)
+	require.NoError(b, err)
+	tokens := make([]int64, parts)
+	for i, p := range names {
+		l, err := s.lib.AcquireLease(ctx, pelwarden.LeaseArgs{Stream: p, Lease: pelwarden.LeaseKeyFor(p), Group: "g", Consumer: "c", TTL: time.Hour})
+		require.NoError(b, err)
+		tokens[i] = l.Token
+	}
+	cpu0 := serverCPU(b, ctx, s.rdb)
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, parts)
+	for i, p := range names {
+		wg.Go(func() {
+			var acks []string
+			for {
+				n, err := s.lib.LeaseNext(ctx, pelwarden.LeaseNextArgs{Stream: p, DeadLetterStream: pelwarden.DeadLetterStreamFor(p), Lease: pelwarden.LeaseKeyFor(p),
+					Group: "g", Consumer: "c", Token: tokens[i], TTL: time.Hour, Count: count, AckIDs: acks})
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				if len(n.Entries) == 0 {
+					return
+				}
+				acks = acks[:0]
+				for _, e := range n.Entries {
+					acks = append(acks, e.ID)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	for _, err := range errs {
+		require.NoError(b, err)
+	}
+	cpu := serverCPU(b, ctx, s.rdb) - cpu0
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "entries/s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "server-µs/entry")
+	b.ReportMetric(0, "ns/op")
+	b.Logf("%s: %d entries over %d partitions in %v", s.srv.Name, b.N, parts, elapsed)
+	for _, p := range names {
+		n, err := s.rdb.XPending(ctx, p, "g").Result()
+		require.NoError(b, err)
+		require.Zero(b, n.Count, "every entry acked on %s", p)
+	}
+}
+
+// serverCPU is the server's used_cpu_user + used_cpu_sys.
+func serverCPU(b *testing.B, ctx context.Context, rdb *redis.Client) time.Duration {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	require.NoError(b, err)
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			require.NoError(b, err)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
