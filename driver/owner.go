@@ -64,7 +64,8 @@ func (o *owner) handOverSoon() { o.handOverOnce.Do(func() { close(o.handOver) })
 func (o *owner) handingOver() bool { return closedNow(o.handOver) }
 
 // own handles the partition until it is handed over or lost, then gives
-// the lease back (with the last ack) unless another consumer holds it.
+// the lease back (acking the entries handled since the last next call and
+// giving the rest of the batch back) unless another consumer holds it.
 func (o *owner) own() {
 	pm, _ := o.run.m.(PartitionMetrics)
 	if pm != nil {
