@@ -161,8 +161,9 @@ func (o *owner) hold(wake <-chan struct{}, d time.Duration, interruptible bool) 
 	}
 	tick := time.NewTicker(o.run.tick)
 	defer tick.Stop()
-	for {
-		if !o.keep() {
+	// The first round's keep was the fast path's.
+	for kept := true; ; kept = false {
+		if !kept && !o.keep() {
 			return holdLost
 		}
 		select {

@@ -3,7 +3,6 @@ package integration_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -65,16 +64,7 @@ func runDriverOrdered(t *testing.T, env orderedEnv) {
 				env.admin.Del(context.Background(), p, pelwarden.DeadLetterStreamFor(p), pelwarden.LeaseKeyFor(p))
 			}
 		})
-		produce := func(from, to int) {
-			pipe := env.admin.Pipeline()
-			for seq := from; seq < to; seq++ {
-				for k := range keys {
-					pipe.XAdd(ctx, &redis.XAddArgs{Stream: names[k%parts], Values: []string{"key", strconv.Itoa(k), "seq", strconv.Itoa(seq)}})
-				}
-			}
-			_, err := pipe.Exec(ctx)
-			require.NoError(t, err)
-		}
+		produce := func(from, to int) { produceKeySeq(t, ctx, env.admin, names, keys, from, to) }
 		produce(0, perKey/2)
 
 		chk := &orderLog{events: map[int][]orderEvent{}}

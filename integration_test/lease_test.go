@@ -14,29 +14,6 @@ import (
 	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
-// eachMode runs fn on every server of the matrix through FCALL and through
-// the EVALSHA fallback (an ACL user refused FUNCTION, FCALL and FCALL_RO).
-func eachMode(t *testing.T, fn func(t *testing.T, s *target, lib *pelwarden.Library)) {
-	t.Helper()
-	each(t, func(t *testing.T, s *target) {
-		for _, mode := range []string{"fcall", "evalsha"} {
-			t.Run(mode, func(t *testing.T) {
-				t.Parallel()
-				lib := s.lib
-				if mode == "evalsha" {
-					tag := strings.NewReplacer("/", ".", ":", ".").Replace(t.Name())
-					rdb := restrictedClient(t, t.Context(), s, "lease-"+tag, "-function", "-fcall", "-fcall_ro")
-					lib = pelwarden.NewLibrary(rdb)
-					res, err := lib.Load(t.Context())
-					require.NoError(t, err)
-					require.Equal(t, pelwarden.ModeEval, res.Mode)
-				}
-				fn(t, s, lib)
-			})
-		}
-	})
-}
-
 // leaseOf is a fixture's lease arguments for consumer c.
 func leaseOf(f *pelwardentest.Fixture, c string, ttl time.Duration) pelwarden.LeaseArgs {
 	return pelwarden.LeaseArgs{Stream: f.Stream, Lease: pelwarden.LeaseKeyFor(f.Stream), Group: f.Group, Consumer: c, TTL: ttl}

@@ -21,11 +21,13 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/pelwarden/pelwarden"
@@ -130,6 +132,29 @@ func each(t *testing.T, fn func(t *testing.T, s *target)) {
 			fn(t, s)
 		})
 	}
+}
+
+// eachMode runs fn on every server of the matrix through FCALL and through
+// the EVALSHA fallback (an ACL user refused FUNCTION, FCALL and FCALL_RO).
+func eachMode(t *testing.T, fn func(t *testing.T, s *target, lib *pelwarden.Library)) {
+	t.Helper()
+	each(t, func(t *testing.T, s *target) {
+		for _, mode := range []string{"fcall", "evalsha"} {
+			t.Run(mode, func(t *testing.T) {
+				t.Parallel()
+				lib := s.lib
+				if mode == "evalsha" {
+					tag := strings.NewReplacer("/", ".", ":", ".").Replace(t.Name())
+					rdb := restrictedClient(t, t.Context(), s, "mode-"+tag, "-function", "-fcall", "-fcall_ro")
+					lib = pelwarden.NewLibrary(rdb)
+					res, err := lib.Load(t.Context())
+					require.NoError(t, err)
+					require.Equal(t, pelwarden.ModeEval, res.Mode)
+				}
+				fn(t, s, lib)
+			})
+		}
+	})
 }
 
 // kit returns the pelwardentest server on s, for fixtures on keys a test

@@ -80,30 +80,13 @@ func setModelBudget(t *testing.T) {
 // FUNCTION, FCALL and FCALL_RO).
 func TestLibraryModel(t *testing.T) {
 	setModelBudget(t)
-	each(t, func(t *testing.T, s *target) {
-		for _, mode := range []string{"fcall", "evalsha"} {
-			t.Run(mode, func(t *testing.T) {
-				t.Parallel()
-				lib := s.lib
-				if mode == "evalsha" {
-					tag := strings.NewReplacer("/", ".", ":", ".").Replace(t.Name())
-					rdb := restrictedClient(t, t.Context(), s, "model-"+tag, "-function", "-fcall", "-fcall_ro")
-					lib = pelwarden.NewLibrary(rdb)
-					res, err := lib.Load(t.Context())
-					require.NoError(t, err)
-					require.Equal(t, pelwarden.ModeEval, res.Mode)
-				}
-				kit := s.kit(t)
-				rapid.Check(t, func(rt *rapid.T) {
-					newModelRun(t.Context(), rt, kit, s.rdb, lib).repeat()
-				})
-				want := pelwarden.ModeFunction
-				if mode == "evalsha" {
-					want = pelwarden.ModeEval
-				}
-				require.Equal(t, want, lib.Mode(), "the library stayed in %s mode", mode)
-			})
-		}
+	eachMode(t, func(t *testing.T, s *target, lib *pelwarden.Library) {
+		want := lib.Mode()
+		kit := s.kit(t)
+		rapid.Check(t, func(rt *rapid.T) {
+			newModelRun(t.Context(), rt, kit, s.rdb, lib).repeat()
+		})
+		require.Equal(t, want, lib.Mode(), "the library stayed in %s mode", want)
 	})
 }
 

@@ -43,16 +43,7 @@ func TestOrderCheckerLeases(t *testing.T) {
 		for _, p := range names {
 			require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, p, f.Group, "0").Err())
 		}
-		produce := func(from, to int) {
-			pipe := s.rdb.Pipeline()
-			for seq := from; seq < to; seq++ {
-				for k := range keys {
-					pipe.XAdd(ctx, &redis.XAddArgs{Stream: names[k%parts], Values: []string{"key", strconv.Itoa(k), "seq", strconv.Itoa(seq)}})
-				}
-			}
-			_, err := pipe.Exec(ctx)
-			require.NoError(t, err)
-		}
+		produce := func(from, to int) { produceKeySeq(t, ctx, s.rdb, names, keys, from, to) }
 		produce(0, perKey/2)
 
 		chk := &orderLog{events: map[int][]orderEvent{}}
@@ -272,6 +263,21 @@ func leaseConsumer(ctx context.Context, lib *pelwarden.Library, c leaseSetup, lo
 			}
 		}
 	}
+}
+
+// produceKeySeq adds, for every sequence number in [from, to), one entry
+// per key (fields key and seq) to the key's partition, names[key %
+// len(names)], all in one pipeline.
+func produceKeySeq(t *testing.T, ctx context.Context, rdb redis.Cmdable, names []string, keys, from, to int) {
+	t.Helper()
+	pipe := rdb.Pipeline()
+	for seq := from; seq < to; seq++ {
+		for k := range keys {
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: names[k%len(names)], Values: []string{"key", strconv.Itoa(k), "seq", strconv.Itoa(seq)}})
+		}
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(t, err)
 }
 
 func keySeq(e *pelwarden.Entry) (key, seq int, err error) {
