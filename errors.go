@@ -208,6 +208,12 @@ func isFunctionMissing(err error) bool {
 	return redis.HasErrorPrefix(err, "Function not found")
 }
 
+// isNoScript reports EVALSHA's refusal of a script the server does not
+// have ("NOSCRIPT No matching script").
+func isNoScript(err error) bool {
+	return redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
 // isLibraryExists reports FUNCTION LOAD's refusal of a library that is
 // there already ("ERR Library 'pelwarden' already exists").
 func isLibraryExists(err error) bool {

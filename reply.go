@@ -3,6 +3,8 @@ package pelwarden
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/pelwarden/pelwarden/internal/resp"
 )
 
 // Reply decoders. They accept what go-redis returns for FCALL under RESP2 and
@@ -56,7 +58,7 @@ func asStrings(fn, what string, v any) ([]string, error) {
 	}
 	out := make([]string, len(a))
 	for i, e := range a {
-		s, ok := stringOf(e)
+		s, ok := resp.String(e)
 		if !ok {
 			// The element's name is formatted only here: on the hot path
 			// (thousands of fields per reply) it would cost more than the
@@ -66,17 +68,6 @@ func asStrings(fn, what string, v any) ([]string, error) {
 		out[i] = s
 	}
 	return out, nil
-}
-
-// stringOf is asString's test without an error to build.
-func stringOf(v any) (string, bool) {
-	switch s := v.(type) {
-	case string:
-		return s, true
-	case []byte:
-		return string(s), true
-	}
-	return "", false
 }
 
 func asFields(fn, what string, v any) ([]Field, error) {
@@ -89,11 +80,11 @@ func asFields(fn, what string, v any) ([]Field, error) {
 	}
 	out := make([]Field, len(flat)/2)
 	for i := range out {
-		name, ok := stringOf(flat[2*i])
+		name, ok := resp.String(flat[2*i])
 		if !ok {
 			return nil, malformed(fn, "%s[%d]: want a string, got %T", what, 2*i, flat[2*i])
 		}
-		value, ok := stringOf(flat[2*i+1])
+		value, ok := resp.String(flat[2*i+1])
 		if !ok {
 			return nil, malformed(fn, "%s[%d]: want a string, got %T", what, 2*i+1, flat[2*i+1])
 		}
@@ -539,5 +530,43 @@ func decodeLeaseNext(v any) (*LeaseNextResult, error) {
 	if r.BlockedDeliveries, err = asInt(fn, "blocked-deliveries", a[8]); err != nil {
 		return nil, err
 	}
+	if len(a) > 9 {
+		nonePending, err := asInt(fn, "none-pending", a[9])
+		if err != nil {
+			return nil, err
+		}
+		r.NonePending = nonePending == 1
+	}
 	return r, nil
+}
+
+// decodeReadEntries decodes the reply of an XREADGROUP of one stream
+// (resp.ReadEntries), keeping each entry's fields in stream order, all of
+// them in one allocation. Each entry is a first delivery.
+func decodeReadEntries(v any) ([]Entry, error) {
+	const fn = FunctionLeaseNext // the read of LeaseNextRead
+	list, nfields, err := resp.ReadEntries(v)
+	if err != nil {
+		return nil, malformed(fn, "%v", err)
+	}
+	out := make([]Entry, len(list))
+	all := make([]Field, 0, nfields)
+	for i, e := range list {
+		id, flat, _, err := resp.Entry(e)
+		if err != nil {
+			return nil, malformed(fn, "%v", err)
+		}
+		first := len(all)
+		for j := range len(flat) / 2 {
+			name, value, err := resp.Field(flat, j, id)
+			if err != nil {
+				return nil, malformed(fn, "%v", err)
+			}
+			all = append(all, Field{Name: name, Value: value})
+		}
+		// A full slice expression: appending to one entry's Fields must not
+		// write into the next one's.
+		out[i] = Entry{ID: id, Fields: all[first:len(all):len(all)], Deliveries: 1}
+	}
+	return out, nil
 }

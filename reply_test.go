@@ -73,6 +73,7 @@ func FuzzDecode(f *testing.F) {
 		func(v any) (any, error) { return decodeLease(v) },
 		func(v any) (any, error) { return decodeLeaseRelease(v) },
 		func(v any) (any, error) { return decodeLeaseNext(v) },
+		func(v any) (any, error) { return decodeReadEntries(v) },
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		b := &treeBuilder{data: data}

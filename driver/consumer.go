@@ -86,7 +86,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	var err error
 	if c.cfg.Ordered {
 		members := &redisMembers{rdb: c.rdb, key: MembersKey(c.cfg.Streams, c.cfg.Group), consumer: c.cfg.Consumer}
-		lingering, err = newOrderedRun(c.cfg, c.log, c.lib, c.partitionServer, members, monoClock{}).serve(ctx)
+		tx := &txProbe{rdb: c.rdb, log: c.log}
+		partitionOf := func(cfg Config) partitionServer { return c.partitionServer(cfg, tx) }
+		lingering, err = newOrderedRun(c.cfg, c.log, c.lib, partitionOf, members, monoClock{}).serve(ctx)
 	} else {
 		s, lanes := newSession(c.cfg, c.log, c.lib, c.laneServer, monoClock{})
 		lingering, err = s.serve(ctx, lanes)
@@ -102,9 +104,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 }
 
 // partitionServer is the server of the partition cfg.Stream in ordered
-// mode.
-func (c *Consumer) partitionServer(cfg Config) partitionServer {
-	return &redisPartition{rdb: c.rdb, lib: c.lib, stream: cfg.Stream, deadLetterStream: cfg.DeadLetterStream,
+// mode; tx is the run's probe of MULTI/EXEC.
+func (c *Consumer) partitionServer(cfg Config, tx *txProbe) partitionServer {
+	return &redisPartition{rdb: c.rdb, lib: c.lib, tx: tx, stream: cfg.Stream, deadLetterStream: cfg.DeadLetterStream,
 		lease: pelwarden.LeaseKeyFor(cfg.Stream), group: cfg.Group, consumer: cfg.Consumer,
 		backoff: cfg.Backoff, maxDeliveries: cfg.claimMaxDeliveries()}
 }

@@ -98,8 +98,11 @@
 //	balancer ──heartbeat (memberServer: MembersKey)──> share (share.go)
 //	   └─ lease fn: acquire up to the share ─> one owner per partition held
 //	owner (owner.go) ──lease_next fn: fence, renew, acks, next batch─────────┐
-//	   │  renews (lease fn) while it waits: a handler, a place, a pause     │
-//	   └─ handler (one of Concurrency places) <──────────────────────────────┘
+//	   │  (behind a call that found nothing pending: lease_next + a plain   │
+//	   │  XREADGROUP in one MULTI/EXEC, LeaseNextRead)                      │
+//	   │  renews (lease fn) while it waits: a place, a pause                │
+//	   └─ handler on the owner's goroutine (one of Concurrency places) <────┘
+//	      leaseWatch (leasewatch.go) renews meanwhile, or cancels it
 //	   hand-over (balancer or shutdown): lease_release fn with the last acks
 //
 //	  - ordered.go: the run, its start and shutdown, the balancer's round
@@ -107,9 +110,11 @@
 //	  - owner.go: one partition from acquisition to hand-over or loss: the
 //	    ordered step, renewals and the local validity (PartitionLease less
 //	    a quarter, from the last renewal's send), the handler, its
-//	    outcome, the blocked head.
+//	    outcome, the blocked head; leasewatch.go: the lease while a handler
+//	    runs.
 //	  - orderedserver.go: the seams, partitionServer and memberServer, and
-//	    their Redis implementations; orderedconfig.go: ordered mode's
+//	    their Redis implementations (with the probe of MULTI/EXEC);
+//	    orderedconfig.go: ordered mode's
 //	    Config checks and intervals; share.go: the share rule.
 //
 // One entry, from read to ack, passes through four files: readloop.go

@@ -269,15 +269,52 @@ func (s *fakePartitionServer) releaseLease(_ context.Context, token int64, acks,
 // leaseScan is the library's LEASE_SCAN: pending heads looked at per call.
 const leaseScan = 100
 
-func (s *fakePartitionServer) next(_ context.Context, token int64, ttl time.Duration, acks, giveBack []string) (*pelwarden.LeaseNextResult, error) {
+// next is lease_next; with readApart, LeaseNextRead: the function reads
+// nothing and the read behind it (in the same transaction: under mu)
+// takes up to count new entries, handed out when the function found
+// nothing pending, else deferred.
+func (s *fakePartitionServer) next(_ context.Context, token int64, ttl time.Duration, acks, giveBack []string, readApart bool) (*pelwarden.LeaseNextResult, error) {
 	s.w.mu.Lock()
 	defer s.w.mu.Unlock()
 	if err := s.w.call("next", s.consumer, s.stream); err != nil {
 		return nil, err
 	}
+	if readApart {
+		s.w.calls["readApart "+s.consumer+" "+s.stream]++
+	}
+	res := s.leaseNext(token, ttl, acks, giveBack, !readApart)
+	if !readApart {
+		return res, nil
+	}
+	read := s.readNew()
+	if res.Held && res.NonePending && len(res.Entries) == 0 {
+		res.Entries = read
+	} else {
+		for _, e := range read {
+			res.Deferred = append(res.Deferred, e.ID)
+		}
+	}
+	return res, nil
+}
+
+// readNew is XREADGROUP ... COUNT count ... > (with mu held).
+func (s *fakePartitionServer) readNew() []pelwarden.Entry {
+	p, now := s.w.parts[s.stream], s.w.clock.now()
+	var read []pelwarden.Entry
+	for ; p.next < len(p.order) && len(read) < max(s.count, 1); p.next++ {
+		id := p.order[p.next]
+		p.pel[id] = &fakePending{owner: s.consumer, deliveries: 1, at: now}
+		read = append(read, pelwarden.Entry{ID: id, Fields: p.entries[id], Deliveries: 1})
+	}
+	return read
+}
+
+// leaseNext is the function (with mu held); readNew: it reads the new
+// entries itself when nothing is pending (count > 0).
+func (s *fakePartitionServer) leaseNext(token int64, ttl time.Duration, acks, giveBack []string, readNew bool) *pelwarden.LeaseNextResult {
 	p, now := s.w.parts[s.stream], s.w.clock.now()
 	if !s.holds(p, token) {
-		return &pelwarden.LeaseNextResult{}, nil
+		return &pelwarden.LeaseNextResult{}
 	}
 	p.expires = now + ttl
 	res := &pelwarden.LeaseNextResult{Held: true, Acked: s.ack(p, acks), GivenBack: s.giveBack(p, giveBack)}
@@ -291,7 +328,7 @@ func (s *fakePartitionServer) next(_ context.Context, token int64, ttl time.Dura
 				res.Deleted = append(res.Deleted, id)
 			case len(fields) > 1 && fields[1].Name == "huge":
 				res.Blocked, res.Wait, res.BlockedDeliveries = id, -1, e.deliveries
-				return res, nil
+				return res
 			default:
 				p.dead = append(p.dead, id)
 				res.DeadLettered = append(res.DeadLettered, id)
@@ -303,7 +340,7 @@ func (s *fakePartitionServer) next(_ context.Context, token int64, ttl time.Dura
 			delay := s.backoff[min(int(e.deliveries), len(s.backoff))-1]
 			if idle := now - e.at; idle < delay {
 				res.Blocked, res.Wait, res.BlockedDeliveries = id, delay-idle, e.deliveries
-				return res, nil
+				return res
 			}
 		}
 		if !exists {
@@ -314,17 +351,16 @@ func (s *fakePartitionServer) next(_ context.Context, token int64, ttl time.Dura
 		e.owner, e.at = s.consumer, now
 		e.deliveries++
 		res.Entries = []pelwarden.Entry{{ID: id, Fields: fields, Deliveries: e.deliveries}}
-		return res, nil
+		return res
 	}
 	if len(res.DeadLettered)+len(res.Deleted) >= leaseScan {
-		return res, nil
+		return res
 	}
-	for ; p.next < len(p.order) && len(res.Entries) < max(s.count, 1); p.next++ {
-		id := p.order[p.next]
-		p.pel[id] = &fakePending{owner: s.consumer, deliveries: 1, at: now}
-		res.Entries = append(res.Entries, pelwarden.Entry{ID: id, Fields: p.entries[id], Deliveries: 1})
+	res.NonePending = true
+	if readNew {
+		res.Entries = s.readNew()
 	}
-	return res, nil
+	return res
 }
 
 func (s *fakePartitionServer) deadLetter(_ context.Context, id, _ string) (*pelwarden.DeadLetterResult, error) {

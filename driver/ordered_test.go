@@ -759,3 +759,47 @@ func TestOrderedStopGivesBackTheRestOfTheBatch(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, map[string]int64{"1-0": 1, "2-0": 1, "3-0": 1, "4-0": 1}, deliveries, "given back: b's first attempt is delivery 1")
 }
+
+// Behind a call that found nothing pending, the owner reads new entries
+// apart from the function (LeaseNextRead). When entries turn up pending
+// meanwhile (here another consumer's, as a former owner's late read
+// would leave them), the function hands the lowest out first and the
+// entries the read took are deferred: given back with the next call, they
+// run after the pending ones, in order, from delivery 1.
+func TestOrderedReadApartDefersBehindAPendingHead(t *testing.T) {
+	t.Parallel()
+	streams := testPartitions(t, 1)
+	s := streams[0]
+	w := newFakeWorld(streams...)
+	w.add(s, 2)
+	hs := newHandlings(t)
+	inSecond := make(chan struct{})
+	release := make(chan struct{})
+	var mu sync.Mutex
+	deliveries := map[string]int64{}
+	a := w.start(t, streams, "a", func(c *Config) {
+		c.Handler = hs.wrap(func(_ context.Context, m *Message) error {
+			mu.Lock()
+			deliveries[m.ID] = m.Deliveries
+			mu.Unlock()
+			if m.ID == "2-0" {
+				close(inSecond)
+				<-release
+			}
+			return nil
+		})
+	})
+	<-inSecond
+	w.add(s, 6)
+	w.deliver(s, "z", 2) // 3-0 and 4-0 pending to z
+	close(release)
+	eventually(t, "all 8 handled and acked", func() bool { return hs.count() == 8 && len(w.pendingOf(s)) == 0 })
+	require.Equal(t, []string{"1-0", "2-0", "3-0", "4-0", "5-0", "6-0", "7-0", "8-0"}, hs.of(s))
+	mu.Lock()
+	require.Equal(t, map[string]int64{"1-0": 1, "2-0": 1, "3-0": 2, "4-0": 2, "5-0": 1, "6-0": 1, "7-0": 1, "8-0": 1}, deliveries,
+		"z's entries come as their second delivery; the deferred ones, given back, as their first")
+	mu.Unlock()
+	require.Positive(t, w.callCount("readApart", "a", s), "the owner read apart behind a call that found nothing pending")
+	a.stop(t)
+	require.Equal(t, 8, a.m.get(EventAcked))
+}

@@ -5,8 +5,10 @@ package driver
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,8 +34,11 @@ type partitionServer interface {
 	acquire(ctx context.Context, ttl time.Duration) (*pelwarden.Lease, error)
 	// next is the ordered step (pelwarden_v1_lease_next): fence on token,
 	// renew for ttl, ack acks, give giveBack back, hand out the next
-	// entries (one pending entry, or up to orderedBatch new ones).
-	next(ctx context.Context, token int64, ttl time.Duration, acks, giveBack []string) (*pelwarden.LeaseNextResult, error)
+	// entries (one pending entry, or up to orderedBatch new ones). With
+	// readApart the new entries come from a plain XREADGROUP in the same
+	// transaction (LeaseNextRead: Deferred lists what that read took and
+	// may not run yet), where the server allows it.
+	next(ctx context.Context, token int64, ttl time.Duration, acks, giveBack []string, readApart bool) (*pelwarden.LeaseNextResult, error)
 	// releaseLease frees the lease held with token, acking acks and
 	// giving giveBack back first (pelwarden_v1_lease_release).
 	releaseLease(ctx context.Context, token int64, acks, giveBack []string) (*pelwarden.ReleaseLeaseResult, error)
@@ -59,6 +64,7 @@ type memberServer interface {
 type redisPartition struct {
 	rdb                             redis.UniversalClient
 	lib                             *pelwarden.Library
+	tx                              *txProbe
 	stream, deadLetterStream, lease string
 	group, consumer                 string
 	backoff                         []time.Duration
@@ -80,10 +86,52 @@ func (s *redisPartition) acquire(ctx context.Context, ttl time.Duration) (*pelwa
 	return s.lib.AcquireLease(ctx, pelwarden.LeaseArgs{Stream: s.stream, Lease: s.lease, Group: s.group, Consumer: s.consumer, TTL: ttl})
 }
 
-func (s *redisPartition) next(ctx context.Context, token int64, ttl time.Duration, acks, giveBack []string) (*pelwarden.LeaseNextResult, error) {
-	return s.lib.LeaseNext(ctx, pelwarden.LeaseNextArgs{Stream: s.stream, DeadLetterStream: s.deadLetterStream, Lease: s.lease,
+func (s *redisPartition) next(ctx context.Context, token int64, ttl time.Duration, acks, giveBack []string, readApart bool) (*pelwarden.LeaseNextResult, error) {
+	a := pelwarden.LeaseNextArgs{Stream: s.stream, DeadLetterStream: s.deadLetterStream, Lease: s.lease,
 		Group: s.group, Consumer: s.consumer, Token: token, TTL: ttl, MaxDeliveries: s.maxDeliveries, Count: orderedBatch,
-		AckIDs: acks, GiveBack: giveBack, Backoff: s.backoff})
+		AckIDs: acks, GiveBack: giveBack, Backoff: s.backoff}
+	if readApart && s.tx.allowed(ctx) {
+		return s.lib.LeaseNextRead(ctx, a)
+	}
+	return s.lib.LeaseNext(ctx, a)
+}
+
+// txProbe finds out, once per run, whether the server lets this client's
+// user run MULTI/EXEC, which LeaseNextRead needs: with MULTI refused, the
+// commands meant for the transaction would run one by one (so the probe
+// is a transaction of TIME alone, before any LeaseNextRead). Refused, the
+// owners read new entries inside lease_next, as fast as before
+// LeaseNextRead existed; the run logs that once.
+type txProbe struct {
+	rdb redis.UniversalClient
+	log *slog.Logger
+
+	mu     sync.Mutex
+	probed bool
+	ok     bool
+}
+
+// allowed reports whether LeaseNextRead may run, probing on the first
+// call (and again after a probe that failed for another reason than a
+// refusal, such as a cut connection).
+func (t *txProbe) allowed(ctx context.Context) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.probed {
+		return t.ok
+	}
+	_, err := t.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Time(ctx)
+		return nil
+	})
+	switch {
+	case err == nil:
+		t.probed, t.ok = true, true
+	case pelwarden.Classify(err) == pelwarden.ClassNoPermission:
+		t.probed = true
+		t.log.Warn("the server refuses MULTI/EXEC to this user: ordered mode reads new entries inside lease_next (grant +multi +exec for the faster read)", "err", err)
+	}
+	return t.ok
 }
 
 func (s *redisPartition) releaseLease(ctx context.Context, token int64, acks, giveBack []string) (*pelwarden.ReleaseLeaseResult, error) {

@@ -15,13 +15,17 @@ import (
 )
 
 // owner runs one partition while this consumer holds its lease: one
-// entry at a time, in stream order. Each lease_next hands out a batch (a
-// pending entry alone, or up to orderedBatch new ones); the entries
-// handled are acked by the call that fetches the next batch, and when a
-// handler fails, the rest of its batch is given back by that call, so the
-// failed head is tried again before anything behind it. Only its own
-// goroutine (own) touches its state; the balancer and the shutdown only
-// ask it to hand over.
+// entry at a time, in stream order, each handler on the owner's own
+// goroutine (leaseWatch keeps the lease meanwhile). Each lease_next hands
+// out a batch (a pending entry alone, or up to orderedBatch new ones); the
+// entries handled are acked by the call that fetches the next batch, and
+// when a handler fails, the rest of its batch is given back by that call,
+// so the failed head is tried again before anything behind it. While the
+// last call found nothing pending, the next one reads the new entries
+// with a plain XREADGROUP in the same transaction (LeaseNextRead) rather
+// than inside the function. Only its own goroutine (own) touches its
+// state, and the watch while a handler runs; the balancer and the
+// shutdown only ask it to hand over.
 type owner struct {
 	run *orderedRun
 	p   *partitionSlot
@@ -36,13 +40,21 @@ type owner struct {
 	// renewedAt is that send time.
 	validUntil, renewedAt time.Duration
 
-	batch    []pelwarden.Entry // handed out by the last next call, not handled yet
-	acks     []string          // handled since the last next call: acked by the next call
-	giveBack []string          // handed out as new, not handled: given back by the next call
-	blocked  string            // the head reported as blocking ("" when none)
-	idle     time.Duration     // the current pause of an idle partition
-	fenced   bool              // the server said another consumer holds the lease
-	lapsed   bool              // validUntil passed without a renewal
+	batch       []Message     // handed out by the last next call, not handled yet
+	acks        []string      // handled since the last next call: acked by the next call
+	giveBack    []string      // handed out as new, not handled: given back by the next call
+	nonePending bool          // the last next call found nothing pending: the next one may read apart
+	blocked     string        // the head reported as blocking ("" when none)
+	idle        time.Duration // the current pause of an idle partition
+	fenced      bool          // the server said another consumer holds the lease
+	lapsed      bool          // validUntil passed without a renewal
+
+	// ctx is the handlers' context while this owner holds the lease,
+	// cancelled with ErrLostOwnership once it is lost; watch keeps the
+	// lease while a handler runs.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	watch  leaseWatch
 
 	handOver     chan struct{} // closed: hand the partition over at the next boundary
 	handOverOnce sync.Once
@@ -51,9 +63,12 @@ type owner struct {
 // newOwner returns the owner of p, holding its lease with token since a
 // renewing call sent at sent.
 func newOwner(r *orderedRun, p *partitionSlot, token int64, sent time.Duration) *owner {
-	return &owner{run: r, p: p, srv: p.srv, log: p.log.With("token", token), token: token,
+	o := &owner{run: r, p: p, srv: p.srv, log: p.log.With("token", token), token: token,
 		validUntil: sent + r.cfg.PartitionLease - r.cfg.leaseMargin(), renewedAt: sent,
 		handOver: make(chan struct{})}
+	o.ctx, o.cancel = context.WithCancelCause(r.handlerCtx)
+	o.watch.o = o
+	return o
 }
 
 // handOverSoon asks the owner to give the partition back once its
@@ -72,6 +87,7 @@ func (o *owner) own() {
 		pm.PartitionOwned(o.p.cfg.Stream, true)
 	}
 	defer func() {
+		o.cancel(context.Canceled)
 		if !o.fenced {
 			o.releaseLease()
 		}
@@ -101,11 +117,11 @@ func (o *owner) own() {
 			}
 			o.unblocked()
 			o.idle = 0
-			o.batch = res.Entries
+			o.batch = o.messages(res.Entries)
 		}
-		e := &o.batch[0]
+		m := &o.batch[0]
 		o.batch = o.batch[1:]
-		goOn, wait, settled := o.handle(e)
+		goOn, wait, settled := o.handle(m)
 		o.run.places <- struct{}{}
 		if !settled {
 			// The head is tried again (or left to the next owner) before
@@ -136,8 +152,7 @@ const (
 // interruptible, a hand-over is asked; meanwhile it renews the lease every
 // leaseRenewal by the clock, and ends with holdLost once it cannot.
 func (o *owner) hold(wake <-chan struct{}, d time.Duration, interruptible bool) holdResult {
-	// The common case first, without a ticker or a timer: a place is free,
-	// or the handler already returned.
+	// The common case first, without a ticker or a timer: a place is free.
 	if !o.keep() {
 		return holdLost
 	}
@@ -233,8 +248,14 @@ func (o *owner) next() (*pelwarden.LeaseNextResult, bool) {
 	var sent time.Duration
 	ok := o.call("lease next", func(ctx context.Context) error {
 		sent = o.run.clock.now()
+		// Reading apart is in order only right behind a call that found
+		// nothing pending, with nothing to give back (else the entries
+		// given back come first); after a failed call the next one reads
+		// inside the function.
+		readApart := o.nonePending && len(o.giveBack) == 0
+		o.nonePending = false
 		var err error
-		res, err = o.srv.next(ctx, o.token, cfg.PartitionLease, o.acks, o.giveBack)
+		res, err = o.srv.next(ctx, o.token, cfg.PartitionLease, o.acks, o.giveBack, readApart)
 		return err
 	})
 	if !ok {
@@ -253,6 +274,10 @@ func (o *owner) next() (*pelwarden.LeaseNextResult, bool) {
 		o.run.m.Count(EventAcked, int(res.Acked))
 	}
 	o.acks, o.giveBack = o.acks[:0], o.giveBack[:0]
+	// A read apart that came behind a pending head (or a blocked one) took
+	// entries that may not run yet: they go back with the next call.
+	o.giveBack = append(o.giveBack, res.Deferred...)
+	o.nonePending = res.NonePending && len(res.Deferred) == 0
 	if n := len(res.DeadLettered); n > 0 {
 		o.run.m.DeadLettered(pelwarden.ReasonMaxDeliveries, n)
 		o.entryLog(true, "dead-lettered the partition's head after MaxDeliveries; the partition moves on", "ids", firstIDs(res.DeadLettered), "count", n)
@@ -275,6 +300,18 @@ func (o *owner) next() (*pelwarden.LeaseNextResult, bool) {
 		o.run.m.Count(EventClaimed, claimed)
 	}
 	return res, true
+}
+
+// messages returns entries as the handlers' messages, in one allocation
+// (the handlers may keep them: nothing is reused).
+func (o *owner) messages(entries []pelwarden.Entry) []Message {
+	r := o.run
+	msgs := make([]Message, len(entries))
+	for i, e := range entries {
+		msgs[i] = Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries,
+			Stream: o.p.cfg.Stream, Group: r.cfg.Group, Consumer: r.cfg.Consumer}
+	}
+	return msgs
 }
 
 // giveBackBatch moves the entries of the batch not handled yet to the
@@ -361,29 +398,18 @@ func (o *owner) unblocked() {
 	}
 }
 
-// handle runs the handler on e and applies its outcome. It reports
-// whether the owner goes on, how long the partition waits first (a
-// RetryAfter), and whether e is settled (acked with the next call, or
-// dead-lettered), so that the entries behind it may run. A lease lost
-// while the handler runs cancels its context with ErrLostOwnership, and
-// its outcome is dropped.
-func (o *owner) handle(e *pelwarden.Entry) (goOn bool, wait time.Duration, settled bool) {
+// handle runs the handler on m, on the owner's goroutine, and applies its
+// outcome. It reports whether the owner goes on, how long the partition
+// waits first (a RetryAfter), and whether m is settled (acked with the
+// next call, or dead-lettered), so that the entries behind it may run. A
+// lease lost while the handler runs cancels its context with
+// ErrLostOwnership, and its outcome is dropped.
+func (o *owner) handle(m *Message) (goOn bool, wait time.Duration, settled bool) {
 	r := o.run
-	m := &Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries,
-		Stream: o.p.cfg.Stream, Group: r.cfg.Group, Consumer: r.cfg.Consumer}
-	ctx, cancel := context.WithCancelCause(r.handlerCtx)
-	defer cancel(context.Canceled)
-	var err error
-	var panicked bool
-	done := make(chan struct{})
 	start := r.clock.now()
-	go func() {
-		defer close(done)
-		err, panicked = runHandler(ctx, r.cfg.Handler, m, r.m, r.entryLogs, o.log)
-	}()
-	if o.hold(done, 0, false) == holdLost {
-		cancel(ErrLostOwnership)
-		<-done
+	o.watch.arm()
+	err, panicked := runHandler(o.ctx, r.cfg.Handler, m, r.m, r.entryLogs, o.log)
+	if o.watch.disarm() {
 		r.m.Count(EventLostOwnership, 1)
 		o.entryLog(true, "partition lease lost while a handler ran: its context was cancelled and its outcome dropped", "id", m.ID, "err", err)
 		return false, 0, false

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/resp"
 )
 
 // decodeRead decodes an XREADGROUP reply of one stream, keeping each entry's
@@ -15,74 +16,33 @@ import (
 // was delivered before this read (0 for a new entry), so a taken-over
 // entry's Deliveries is that number plus one.
 func decodeRead(v any, stream, group, consumer string) ([]*Message, error) {
-	var entries any
-	switch r := v.(type) {
-	case nil:
-		return nil, nil
-	case map[any]any:
-		for _, e := range r {
-			entries = e
-		}
-	case map[string]any:
-		for _, e := range r {
-			entries = e
-		}
-	case []any:
-		if len(r) == 0 {
-			return nil, nil
-		}
-		s, ok := r[0].([]any)
-		if !ok || len(s) < 2 {
-			return nil, fmt.Errorf("%w: XREADGROUP: unexpected stream element %T", pelwarden.ErrMalformedReply, r[0])
-		}
-		entries = s[1]
-	default:
-		return nil, fmt.Errorf("%w: XREADGROUP: unexpected reply %T", pelwarden.ErrMalformedReply, v)
-	}
-	list, ok := entries.([]any)
-	if !ok {
-		return nil, fmt.Errorf("%w: XREADGROUP: unexpected entries %T", pelwarden.ErrMalformedReply, entries)
+	list, nfields, err := resp.ReadEntries(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", pelwarden.ErrMalformedReply, err)
 	}
 	// One allocation for the batch's messages and one for all their fields
 	// (the handlers may keep them: nothing is reused).
-	nfields := 0
-	for _, e := range list {
-		if pair, ok := e.([]any); ok && len(pair) >= 2 {
-			if flat, ok := pair[1].([]any); ok {
-				nfields += len(flat) / 2
-			}
-		}
-	}
 	msgs := make([]Message, len(list))
 	all := make([]pelwarden.Field, 0, nfields)
 	out := make([]*Message, 0, len(list))
 	for i, e := range list {
-		pair, ok := e.([]any)
-		if !ok || len(pair) < 2 {
-			return nil, fmt.Errorf("%w: XREADGROUP: unexpected entry %T", pelwarden.ErrMalformedReply, e)
-		}
-		id, ok := pair[0].(string)
-		if !ok {
-			return nil, fmt.Errorf("%w: XREADGROUP: unexpected id %T", pelwarden.ErrMalformedReply, pair[0])
-		}
-		flat, ok := pair[1].([]any)
-		if !ok || len(flat)%2 != 0 {
-			return nil, fmt.Errorf("%w: XREADGROUP: unexpected fields of %s", pelwarden.ErrMalformedReply, id)
+		id, flat, extra, err := resp.Entry(e)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", pelwarden.ErrMalformedReply, err)
 		}
 		first := len(all)
-		for j := 0; j < len(flat); j += 2 {
-			name, ok1 := flat[j].(string)
-			value, ok2 := flat[j+1].(string)
-			if !ok1 || !ok2 {
-				return nil, fmt.Errorf("%w: XREADGROUP: non-string field in %s", pelwarden.ErrMalformedReply, id)
+		for j := range len(flat) / 2 {
+			name, value, err := resp.Field(flat, j, id)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %v", pelwarden.ErrMalformedReply, err)
 			}
 			all = append(all, pelwarden.Field{Name: name, Value: value})
 		}
 		deliveries := int64(1)
-		if len(pair) >= 4 {
-			before, err := replyInt(pair[3])
+		if len(extra) >= 2 {
+			before, err := replyInt(extra[1])
 			if err != nil || before < 0 {
-				return nil, fmt.Errorf("%w: XREADGROUP: unexpected delivery count of %s: %v", pelwarden.ErrMalformedReply, id, pair[3])
+				return nil, fmt.Errorf("%w: XREADGROUP: unexpected delivery count of %s: %v", pelwarden.ErrMalformedReply, id, extra[1])
 			}
 			deliveries = before + 1
 		}

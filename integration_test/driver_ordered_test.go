@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -204,4 +205,61 @@ func runDriverOrdered(t *testing.T, env orderedEnv) {
 			require.Zero(t, n, "nothing dead-lettered on %s", p)
 		}
 	}
+}
+
+// An ACL user without MULTI/EXEC: the driver's probe finds out before any
+// read apart from lease_next (which a refused MULTI would leave outside a
+// transaction), and the owners read inside the function instead. Every
+// entry is handled once, in stream order, and acked.
+func TestDriverOrderedWithoutMulti(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := t.Context()
+		f := s.fixture(t)
+		names, err := pelwarden.Partitions(f.Stream[1:len(f.Stream)-1], 2)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			for _, p := range names {
+				s.rdb.Del(context.Background(), p, pelwarden.DeadLetterStreamFor(p), pelwarden.LeaseKeyFor(p))
+			}
+		})
+		want := map[string][]string{}
+		for _, p := range names {
+			for i := range 150 {
+				id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: p, Values: []any{"n", i}}).Result()
+				require.NoError(t, err)
+				want[p] = append(want[p], id)
+			}
+		}
+		tag := strings.NewReplacer("/", ".", ":", ".").Replace(t.Name())
+		rdb := restrictedClient(t, ctx, s, "nomulti-"+tag, "-multi", "-exec")
+		var mu sync.Mutex
+		got := map[string][]string{}
+		c, err := driver.New(rdb, driver.Config{Streams: names, Group: f.Group, Consumer: "c", CreateGroup: true,
+			Ordered: true, PartitionLease: time.Second,
+			Handler: driver.HandlerFunc(func(_ context.Context, m *driver.Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				got[m.Stream] = append(got[m.Stream], m.ID)
+				return nil
+			})})
+		require.NoError(t, err)
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- c.Run(runCtx) }()
+		require.Eventually(t, func() bool {
+			for _, p := range names {
+				if n, err := s.rdb.XPending(ctx, p, f.Group).Result(); err != nil || n.Count > 0 {
+					return false
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			return len(got[names[0]])+len(got[names[1]]) >= 300
+		}, time.Minute, 10*time.Millisecond, "every entry handled and acked")
+		stop()
+		require.NoError(t, <-done)
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, want, got, "each partition once, in stream order")
+	})
 }

@@ -107,7 +107,7 @@ func TestLibraryRejectsBadArguments(t *testing.T) {
 			{pelwarden.FunctionLeaseRelease, lease, []any{f.Group, "c", "1", "0", "0", "1", "1"}, "PWBADID"},
 			{pelwarden.FunctionLeaseNext, three, []any{f.Group, "c", "1", "1000", "0", "0", "1", "1", "1-", "0"}, "PWBADID"},
 			{pelwarden.FunctionLeaseNext, three, []any{f.Group, "c", "1", "1000", "0", "0", "1", "0", "1", "x"}, "PWBADID"},
-			{pelwarden.FunctionLeaseNext, three, []any{f.Group, "c", "1", "1000", "0", "0", "0", "0", "0"}, "PWBADARG"},
+			{pelwarden.FunctionLeaseNext, three, []any{f.Group, "c", "1", "1000", "0", "0", "-1", "0", "0"}, "PWBADARG"},
 			{pelwarden.FunctionLeaseNext, three, []any{f.Group, "c", "1", "1000", "0", "0", "10001", "0", "0"}, "PWBADARG"},
 			{pelwarden.FunctionLeaseNext, three, []any{f.Group, "c", "1", "0", "0", "0", "1", "0", "0"}, "PWBADARG"},
 			{pelwarden.FunctionLeaseNext, two, []any{f.Group, "c", "1", "1000", "0", "0", "1", "0", "0"}, "PWBADARG"},

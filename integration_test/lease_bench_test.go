@@ -22,16 +22,19 @@ var leaseBenchRuns atomic.Uint64
 // own: 16 partitions, one lease holder each (a goroutine calling LeaseNext,
 // which acks the entries of the previous call), a no-op handler, on the
 // first server of the matrix; with one entry per call (count=1) and with
-// the driver's batch (count=100). It reports entries per second and the
-// server's CPU per entry (used_cpu_user + used_cpu_sys of INFO cpu over the
-// drain).
+// the driver's batch (count=100), through LeaseNext (the new entries read
+// inside the function) and through LeaseNextRead (read=apart: a plain
+// XREADGROUP in the call's MULTI/EXEC, as the driver does while nothing is
+// pending). It reports entries per second and the server's CPU per entry
+// (used_cpu_user + used_cpu_sys of INFO cpu over the drain).
 func BenchmarkLeaseNext(b *testing.B) {
 	for _, count := range []int{1, 100} {
-		b.Run("count="+strconv.Itoa(count), func(b *testing.B) { benchLeaseNext(b, count) })
+		b.Run("count="+strconv.Itoa(count), func(b *testing.B) { benchLeaseNext(b, count, false) })
 	}
+	b.Run("count=100/read=apart", func(b *testing.B) { benchLeaseNext(b, 100, true) })
 }
 
-func benchLeaseNext(b *testing.B, count int) {
+func benchLeaseNext(b *testing.B, count int, apart bool) {
 	s := servers[0]
 	ctx := b.Context()
 	const parts = 16
@@ -64,15 +67,20 @@ func benchLeaseNext(b *testing.B, count int) {
 	errs := make([]error, parts)
 	for i, p := range names {
 		wg.Go(func() {
-			var acks []string
+			var acks, giveBack []string
 			for {
-				n, err := s.lib.LeaseNext(ctx, pelwarden.LeaseNextArgs{Stream: p, DeadLetterStream: pelwarden.DeadLetterStreamFor(p), Lease: pelwarden.LeaseKeyFor(p),
-					Group: "g", Consumer: "c", Token: tokens[i], TTL: time.Hour, Count: count, AckIDs: acks})
+				next := s.lib.LeaseNext
+				if apart && len(giveBack) == 0 {
+					next = s.lib.LeaseNextRead
+				}
+				n, err := next(ctx, pelwarden.LeaseNextArgs{Stream: p, DeadLetterStream: pelwarden.DeadLetterStreamFor(p), Lease: pelwarden.LeaseKeyFor(p),
+					Group: "g", Consumer: "c", Token: tokens[i], TTL: time.Hour, Count: count, AckIDs: acks, GiveBack: giveBack})
 				if err != nil {
 					errs[i] = err
 					return
 				}
-				if len(n.Entries) == 0 {
+				giveBack = n.Deferred
+				if len(n.Entries) == 0 && len(giveBack) == 0 {
 					return
 				}
 				acks = acks[:0]

@@ -24,6 +24,20 @@ func nextOf(f *pelwardentest.Fixture, c string, token int64, ack string) pelward
 		Group: f.Group, Consumer: c, Token: token, TTL: time.Minute, AckIDs: idList(ack)}
 }
 
+// heldBatch produces n entries on a fresh fixture, acquires its lease for
+// consumer "a" (token 1) and returns the ids with lease_next arguments
+// asking for count entries per call.
+func heldBatch(t *testing.T, s *target, lib *pelwarden.Library, n, count int) (*pelwardentest.Fixture, []string, pelwarden.LeaseNextArgs) {
+	t.Helper()
+	f := s.fixture(t)
+	ids := f.Produce(n, order)
+	_, err := lib.AcquireLease(t.Context(), leaseOf(f, "a", time.Hour))
+	require.NoError(t, err)
+	args := nextOf(f, "a", 1, "")
+	args.Count = count
+	return f, ids, args
+}
+
 // idList is the ack list of one id ("" for none).
 func idList(id string) []string {
 	if id == "" {
@@ -42,12 +56,7 @@ func idList(id string) []string {
 func TestLeaseNextBatch(t *testing.T) {
 	eachMode(t, func(t *testing.T, s *target, lib *pelwarden.Library) {
 		ctx := t.Context()
-		f := s.fixture(t)
-		ids := f.Produce(8, order)
-		_, err := lib.AcquireLease(ctx, leaseOf(f, "a", time.Hour))
-		require.NoError(t, err)
-		args := nextOf(f, "a", 1, "")
-		args.Count = 5
+		f, ids, args := heldBatch(t, s, lib, 8, 5)
 		n, err := lib.LeaseNext(ctx, args)
 		require.NoError(t, err)
 		require.Len(t, n.Entries, 5)
@@ -121,6 +130,115 @@ func TestLeaseNextBatch(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, left.Count, "everything acked")
 	})
+}
+
+// LeaseNextRead reads new entries apart from the function, in one
+// MULTI/EXEC: with nothing pending, the read's entries are handed out
+// (delivery 1) and acked by the next call. When the function hands out a
+// pending head instead (another consumer's entry here), the read's
+// entries are deferred, and once given back they come out again in order
+// from delivery 1. A caller that no longer holds the lease gets nothing
+// to run; what its read took stays pending to it for the next owner.
+// Under EVALSHA, a server that lost its scripts is healed in the call.
+func TestLeaseNextRead(t *testing.T) {
+	eachMode(t, func(t *testing.T, s *target, lib *pelwarden.Library) {
+		ctx := t.Context()
+		f, ids, args := heldBatch(t, s, lib, 10, 3)
+		n, err := lib.LeaseNextRead(ctx, args)
+		require.NoError(t, err)
+		require.True(t, n.Held)
+		require.True(t, n.NonePending)
+		require.Empty(t, n.Deferred)
+		require.Equal(t, ids[:3], leaseEntryIDs(n.Entries))
+		for _, e := range n.Entries {
+			require.EqualValues(t, 1, e.Deliveries)
+			require.NotEmpty(t, e.Fields)
+		}
+
+		// Another consumer holds ids[3] (as a former owner's late read
+		// would): it comes first, alone; the read's ids[4..6] wait.
+		_, err = s.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: f.Group, Consumer: "z", Streams: []string{f.Stream, ">"}, Count: 1}).Result()
+		require.NoError(t, err)
+		args.AckIDs = ids[:3]
+		n, err = lib.LeaseNextRead(ctx, args)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, n.Acked)
+		require.False(t, n.NonePending)
+		require.Len(t, n.Entries, 1)
+		require.Equal(t, ids[3], n.Entries[0].ID)
+		require.EqualValues(t, 2, n.Entries[0].Deliveries, "z's entry: its second delivery")
+		require.Equal(t, ids[4:7], n.Deferred)
+
+		args.AckIDs, args.GiveBack = []string{ids[3]}, n.Deferred
+		for i := 4; i < 7; i++ {
+			n, err = lib.LeaseNext(ctx, args)
+			require.NoError(t, err)
+			require.Len(t, n.Entries, 1)
+			require.Equal(t, ids[i], n.Entries[0].ID, "the deferred entries, in order")
+			require.EqualValues(t, 1, n.Entries[0].Deliveries, "given back: from delivery 1")
+			args.AckIDs, args.GiveBack = []string{ids[i]}, nil
+		}
+
+		// A caller without the lease: nothing to run, nothing changed by
+		// the function; the read's entry stays pending to the caller.
+		stale := args
+		stale.Token, stale.AckIDs, stale.Count = 7, nil, 1
+		n, err = lib.LeaseNextRead(ctx, stale)
+		require.NoError(t, err)
+		require.False(t, n.Held)
+		require.Empty(t, n.Entries)
+		require.Equal(t, ids[7:8], n.Deferred)
+		n, err = lib.LeaseNextRead(ctx, args)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n.Acked)
+		require.Equal(t, ids[7], n.Entries[0].ID, "the stale read's entry, handed out in order")
+		require.EqualValues(t, 2, n.Entries[0].Deliveries)
+		require.Equal(t, ids[8:], n.Deferred, "read behind a pending head: deferred")
+		args.AckIDs, args.GiveBack = []string{ids[7]}, n.Deferred
+		n, err = lib.LeaseNext(ctx, args)
+		require.NoError(t, err)
+		require.Equal(t, ids[8], n.Entries[0].ID)
+		args.AckIDs, args.GiveBack = []string{ids[8]}, nil
+		n, err = lib.LeaseNext(ctx, args)
+		require.NoError(t, err)
+		require.Equal(t, ids[9], n.Entries[0].ID)
+		args.AckIDs = []string{ids[9]}
+		ids = append(ids, f.Produce(2, order)...)
+
+		if lib.Mode() == pelwarden.ModeEval {
+			// The server lost its scripts: the call loads them again, and
+			// the read's entries go back in that call.
+			require.NoError(t, s.rdb.ScriptFlush(ctx).Err())
+			n, err = lib.LeaseNextRead(ctx, args)
+			require.NoError(t, err)
+			require.EqualValues(t, 1, n.Acked)
+			require.Equal(t, ids[10], n.Entries[0].ID)
+			require.EqualValues(t, 1, n.Entries[0].Deliveries)
+			args.AckIDs = []string{ids[10]}
+		} else {
+			n, err = lib.LeaseNextRead(ctx, args)
+			require.NoError(t, err)
+			require.Equal(t, ids[10:], leaseEntryIDs(n.Entries))
+			args.AckIDs = ids[10:]
+		}
+		for range 3 {
+			n, err = lib.LeaseNextRead(ctx, args)
+			require.NoError(t, err)
+			args.AckIDs = leaseEntryIDs(n.Entries)
+		}
+		left, err := s.rdb.XPending(ctx, f.Stream, f.Group).Result()
+		require.NoError(t, err)
+		require.Zero(t, left.Count, "everything acked")
+	})
+}
+
+// leaseEntryIDs returns the ids of entries.
+func leaseEntryIDs(entries []pelwarden.Entry) []string {
+	var ids []string
+	for _, e := range entries {
+		ids = append(ids, e.ID)
+	}
+	return ids
 }
 
 // One owner at a time: a held lease is refused to others, renewed by its

@@ -1333,8 +1333,10 @@ end
 -- ARGV[4] ttl ms           the lease is renewed to last this long, 1..2^53
 -- ARGV[5] max-deliveries   0 = no limit
 -- ARGV[6] delete           "1": XDEL acked and dead-lettered entries
--- ARGV[7] count           1..MAX_COUNT: new entries handed out at most,
---                          when nothing is pending
+-- ARGV[7] count            0..MAX_COUNT: new entries handed out at most,
+--                          when nothing is pending (0: none; the caller
+--                          reads them itself, with XREADGROUP in the same
+--                          MULTI/EXEC, when the reply says none pending)
 -- ARGV[8] n                how many ack ids follow, 0..MAX_COUNT
 -- ARGV[9..8+n]             ids handled since the last call: acked first
 --                          (the token fence makes the caller the
@@ -1378,7 +1380,10 @@ end
 --          { id, ... } dead-lettered,
 --          { id, ... } deleted from the stream while pending (cleared),
 --          blocked head id ('' when none), its wait ms (-1: too large to
---          dead-letter, left for an operator), its deliveries }
+--          dead-letter, left for an operator), its deliveries,
+--          none pending (1: the scan got past every pending head, so the
+--          entries handed out, if any, are new ones and a read of new
+--          entries right after this call is next in order; 0 otherwise) }
 -- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
 local LEASE_SCAN = 100
 local function leasenext(keys, args)
@@ -1395,7 +1400,7 @@ local function leasenext(keys, args)
   local ttl = argint(args, 4, 'ttl', 1, 2 ^ 53)
   local maxdeliveries = argint(args, 5, 'max-deliveries', 0, 2 ^ 53)
   local delete = argbool(args, 6, 'delete')
-  local count = argint(args, 7, 'count', 1, MAX_COUNT)
+  local count = argint(args, 7, 'count', 0, MAX_COUNT)
   local acks, i = argids(args, 8, 'ack-id')
   local gives
   gives, i = argids(args, i, 'give-back-id')
@@ -1415,7 +1420,7 @@ local function leasenext(keys, args)
   needgroup(stream, group)
   streamkey(dlq)
   local held, was = holds(key, consumer, token)
-  if not held then return {0, 0, 0, {}, {}, {}, '', 0, 0} end
+  if not held then return {0, 0, 0, {}, {}, {}, '', 0, 0, 0} end
   local now = nowms()
   call('HSET', key, 'expires', tostring(now + ttl))
   local acked = leaseack(stream, group, acks, delete)
@@ -1430,7 +1435,7 @@ local function leasenext(keys, args)
         deleted[#deleted + 1] = id
       elseif done == 'toolarge' then
         setblocked(key, was, id, deliveries, -1)
-        return {1, acked, given, {}, dead, deleted, id, -1, deliveries}
+        return {1, acked, given, {}, dead, deleted, id, -1, deliveries, 0}
       else
         dead[#dead + 1] = id
       end
@@ -1439,7 +1444,7 @@ local function leasenext(keys, args)
         local delay = backoff[math.min(deliveries, #backoff)]
         if idle < delay then
           setblocked(key, was, id, deliveries, now - idle + delay)
-          return {1, acked, given, {}, dead, deleted, id, delay - idle, deliveries}
+          return {1, acked, given, {}, dead, deleted, id, delay - idle, deliveries, 0}
         end
       end
       local c = call('XCLAIM', stream, group, consumer, 0, id)
@@ -1448,7 +1453,7 @@ local function leasenext(keys, args)
         deleted[#deleted + 1] = id
       else
         setblocked(key, was, '')
-        return {1, acked, given, {{id, c[1][2], deliveries + 1}}, dead, deleted, '', 0, 0}
+        return {1, acked, given, {{id, c[1][2], deliveries + 1}}, dead, deleted, '', 0, 0, 0}
       end
     end
   end
@@ -1456,14 +1461,15 @@ local function leasenext(keys, args)
   setblocked(key, was, '')
   if #dead + #deleted >= LEASE_SCAN then
     -- The scan budget is spent: the caller asks again.
-    return {1, acked, given, {}, dead, deleted, '', 0, 0}
+    return {1, acked, given, {}, dead, deleted, '', 0, 0, 0}
   end
   -- New entries go out as XREADGROUP returned them, {id, fields} (their
   -- delivery is the first), without a table built per entry.
   local live = {}
+  if count == 0 then return {1, acked, given, live, dead, deleted, '', 0, 0, 1} end
   local r = call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, '>')
   if type(r) == 'table' and r[1] ~= nil then live = r[1][2] end
-  return {1, acked, given, live, dead, deleted, '', 0, 0}
+  return {1, acked, given, live, dead, deleted, '', 0, 0, 1}
 end
 
 ------------------------------------------------------------------------------
