@@ -26,8 +26,8 @@ import (
 // consumer, plus the harness's small share). Time counts from the first handler call to the
 // last ack: ordered mode first waits for its second membership heartbeat
 // (about a second) before it acquires a partition, a start-up cost that
-// is not throughput. -count 3 interleaves the four cases round by
-// round:
+// is not throughput. -count n runs each of the four cases n times in a
+// row:
 //
 //	TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 \
 //	  PELWARDEN_IMAGES=pelwarden/redis:8.0 PELWARDEN_OLD_IMAGE=none \
