@@ -48,7 +48,13 @@ func newChaosKeys(tag string) chaosKeys {
 type chaosConsumerConfig struct {
 	// Addr is the proxy's address.
 	Addr string
-	Keys chaosKeys
+	// ClusterAddrs, when set, seed a cluster client instead (the nodes'
+	// own addresses: no proxy); the ordered chaos test on the cluster.
+	ClusterAddrs []string
+	// ClientName names the consumer's connections (CLIENT SETNAME), so the
+	// harness can cut them and no other client's.
+	ClientName string
+	Keys       chaosKeys
 	// Consumer is its name in the group; a restarted consumer gets a new one.
 	Consumer        string
 	Concurrency     int
@@ -118,7 +124,7 @@ const (
 // faulty proxy) before returning, so the checker can tell an entry acked
 // after a success from one acked without.
 type chaosHandler struct {
-	rdb  *redis.Client
+	rdb  redis.UniversalClient
 	keys chaosKeys
 	work time.Duration
 	slow time.Duration
@@ -236,10 +242,20 @@ func chaosConsumerMain() int {
 	}
 	// A client as a service would configure it: deadlines honoured, default
 	// retries and pool.
-	rdb := redis.NewClient(&redis.Options{
-		Addr: cfg.Addr, DialTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second,
-		ContextTimeoutEnabled: true,
-	})
+	var rdb redis.UniversalClient
+	if len(cfg.ClusterAddrs) > 0 {
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: cfg.ClusterAddrs, ClientName: cfg.ClientName,
+			DialTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second,
+			ContextTimeoutEnabled: true,
+		})
+	} else {
+		rdb = redis.NewClient(&redis.Options{
+			Addr: cfg.Addr, ClientName: cfg.ClientName,
+			DialTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second,
+			ContextTimeoutEnabled: true,
+		})
+	}
 	defer rdb.Close()
 	m := &chaosMetrics{dead: map[string]int64{}}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

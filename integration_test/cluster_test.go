@@ -122,6 +122,10 @@ func TestCluster(t *testing.T) {
 			runDriverOrdered(t, orderedEnv{name: "cluster", admin: rdb, base: "ordered-cluster-" + strconv.FormatInt(time.Now().UnixNano(), 36), group: "g",
 				client: func() redis.UniversalClient { return c.Client() }})
 		})
+		t.Run("OrderedChaos", func(t *testing.T) {
+			t.Parallel()
+			testClusterOrderedChaos(t, t.Context(), c, rdb)
+		})
 		t.Run("DriverPerShard", func(t *testing.T) {
 			t.Parallel()
 			for i, s := range usable {
