@@ -102,6 +102,23 @@ func TestReadLoopClaimRefused(t *testing.T) {
 	require.Zero(t, h.m.get(EventCommandError), "not a failure")
 }
 
+// On a lane of several streams (which polls an idle stream every
+// ReadBlock/2 instead of blocking), the refused probe is not an idle
+// read: the first real read follows at once. (It waited ReadBlock/2, a
+// second with the defaults, before any entry of a consumer of several
+// streams reached a handler on servers without CLAIM.)
+func TestReadLoopClaimRefusedReadsAtOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(cfg *Config) { cfg.ReadBlock = time.Hour })
+	h.l.single = false
+	ids := h.srv.add(3)
+	h.l.readClaim.Store(true)
+	loopUntil(t, "read at once after the refused probe", func(ctx context.Context) { h.l.readLoop(ctx, t.Context()) },
+		func() bool { return h.m.get(EventRead) == len(ids) })
+	require.False(t, h.l.readClaim.Load())
+	require.Len(t, h.s.jobs.drain(), len(ids))
+}
+
 // detectReadClaim turns read claims on unless ReadClaim is off or
 // Backoff is set; the first read then tells (TestReadLoopClaimRefused).
 func TestDetectReadClaim(t *testing.T) {

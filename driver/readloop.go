@@ -44,7 +44,9 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 	// Turns are taken only then: without new entries they would only
 	// add an empty read per batch of a backlog.
 	fresh := true
-	for first := true; ctx.Err() == nil; first = false {
+	// first: no read has run yet, or only the probe that the server
+	// refused (see errReadClaimRefused), so an idle lane reads at once.
+	for first := true; ctx.Err() == nil; {
 		want := l.cfg.ReadCount
 		if idle {
 			want = 1
@@ -52,6 +54,7 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 				return
 			}
 		}
+		first = false
 		res := l.flow.reserve(ctx, partyRead, want)
 		n := res.n
 		if n == 0 {
@@ -81,6 +84,11 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 			if errors.Is(err, errReadClaimRefused) {
 				l.readClaim.Store(false)
 				l.log.Info("the server has no XREADGROUP ... CLAIM; idle entries are taken by the reclaim passes", "err", err)
+				// The probe read nothing: the real first read goes now,
+				// not after an idle stream's poll (ReadBlock/2, a second
+				// with the defaults, before a consumer of several streams
+				// handled anything).
+				first = true
 				continue
 			}
 			if errors.Is(err, pelwarden.ErrNoGroup) && !l.groupMissing(ctx, err) {

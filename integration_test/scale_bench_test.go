@@ -3,9 +3,11 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,15 +22,19 @@ import (
 )
 
 // BenchmarkScaleOut compares one stream with six partitions
-// (pelwarden.Partitions) on a three-primary Redis Cluster of its own: two
-// driver consumers with every flow-control field at its default drain
-// entries produced beforehand (the producer package, pipelined), and the
-// benchmark reports entries/s and each primary's server CPU per entry
-// (INFO cpu deltas). A primary serves 1 / (its server µs per entry)
-// entries/s at most, so the busiest primary's figure gives the ceiling of
-// k primaries: one stream stays on one primary whatever k is; n
-// partitions spread evenly over k primaries (n a multiple of k) scale
-// with k. Run it alone:
+// (pelwarden.Partitions) on a three-primary Redis Cluster of its own, and
+// one stream on the matrix's first server alone beside them (with two
+// consumers, and with one): driver consumers with every flow-control
+// field at its default drain entries produced beforehand (the producer
+// package, pipelined). It reports entries/s from the consumers' start to
+// the last ack (their start-up and their stop, which waits for a blocked
+// read, are reported apart), each primary's server CPU per entry (INFO
+// cpu deltas), the client's CPU per entry, and the round trips per entry
+// and redirects (MOVED, ASK) the node clients saw. A primary serves 1 /
+// (its server µs per entry) entries/s at most, so the busiest primary's
+// figure gives the ceiling of k primaries: one stream stays on one
+// primary whatever k is; n partitions spread evenly over k primaries (n a
+// multiple of k) scale with k. Run it alone:
 //
 //	TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 \
 //	  PELWARDEN_IMAGES=pelwarden/redis:8.0 PELWARDEN_OLD_IMAGE=none \
@@ -41,7 +47,16 @@ func BenchmarkScaleOut(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = cluster.Close() })
-	rdb := cluster.Client()
+	// The node clients count the round trips (a command or a pipeline sent
+	// to one node) and the redirects they get.
+	trips := &tripCounter{}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(),
+		DialTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
+		NewClient: func(o *redis.Options) *redis.Client {
+			c := redis.NewClient(o)
+			c.AddHook(trips)
+			return c
+		}})
 	b.Cleanup(func() { _ = rdb.Close() })
 	shards, err := cluster.Shards(ctx)
 	if err != nil {
@@ -52,10 +67,29 @@ func BenchmarkScaleOut(b *testing.B) {
 	if _, err := pelwarden.Load(ctx, rdb); err != nil {
 		b.Fatal(err)
 	}
+	// The same server, alone (the matrix's first), for one stream side by
+	// side: what the cluster costs a stream that lives on one primary.
+	single := servers[0]
+	singleTrips := &tripCounter{}
+	srdb := redis.NewClient(single.rdb.Options())
+	srdb.AddHook(singleTrips)
+	b.Cleanup(func() { _ = srdb.Close() })
+	if _, err := pelwarden.Load(ctx, srdb); err != nil {
+		b.Fatal(err)
+	}
 	for _, c := range []struct {
-		name  string
-		parts int
-	}{{"one-stream", 1}, {"6-partitions", 6}} {
+		name      string
+		parts     int
+		consumers int
+		rdb       redis.UniversalClient
+		trips     *tripCounter
+		shards    []testserver.Shard
+	}{
+		{"one-stream", 1, 2, rdb, trips, shards},
+		{"one-stream-single-server", 1, 2, srdb, singleTrips, []testserver.Shard{{Primary: nil}}},
+		{"one-stream-single-server-one-consumer", 1, 1, srdb, singleTrips, []testserver.Shard{{Primary: nil}}},
+		{"6-partitions", 6, 2, rdb, trips, shards},
+	} {
 		b.Run(c.name, func(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				name := fmt.Sprintf("scale-%s-%d-%d", c.name, i, rand.Int64())
@@ -64,19 +98,114 @@ func BenchmarkScaleOut(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				produceKeyed(b, ctx, rdb, parts, entries)
+				produceKeyed(b, ctx, c.rdb, parts, entries)
 				b.StartTimer()
-				before := primaryCPU(b, ctx, shards)
+				var before []time.Duration
+				if c.shards[0].Primary != nil {
+					before = primaryCPU(b, ctx, c.shards)
+				} else {
+					before = []time.Duration{serverCPU(b, ctx, single.rdb)}
+				}
+				trips0 := c.trips.snapshot()
+				self0 := measure.ProcessCPU()
 				start := time.Now()
-				drainWithDefaults(b, ctx, rdb, parts, entries)
-				wall := time.Since(start)
-				after := primaryCPU(b, ctx, shards)
-				reportScale(b, shards, before, after, entries, wall)
+				d := drainWithDefaults(b, ctx, c.rdb, parts, entries, c.consumers)
+				// From the consumers' start to the last ack: their start-up
+				// (reported apart) counts, their stop does not (reported
+				// apart too: a blocked read holds it up to ReadBlock).
+				wall := d.lastAck.Sub(start)
+				b.ReportMetric(d.firstHandled.Sub(start).Seconds(), "start-up-s")
+				b.ReportMetric(d.stop.Seconds(), "stop-s")
+				self := measure.ProcessCPU() - self0
+				t := c.trips.snapshot().minus(trips0)
+				var after []time.Duration
+				if c.shards[0].Primary != nil {
+					after = primaryCPU(b, ctx, c.shards)
+				} else {
+					after = []time.Duration{serverCPU(b, ctx, single.rdb)}
+				}
+				reportScale(b, c.shards, before, after, entries, wall)
+				b.ReportMetric(float64(t.trips)/float64(entries), "trips/entry")
+				b.ReportMetric(float64(t.redirects), "redirects")
+				b.ReportMetric(float64(self.Microseconds())/float64(entries), "client-µs/entry")
+				b.Logf("round trips %d (%.4f per entry), commands %d, redirects %d, by command: %v", t.trips, float64(t.trips)/float64(entries), t.commands, t.redirects, t.byName)
 				for _, p := range parts {
-					rdb.Del(ctx, p, pelwarden.DeadLetterStreamFor(p))
+					c.rdb.Del(ctx, p, pelwarden.DeadLetterStreamFor(p))
 				}
 			}
 		})
+	}
+}
+
+// tripCounter is a redis.Hook on node clients: the round trips (a command,
+// or a pipeline or transaction, sent to one node), the commands in them by
+// name, and the MOVED and ASK redirects among their replies.
+type tripCounter struct {
+	mu sync.Mutex
+	tripStats
+}
+
+type tripStats struct {
+	trips, commands, redirects int64
+	byName                     map[string]int64
+}
+
+func (h *tripCounter) snapshot() tripStats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.tripStats
+	s.byName = maps.Clone(h.byName)
+	return s
+}
+
+// minus returns s less an earlier snapshot.
+func (s tripStats) minus(o tripStats) tripStats {
+	d := tripStats{trips: s.trips - o.trips, commands: s.commands - o.commands, redirects: s.redirects - o.redirects, byName: map[string]int64{}}
+	for k, v := range s.byName {
+		if v -= o.byName[k]; v != 0 {
+			d.byName[k] = v
+		}
+	}
+	return d
+}
+
+func (h *tripCounter) record(cmds []redis.Cmder) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.byName == nil {
+		h.byName = map[string]int64{}
+	}
+	h.trips++
+	for _, c := range cmds {
+		h.commands++
+		name := c.Name()
+		if name == "fcall" || name == "evalsha" {
+			if a := c.Args(); len(a) > 1 {
+				name = fmt.Sprint(name, " ", a[1])
+			}
+		}
+		h.byName[name]++
+		if err := c.Err(); redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") {
+			h.redirects++
+		}
+	}
+}
+
+func (h *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.record([]redis.Cmder{cmd})
+		return err
+	}
+}
+
+func (h *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.record(cmds)
+		return err
 	}
 }
 
@@ -106,26 +235,33 @@ func produceKeyed(b *testing.B, ctx context.Context, rdb redis.UniversalClient, 
 	}
 }
 
-// drainWithDefaults runs two consumers with the driver's defaults over
-// parts until n entries were acked.
-func drainWithDefaults(b *testing.B, ctx context.Context, rdb redis.UniversalClient, parts []string, n int) {
+// drainWithDefaults runs consumers (named a, b, ...) with the driver's
+// defaults over parts until n entries were acked, then stops them.
+func drainWithDefaults(b *testing.B, ctx context.Context, rdb redis.UniversalClient, parts []string, n, consumers int) drainTimes {
 	b.Helper()
-	var acked atomic.Int64
+	var acked, first atomic.Int64
+	var t drainTimes
+	var once sync.Once
 	done := make(chan struct{})
 	m := ackCounter(func(k int) {
 		if acked.Add(int64(k)) >= int64(n) {
-			select {
-			case <-done:
-			default:
+			once.Do(func() {
+				t.lastAck = time.Now()
 				close(done)
-			}
+			})
 		}
 	})
 	runCtx, stop := context.WithCancel(ctx)
-	errs := make(chan error, 2)
-	for _, name := range []string{"a", "b"} {
+	errs := make(chan error, consumers)
+	for i := range consumers {
+		name := string(rune('a' + i))
 		c, err := driver.New(rdb, driver.Config{Streams: parts, Group: "g", Consumer: name, Metrics: m,
-			Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
+			Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error {
+				if first.Load() == 0 {
+					first.CompareAndSwap(0, time.Now().UnixNano())
+				}
+				return nil
+			})})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -136,12 +272,23 @@ func drainWithDefaults(b *testing.B, ctx context.Context, rdb redis.UniversalCli
 	case <-time.After(10 * time.Minute):
 		b.Fatalf("%d of %d entries acked after 10 minutes", acked.Load(), n)
 	}
+	stopAt := time.Now()
 	stop()
-	for range 2 {
+	for range consumers {
 		if err := <-errs; err != nil {
 			b.Fatal(err)
 		}
 	}
+	t.stop = time.Since(stopAt)
+	t.firstHandled = time.Unix(0, first.Load())
+	return t
+}
+
+// drainTimes are the moments of a drain: the first handler call, the
+// last ack, and how long the consumers' Run took to return once stopped.
+type drainTimes struct {
+	firstHandled, lastAck time.Time
+	stop                  time.Duration
 }
 
 // ackCounter is a driver.Metrics that reports acks.
@@ -188,7 +335,11 @@ func reportScale(b *testing.B, shards []testserver.Shard, before, after []time.D
 	b.ReportMetric(float64(total.Microseconds())/float64(n), "server-µs/entry")
 	b.ReportMetric(busiest, "busiest-primary-µs/entry")
 	for i, v := range per {
-		b.Logf("primary %d (%s): %.2f µs/entry, %.0f%% of the server CPU", i, shards[i].Primary.Addr(), v, 100*float64(after[i]-before[i])/float64(total))
+		addr := "the single server"
+		if shards[i].Primary != nil {
+			addr = shards[i].Primary.Addr()
+		}
+		b.Logf("primary %d (%s): %.2f µs/entry, %.0f%% of the server CPU", i, addr, v, 100*float64(after[i]-before[i])/float64(total))
 	}
 	// One primary's ceiling: 1 / busiest µs per entry. The busiest primary
 	// limits the whole: a single stream keeps all its work there; n even
