@@ -1,7 +1,6 @@
 package integration_test
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/measure"
 )
 
 // leaseBenchRuns numbers the benchmark's runs, so each has its own keys.
@@ -60,7 +60,8 @@ func benchLeaseNext(b *testing.B, count int, apart bool) {
 		require.NoError(b, err)
 		tokens[i] = l.Token
 	}
-	cpu0 := serverCPU(b, ctx, s.rdb)
+	cpu0, err := measure.ServerCPU(ctx, s.rdb)
+	require.NoError(b, err)
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -96,7 +97,9 @@ func benchLeaseNext(b *testing.B, count int, apart bool) {
 	for _, err := range errs {
 		require.NoError(b, err)
 	}
-	cpu := serverCPU(b, ctx, s.rdb) - cpu0
+	cpu1, err := measure.ServerCPU(ctx, s.rdb)
+	require.NoError(b, err)
+	cpu := cpu1 - cpu0
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "entries/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "server-µs/entry")
 	b.ReportMetric(0, "ns/op")
@@ -106,20 +109,4 @@ func benchLeaseNext(b *testing.B, count int, apart bool) {
 		require.NoError(b, err)
 		require.Zero(b, n.Count, "every entry acked on %s", p)
 	}
-}
-
-// serverCPU is the server's used_cpu_user + used_cpu_sys.
-func serverCPU(b *testing.B, ctx context.Context, rdb *redis.Client) time.Duration {
-	info, err := rdb.Info(ctx, "cpu").Result()
-	require.NoError(b, err)
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
-			f, err := strconv.ParseFloat(v, 64)
-			require.NoError(b, err)
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
 }

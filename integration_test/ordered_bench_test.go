@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,7 +58,8 @@ func BenchmarkOrdered(b *testing.B) {
 						b.Fatal(err)
 					}
 					self0 := measure.ProcessCPU()
-					wall := drainOne(b, ctx, s, parts, entries, ordered)
+					d := drainWithDefaults(b, ctx, s.rdb, parts, entries, 1, ordered)
+					wall := d.lastAck.Sub(d.firstHandled)
 					self := measure.ProcessCPU() - self0
 					cpu1, err := measure.ServerCPU(ctx, s.rdb)
 					if err != nil {
@@ -77,48 +77,6 @@ func BenchmarkOrdered(b *testing.B) {
 			})
 		}
 	}
-}
-
-// drainOne runs one consumer with the driver's defaults (ordered or not)
-// over parts until n entries were acked, then stops it. It returns the
-// time from the first handler call to the last ack.
-func drainOne(b *testing.B, ctx context.Context, s *target, parts []string, n int, ordered bool) time.Duration {
-	b.Helper()
-	var acked, first atomic.Int64
-	var last time.Time
-	var once sync.Once
-	done := make(chan struct{})
-	m := ackCounter(func(k int) {
-		if acked.Add(int64(k)) >= int64(n) {
-			once.Do(func() {
-				last = time.Now()
-				close(done)
-			})
-		}
-	})
-	c, err := driver.New(s.rdb, driver.Config{Streams: parts, Group: "g", Consumer: "c-" + strconv.FormatBool(ordered), Metrics: m, Ordered: ordered,
-		Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error {
-			if first.Load() == 0 {
-				first.CompareAndSwap(0, time.Now().UnixNano())
-			}
-			return nil
-		})})
-	if err != nil {
-		b.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	errc := make(chan error, 1)
-	go func() { errc <- c.Run(runCtx) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Minute):
-		b.Fatalf("%d of %d entries acked after 10 minutes", acked.Load(), n)
-	}
-	stop()
-	if err := <-errc; err != nil {
-		b.Fatal(err)
-	}
-	return last.Sub(time.Unix(0, first.Load()))
 }
 
 // BenchmarkOrderedRecovery measures how soon partitions run again when

@@ -77,6 +77,15 @@ func BenchmarkScaleOut(b *testing.B) {
 	if _, err := pelwarden.Load(ctx, srdb); err != nil {
 		b.Fatal(err)
 	}
+	clusterCPU := func(b *testing.B) []time.Duration { return primaryCPU(b, ctx, shards) }
+	singleCPU := func(b *testing.B) []time.Duration {
+		cpu, err := measure.ServerCPU(ctx, single.rdb)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return []time.Duration{cpu}
+	}
+	singleShards := []testserver.Shard{{}} // reportScale's one "primary": the single server
 	for _, c := range []struct {
 		name      string
 		parts     int
@@ -84,11 +93,12 @@ func BenchmarkScaleOut(b *testing.B) {
 		rdb       redis.UniversalClient
 		trips     *tripCounter
 		shards    []testserver.Shard
+		cpu       func(*testing.B) []time.Duration
 	}{
-		{"one-stream", 1, 2, rdb, trips, shards},
-		{"one-stream-single-server", 1, 2, srdb, singleTrips, []testserver.Shard{{Primary: nil}}},
-		{"one-stream-single-server-one-consumer", 1, 1, srdb, singleTrips, []testserver.Shard{{Primary: nil}}},
-		{"6-partitions", 6, 2, rdb, trips, shards},
+		{"one-stream", 1, 2, rdb, trips, shards, clusterCPU},
+		{"one-stream-single-server", 1, 2, srdb, singleTrips, singleShards, singleCPU},
+		{"one-stream-single-server-one-consumer", 1, 1, srdb, singleTrips, singleShards, singleCPU},
+		{"6-partitions", 6, 2, rdb, trips, shards, clusterCPU},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
@@ -100,16 +110,11 @@ func BenchmarkScaleOut(b *testing.B) {
 				b.StopTimer()
 				produceKeyed(b, ctx, c.rdb, parts, entries)
 				b.StartTimer()
-				var before []time.Duration
-				if c.shards[0].Primary != nil {
-					before = primaryCPU(b, ctx, c.shards)
-				} else {
-					before = []time.Duration{serverCPU(b, ctx, single.rdb)}
-				}
+				before := c.cpu(b)
 				trips0 := c.trips.snapshot()
 				self0 := measure.ProcessCPU()
 				start := time.Now()
-				d := drainWithDefaults(b, ctx, c.rdb, parts, entries, c.consumers)
+				d := drainWithDefaults(b, ctx, c.rdb, parts, entries, c.consumers, false)
 				// From the consumers' start to the last ack: their start-up
 				// (reported apart) counts, their stop does not (reported
 				// apart too: a blocked read holds it up to ReadBlock).
@@ -118,12 +123,7 @@ func BenchmarkScaleOut(b *testing.B) {
 				b.ReportMetric(d.stop.Seconds(), "stop-s")
 				self := measure.ProcessCPU() - self0
 				t := c.trips.snapshot().minus(trips0)
-				var after []time.Duration
-				if c.shards[0].Primary != nil {
-					after = primaryCPU(b, ctx, c.shards)
-				} else {
-					after = []time.Duration{serverCPU(b, ctx, single.rdb)}
-				}
+				after := c.cpu(b)
 				reportScale(b, c.shards, before, after, entries, wall)
 				b.ReportMetric(float64(t.trips)/float64(entries), "trips/entry")
 				b.ReportMetric(float64(t.redirects), "redirects")
@@ -236,8 +236,9 @@ func produceKeyed(b *testing.B, ctx context.Context, rdb redis.UniversalClient, 
 }
 
 // drainWithDefaults runs consumers (named a, b, ...) with the driver's
-// defaults over parts until n entries were acked, then stops them.
-func drainWithDefaults(b *testing.B, ctx context.Context, rdb redis.UniversalClient, parts []string, n, consumers int) drainTimes {
+// defaults (ordered or not) over parts until n entries were acked, then
+// stops them.
+func drainWithDefaults(b *testing.B, ctx context.Context, rdb redis.UniversalClient, parts []string, n, consumers int, ordered bool) drainTimes {
 	b.Helper()
 	var acked, first atomic.Int64
 	var t drainTimes
@@ -255,7 +256,7 @@ func drainWithDefaults(b *testing.B, ctx context.Context, rdb redis.UniversalCli
 	errs := make(chan error, consumers)
 	for i := range consumers {
 		name := string(rune('a' + i))
-		c, err := driver.New(rdb, driver.Config{Streams: parts, Group: "g", Consumer: name, Metrics: m,
+		c, err := driver.New(rdb, driver.Config{Streams: parts, Group: "g", Consumer: name, Metrics: m, Ordered: ordered,
 			Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error {
 				if first.Load() == 0 {
 					first.CompareAndSwap(0, time.Now().UnixNano())
