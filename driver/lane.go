@@ -50,6 +50,11 @@ type lane struct {
 	// readClaim is set while the lane's reads take idle entries over
 	// (XREADGROUP ... CLAIM MinIdle): see detectReadClaim.
 	readClaim atomic.Bool
+	// reclaimNow makes the reclaim loop run a round at once (see
+	// signal): the read loop found that the server refuses read claims,
+	// so the passes take the idle entries from now on, and one that ran
+	// meanwhile left them to the reads (see reclaimTick).
+	reclaimNow chan struct{}
 
 	// sweptAt is one more than the clock reading at which the latest
 	// completed sweep of the PEL began (0: none yet): a reclaim pass that
@@ -85,7 +90,7 @@ func newLane(s *session, srv laneServer, clk clock, cfg Config, log *slog.Logger
 		cfg: cfg, log: log, m: cfg.Metrics, single: single,
 		srv: srv, clock: clk,
 		sess: s, flow: s.flow, jobs: s.jobs, entryLogs: s.entryLogs,
-		held: newTracker(clk),
+		held: newTracker(clk), reclaimNow: make(chan struct{}, 1),
 	}
 	l.acks = newAcker(acker{
 		srv: srv, held: l.held, clock: clk, m: cfg.Metrics, log: log, faults: l,

@@ -83,6 +83,7 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 			}
 			if errors.Is(err, errReadClaimRefused) {
 				l.readClaim.Store(false)
+				signal(l.reclaimNow)
 				l.log.Info("the server has no XREADGROUP ... CLAIM; idle entries are taken by the reclaim passes", "err", err)
 				// The probe read nothing: the real first read goes now,
 				// not after an idle stream's poll (ReadBlock/2, a second

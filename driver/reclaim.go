@@ -26,9 +26,13 @@ const reclaimAttempts = 6
 // pass running beside them would only compete for the same entries and
 // places in the window: the pass at start is one page (the ACL check),
 // and later passes run only while the reads find nothing, for what they
-// leave: entries deleted while pending, which CLAIM skips.
+// leave: entries deleted while pending, which CLAIM skips. The first read
+// tells whether the server has CLAIM; where it refuses it, the loop runs
+// a round at once (reclaimNow), so what was idle at start is not left
+// waiting for ReclaimInterval behind the one-page pass of a round that
+// still counted on the reads.
 func (l *lane) reclaimLoop(ctx, handlerCtx context.Context) {
-	repeat(ctx, l.cfg.ReclaimInterval, func(first bool) { l.reclaimTick(ctx, handlerCtx, first) })
+	repeatOrNow(ctx, l.cfg.ReclaimInterval, l.reclaimNow, func(first bool) { l.reclaimTick(ctx, handlerCtx, first) })
 }
 
 // reclaimTick is one round of the reclaim loop (first: the one at start).

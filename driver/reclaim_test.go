@@ -242,3 +242,37 @@ func TestReclaimPassRunsEntriesReleasedDuringTheClaim(t *testing.T) {
 	require.Equal(t, ids[0], jobs[0].m.ID)
 	require.Equal(t, int64(2), jobs[0].m.Deliveries)
 }
+
+// Where the first read finds that the server refuses read claims, the
+// reclaim loop runs a round at once: the round at start took one page
+// only (it counted on the reads), and the rest of what was idle does not
+// wait for ReclaimInterval.
+func TestReclaimLoopRunsAtOnceWhenReadClaimsAreRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(cfg *Config) {
+		cfg.ReclaimInterval = time.Hour
+		cfg.ReadBlock = time.Hour
+		cfg.ClaimCount = 2
+		cfg.Concurrency = 10
+	})
+	h.clock.advance(time.Hour)
+	ids := h.srv.add(5)
+	h.srv.pending("dead", 1, 2*time.Second, ids...)
+	h.l.readClaim.Store(true)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	reclaimed := make(chan struct{})
+	go func() { defer close(reclaimed); h.l.reclaimLoop(ctx, t.Context()) }()
+	eventually(t, "the one-page round at start", func() bool { return h.m.get(EventClaimed) == 2 })
+	require.Equal(t, 1, h.srv.callCount("claim"))
+
+	read := make(chan struct{})
+	go func() { defer close(read); h.l.readLoop(ctx, t.Context()) }()
+	eventually(t, "the rest claimed without waiting for ReclaimInterval", func() bool { return h.m.get(EventClaimed) == len(ids) })
+	require.False(t, h.l.readClaim.Load())
+	cancel()
+	<-reclaimed
+	<-read
+	require.Len(t, h.s.jobs.drain(), len(ids))
+}

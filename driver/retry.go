@@ -62,6 +62,13 @@ func backoff(attempt int) time.Duration {
 // repeat calls fn at once and then every d after it returned, until ctx
 // ends; first is true on the first call.
 func repeat(ctx context.Context, d time.Duration, fn func(first bool)) {
+	repeatOrNow(ctx, d, nil, fn)
+}
+
+// repeatOrNow is repeat that also calls fn as soon as now receives
+// (nil: never), without waiting for the rest of d; the next call is then
+// d after that one.
+func repeatOrNow(ctx context.Context, d time.Duration, now <-chan struct{}, fn func(first bool)) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for first := true; ; first = false {
@@ -69,6 +76,8 @@ func repeat(ctx context.Context, d time.Duration, fn func(first bool)) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-now:
+			t.Stop()
 		}
 		fn(first)
 		t.Reset(d)

@@ -49,10 +49,11 @@ const (
 	// redisstream and the raw loop consuming Entries new entries each.
 	PartMain Part = "main"
 	// PartReclaim: a PEL of ReclaimEntries entries left by a dead consumer,
-	// every PoisonEvery-th one at the driver's DefaultMaxDeliveries,
-	// reclaimed by the driver (defaults, MinIdle and ReclaimInterval 10ms),
-	// by the claim function's own page loop (Claim+Ack) and by the textbook
-	// loop (textbook.Loop).
+	// every PoisonEvery-th one at the driver's DefaultMaxDeliveries, idle
+	// past the default MinIdle, reclaimed by the driver (every field at
+	// its default; and with MinIdle and ReclaimInterval 10ms), by the claim
+	// function's own page loop (Claim+Ack) and by the textbook loop
+	// (textbook.Loop).
 	PartReclaim Part = "reclaim"
 	// PartPEL: the driver consuming new entries while its reclaim passes
 	// walk a PEL of each of PELSizes entries that are not yet idle.
@@ -477,7 +478,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	if cfg.has(PartReclaim) {
 		var ok bool
-		if rep.Reclaim, ok = b.rounds(ctx, "reclaim path", []roundMethod{{run: b.runClaimLoop}, {run: b.runDriverReclaim}, {run: b.runTextbook}}, &errs); !ok {
+		if rep.Reclaim, ok = b.rounds(ctx, "reclaim path", []roundMethod{{run: b.runClaimLoop}, {run: b.runDriverReclaim}, {run: b.runDriverReclaimShort}, {run: b.runTextbook}}, &errs); !ok {
 			return rep, errors.Join(errs...)
 		}
 	}

@@ -21,7 +21,6 @@ import (
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/cmd/internal/bench/textbook"
 	"github.com/pelwarden/pelwarden/driver"
-	"github.com/pelwarden/pelwarden/internal/ctxwait"
 	"github.com/pelwarden/pelwarden/internal/measure"
 )
 
@@ -29,13 +28,17 @@ const (
 	benchGroup   = "bench"
 	benchName    = "bench"
 	deadConsumer = "dead"
-	// reclaimMinIdle is the MinIdle of every method of PartReclaim and of
-	// the driver in PartLarge (the driver's lowest): the scenario waits this
-	// long (plus a margin) before the measured phase.
+	// reclaimMinIdle is the MinIdle of the driver's short-MinIdle method
+	// of PartReclaim and of the driver in PartLarge (the driver's lowest):
+	// PartLarge waits this long (plus a margin) before the measured phase.
 	reclaimMinIdle = 10 * time.Millisecond
-	// reclaimInterval is the driver's ReclaimInterval in PartReclaim and
-	// PartLarge, so a pass starts as soon as entries are idle.
+	// reclaimInterval is the driver's ReclaimInterval in those methods,
+	// so a pass starts as soon as entries are idle.
 	reclaimInterval = 10 * time.Millisecond
+	// reclaimIdle is how idle PartReclaim's PEL is made (XCLAIM ... IDLE)
+	// before the measured phase: past the default MinIdle, so the driver
+	// with every field at its default finds it idle at start.
+	reclaimIdle = 2 * driver.DefaultMinIdle
 	// pelMinIdle is the MinIdle of PartPEL: the dead consumer's entries are
 	// never idle that long during the run, so every pass walks all of them.
 	pelMinIdle = time.Hour
@@ -552,7 +555,7 @@ func (b *bench) runClaimLoop(ctx context.Context) (*Result, error) {
 	}
 	rerr := func() error {
 		args := pelwarden.ClaimArgs{Stream: k.stream, DeadLetterStream: k.dlq, Group: benchGroup, Consumer: benchName,
-			MinIdle: reclaimMinIdle, Count: b.cfg.ClaimCount, MaxDeliveries: driver.DefaultMaxDeliveries}
+			MinIdle: driver.DefaultMinIdle, Count: b.cfg.ClaimCount, MaxDeliveries: driver.DefaultMaxDeliveries}
 		for {
 			page, err := lib.Claim(ctx, args)
 			if err != nil {
@@ -594,20 +597,43 @@ func (b *bench) runClaimLoop(ctx context.Context) (*Result, error) {
 
 // prepareReclaim builds PartReclaim's scenario for method on k: a dead
 // consumer's PEL of ReclaimEntries entries with its poison entries
-// (poisonPEL), then waits until they are idle past reclaimMinIdle. It
-// returns the PEL size and how many entries are poison; the caller cleans
-// k up.
+// (poisonPEL), idle for reclaimIdle (see backdate). It returns the PEL
+// size and how many entries are poison; the caller cleans k up.
 func (b *bench) prepareReclaim(ctx context.Context, method string, k keys) (n, poison int, err error) {
 	n = b.cfg.ReclaimEntries
 	b.cfg.logf("%s: preparing a PEL of %d entries", method, n)
 	if poison, err = b.poisonPEL(ctx, k.stream, n); err != nil {
 		return 0, 0, fmt.Errorf("consume: %s: %w", method, err)
 	}
-	if !ctxwait.Sleep(ctx, reclaimMinIdle+10*time.Millisecond) {
-		return 0, 0, ctx.Err()
+	if err := b.backdate(ctx, k.stream, reclaimIdle); err != nil {
+		return 0, 0, fmt.Errorf("consume: %s: %w", method, err)
 	}
 	b.cfg.logf("%s: reclaiming", method)
 	return n, poison, nil
+}
+
+// backdate makes every entry of stream (all of them pending, to the dead
+// consumer) idle for idle: XCLAIM to the same consumer with IDLE and
+// JUSTID, which keeps the delivery counts.
+func (b *bench) backdate(ctx context.Context, stream string, idle time.Duration) error {
+	for start := "-"; ; {
+		page, err := b.ctl.XRangeN(ctx, stream, start, "+", fillChunk).Result()
+		if err != nil {
+			return fmt.Errorf("XRANGE: %w", err)
+		}
+		if len(page) == 0 {
+			return nil
+		}
+		args := []any{"XCLAIM", stream, benchGroup, deadConsumer, 0}
+		for _, e := range page {
+			args = append(args, e.ID)
+		}
+		args = append(args, "IDLE", idle.Milliseconds(), "JUSTID")
+		if err := b.ctl.Do(ctx, args...).Err(); err != nil {
+			return fmt.Errorf("XCLAIM IDLE: %w", err)
+		}
+		start = "(" + page[len(page)-1].ID
+	}
 }
 
 // checkSettled verifies the counts of a PartReclaim method: every poison
@@ -620,18 +646,33 @@ func checkSettled(r *Result) error {
 }
 
 // runDriverReclaim: PartReclaim, the same scenario reclaimed by the driver
-// with its defaults but MinIdle and ReclaimInterval (10ms each), no-op
-// handler, until every entry is acked or dead-lettered.
+// with its defaults (every field), no-op handler, until every entry is
+// acked or dead-lettered. Its first reclaim pass, at start, finds the PEL
+// idle.
 func (b *bench) runDriverReclaim(ctx context.Context) (*Result, error) {
-	method := fmt.Sprintf("driver defaults, MinIdle %v, ReclaimInterval %v", reclaimMinIdle, reclaimInterval)
-	k := b.keys("driverreclaim")
+	return b.driverReclaim(ctx, "driver defaults", "driverreclaim", 0, 0)
+}
+
+// runDriverReclaimShort: PartReclaim, the driver with its defaults but
+// MinIdle and ReclaimInterval (reclaimMinIdle and reclaimInterval): a
+// short MinIdle, whose entries need their leases extended soon after
+// they are claimed.
+func (b *bench) runDriverReclaimShort(ctx context.Context) (*Result, error) {
+	method := fmt.Sprintf("driver, MinIdle %v, ReclaimInterval %v", reclaimMinIdle, reclaimInterval)
+	return b.driverReclaim(ctx, method, "driverreclaimshort", reclaimMinIdle, reclaimInterval)
+}
+
+// driverReclaim runs PartReclaim's scenario through the driver, on keys
+// named slug, with MinIdle and ReclaimInterval (0: the default).
+func (b *bench) driverReclaim(ctx context.Context, method, slug string, minIdle, interval time.Duration) (*Result, error) {
+	k := b.keys(slug)
 	defer b.cleanup(ctx, k)
 	n, poison, err := b.prepareReclaim(ctx, method, k)
 	if err != nil {
 		return nil, err
 	}
 	r, err := b.measureDriver(ctx, driverSpec{method: method, part: PartReclaim, k: k,
-		minIdle: reclaimMinIdle, reclaimInterval: reclaimInterval, target: int64(n)})
+		minIdle: minIdle, reclaimInterval: interval, target: int64(n)})
 	if r != nil {
 		r.PEL, r.Poison = n, poison
 		if err == nil {
@@ -665,7 +706,7 @@ func (b *bench) runTextbook(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	rerr := textbook.Loop{Stream: k.stream, DeadLetterStream: k.dlq, Group: benchGroup, Consumer: benchName,
-		MinIdle: reclaimMinIdle, Count: textbook.DefaultPageSize, MaxDeliveries: driver.DefaultMaxDeliveries,
+		MinIdle: driver.DefaultMinIdle, Count: textbook.DefaultPageSize, MaxDeliveries: driver.DefaultMaxDeliveries,
 		Handled:      func(string) { acked.Add(1) },
 		DeadLettered: func(string) { dead.Add(1) },
 	}.Pass(ctx, rdb)

@@ -50,7 +50,7 @@ func TestConsumebenchSmoke(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Len(t, rep.Main, len(consume.DefaultDrivers)+2) // the drivers, watermill, raw
-	require.Len(t, rep.Reclaim, 3)                          // Claim+Ack loop, driver, textbook
+	require.Len(t, rep.Reclaim, 4)                          // Claim+Ack loop, driver defaults, driver short MinIdle, textbook
 	require.Len(t, rep.PEL, 2)
 	require.Len(t, rep.Ack, 3)   // XACK, fenced in order, fenced shuffled
 	require.Len(t, rep.Slow, 2)  // one per round
@@ -120,7 +120,7 @@ func TestConsumebenchSmoke(t *testing.T) {
 	for _, want := range []string{
 		"== main path", "vs watermill", "== reclaim path", "vs textbook", "heap over time, driver defaults",
 		"== memory as the PEL grows", "fenced ack, ids shuffled", "== slow handlers", "== large entries", "slowest commands",
-		"targets (issue 11, the driver with its defaults):", "targets (issue 5, resources):",
+		"targets (issues 11 and 25, the driver with its defaults):", "targets (issue 5, resources):",
 		"of the raw loop", "of the Claim+Ack loop", "log records at the default level", "each consumer handles",
 		"holds more than", "drains within", "no command takes",
 	} {
