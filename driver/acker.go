@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -46,9 +47,12 @@ type acker struct {
 	flushTimeout time.Duration // bound of the final flush: ShutdownTimeout
 
 	// Made by newAcker:
-	queue   *ackQueue
-	stopped chan struct{} // closed by stop: no more acks are coming
-	gone    chan struct{} // closed when the loop has exited
+	queue *ackQueue
+	// sendTime is the mean time an ack call took (0: none yet): how early
+	// a flush timed by the fence goes out (see loop). The loop's own.
+	sendTime time.Duration
+	stopped  chan struct{} // closed by stop: no more acks are coming
+	gone     chan struct{} // closed when the loop has exited
 	// live is the loop's context until stop (see start).
 	live     context.Context
 	stopLive context.CancelFunc
@@ -68,7 +72,7 @@ func newAcker(a acker) *acker {
 // acker has stopped: the entry then stays pending. It waits while the
 // queue is full (the back-pressure of a slow or failing ack call).
 func (a *acker) add(id string, ownedUntil time.Duration) bool {
-	return a.queue.push(ackItem{id: id, ownedUntil: ownedUntil})
+	return a.queue.push(ackItem{id: id, ownedUntil: ownedUntil, ahead: ownedUntil > a.clock.now()})
 }
 
 // drained tells the loop to flush now: nothing is queued or running and
@@ -106,23 +110,48 @@ func (a *acker) done() <-chan struct{} { return a.gone }
 // the lane has drained what it had in hand. Failed batches are kept and
 // retried, never dropped. It returns when stop was called and everything
 // is flushed, or when ctx is cancelled, logging what stays pending.
+//
+// A batch also goes out early enough for its acks to be plain: before
+// the first queued id's fence (its ownedUntil) less the time an ack call
+// takes. An ack sent past the fence goes through the fenced ack function,
+// several times the server's work of an XACK. With the defaults the fence
+// is half a minute after the delivery and the interval (20 ms) always
+// comes first; with a short MinIdle (10 ms: the fence 5 ms after the
+// read or claim began) it is the fence that sets the pace, and waiting
+// for the interval would send most acks fenced and leave their entries to
+// lease extensions meanwhile.
 func (a *acker) loop(ctx context.Context) {
 	var pending []ackItem
 	t := time.NewTimer(a.interval)
 	defer t.Stop()
+	// fence runs while queued ids wait for a flush timed by the fence.
+	fence := time.NewTimer(time.Hour)
+	fence.Stop()
+	defer fence.Stop()
+	take := func() {
+		pending = append(pending, a.queue.take()...)
+		fence.Stop() // the next push times the next one
+	}
 	live := a.live
 	for {
 		select {
+		case <-a.queue.sooner:
+			if d, ok := a.beforeFence(a.queue.earliest()); ok {
+				fence.Reset(d)
+			}
+		case <-fence.C:
+			take()
+			pending, _ = a.flush(live, pending)
 		case <-a.queue.full:
-			pending = append(pending, a.queue.take()...)
+			take()
 			if len(pending) >= a.batch {
 				pending, _ = a.flush(live, pending)
 			}
 		case <-a.queue.drained:
-			pending = append(pending, a.queue.take()...)
+			take()
 			pending, _ = a.flush(live, pending)
 		case <-t.C:
-			pending = append(pending, a.queue.take()...)
+			take()
 			pending, _ = a.flush(live, pending)
 			t.Reset(a.interval)
 		case <-a.stopped:
@@ -175,8 +204,12 @@ func (a *acker) flush(ctx context.Context, pending []ackItem) ([]ackItem, bool) 
 		err := retry(ctx, onPermanent, failed, func(ctx context.Context) error {
 			ctx, cancel := context.WithTimeout(ctx, a.flushTimeout)
 			defer cancel()
+			began := a.clock.now()
 			var err error
 			res, err = a.send(ctx, batch)
+			if err == nil {
+				a.timeSend(a.clock.now() - began)
+			}
 			return err
 		})
 		switch {
@@ -209,6 +242,28 @@ func (a *acker) flush(ctx context.Context, pending []ackItem) ([]ackItem, bool) 
 		pending = pending[len(batch):]
 	}
 	return pending, true
+}
+
+// beforeFence is how long from now a flush may wait for the ack of an id
+// fenced at ownedUntil (a clock reading) to be sent plain: until the
+// fence less the time an ack call takes. It reports false when the fence
+// has passed already (the ack is fenced whenever it goes) or comes after
+// the interval (which sends it in time).
+func (a *acker) beforeFence(ownedUntil time.Duration) (time.Duration, bool) {
+	left := ownedUntil - a.clock.now()
+	if left <= 0 || left > a.interval {
+		return 0, false
+	}
+	return max(left-a.sendTime, 0), true
+}
+
+// timeSend records the time an ack call took (see sendTime).
+func (a *acker) timeSend(took time.Duration) {
+	if a.sendTime == 0 {
+		a.sendTime = took
+		return
+	}
+	a.sendTime += (took - a.sendTime) / 4
 }
 
 // ackResult is what one ack of a batch did.
@@ -296,6 +351,10 @@ type ackItem struct {
 	// taken the entry over, so a plain XACK acks exactly what the fenced
 	// ack would (see fenceFrom).
 	ownedUntil time.Duration
+	// ahead: the fence was still ahead when the ack was queued, so the
+	// queue times a flush by it (see acker.loop); an ack past its fence is
+	// fenced whenever it goes.
+	ahead bool
 }
 
 // ackQueue hands the entries whose handler succeeded from the handler
@@ -314,6 +373,13 @@ type ackQueue struct {
 	closed bool
 
 	full chan struct{} // holds a token once batch ids are queued
+	// first is the earliest ownedUntil among the queued ids whose fence
+	// was ahead (hasFirst: there is one); sooner holds a token after a
+	// push lowered it (or set it, the first such push after a take), so
+	// the ack loop times a flush by the fence (see acker.loop).
+	first    time.Duration
+	hasFirst bool
+	sooner   chan struct{}
 	// drained holds a token when the consumer has nothing in hand (no
 	// entry queued or running, and its last read found nothing new): no
 	// more acks are coming soon, so waiting for a fuller batch only delays
@@ -326,7 +392,7 @@ type ackQueue struct {
 func newAckQueue(batch, limit int) *ackQueue {
 	return &ackQueue{
 		batch: batch, limit: limit,
-		full: make(chan struct{}, 1), drained: make(chan struct{}, 1), room: make(chan struct{}, 1), gone: make(chan struct{}),
+		full: make(chan struct{}, 1), sooner: make(chan struct{}, 1), drained: make(chan struct{}, 1), room: make(chan struct{}, 1), gone: make(chan struct{}),
 	}
 }
 
@@ -343,9 +409,15 @@ func (q *ackQueue) push(id ackItem) bool {
 		if len(q.ids) < q.limit {
 			q.ids = append(q.ids, id)
 			n := len(q.ids)
+			sooner := id.ahead && (!q.hasFirst || id.ownedUntil < q.first)
+			if sooner {
+				q.first, q.hasFirst = id.ownedUntil, true
+			}
 			q.mu.Unlock()
 			if n >= q.batch {
 				signal(q.full)
+			} else if sooner {
+				signal(q.sooner)
 			}
 			if waited && n < q.limit {
 				// A take wakes one waiting push; pass the wake-up on while
@@ -364,11 +436,23 @@ func (q *ackQueue) push(id ackItem) bool {
 	}
 }
 
+// earliest is the earliest ownedUntil among the queued ids whose fence
+// was ahead (the end of time when there is none).
+func (q *ackQueue) earliest() time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.hasFirst {
+		return math.MaxInt64
+	}
+	return q.first
+}
+
 // take removes and returns every queued id.
 func (q *ackQueue) take() []ackItem {
 	q.mu.Lock()
 	ids := q.ids
 	q.ids = nil
+	q.hasFirst = false
 	q.mu.Unlock()
 	if len(ids) > 0 {
 		signal(q.room)
@@ -387,6 +471,7 @@ func (q *ackQueue) close() []ackItem {
 	close(q.gone)
 	ids := q.ids
 	q.ids = nil
+	q.hasFirst = false
 	return ids
 }
 

@@ -171,6 +171,52 @@ func TestAckerLoopInterval(t *testing.T) {
 	<-h.l.acks.done()
 }
 
+// An ack whose fence comes before the interval goes out in time to be
+// plain, without waiting for the interval or a full batch; one already
+// past its fence waits for the interval (it is fenced whenever it goes).
+func TestAckerLoopBeforeFence(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(cfg *Config) { cfg.MinIdle = time.Hour; cfg.AckInterval = time.Minute })
+	ids := h.srv.add(3)
+	h.read(t.Context(), 3)
+	h.l.acks.start(t.Context())
+	now := h.clock.now()
+	require.True(t, h.l.acks.add(ids[0], now-time.Millisecond), "past its fence")
+	require.True(t, h.l.acks.add(ids[1], now+time.Hour), "fenced after the interval")
+	require.True(t, h.l.acks.add(ids[2], now+20*time.Millisecond), "fenced before the interval")
+	eventually(t, "all acked before the fence of the last", func() bool { return len(h.srv.pendingIDs()) == 0 })
+	require.Equal(t, 1, h.srv.callCount("ack"), "one plain call for the two whose fence had not passed")
+	require.Equal(t, 1, h.srv.callCount("ackFenced"), "and a fenced one for the other")
+	h.l.acks.stop()
+	<-h.l.acks.done()
+	require.Equal(t, 3, h.m.get(EventAcked))
+}
+
+// The loop's lead on the fence: the time left less the mean ack call,
+// never for a fence already past or beyond the interval.
+func TestAckerBeforeFence(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(cfg *Config) { cfg.MinIdle = time.Hour; cfg.AckInterval = time.Second })
+	a := h.l.acks
+	now := h.clock.now()
+	for _, c := range []struct {
+		ownedUntil, sendTime, want time.Duration
+		ok                         bool
+	}{
+		{ownedUntil: now - 1},
+		{ownedUntil: now},
+		{ownedUntil: now + time.Second + 1},
+		{ownedUntil: now + time.Second, want: time.Second, ok: true},
+		{ownedUntil: now + 10*time.Millisecond, sendTime: 3 * time.Millisecond, want: 7 * time.Millisecond, ok: true},
+		{ownedUntil: now + 10*time.Millisecond, sendTime: 30 * time.Millisecond, want: 0, ok: true},
+	} {
+		a.sendTime = c.sendTime
+		got, ok := a.beforeFence(c.ownedUntil)
+		require.Equal(t, c.ok, ok, "%+v", c)
+		require.Equal(t, c.want, got, "%+v", c)
+	}
+}
+
 // When the shutdown bound ends first, what was not sent stays pending, and
 // is logged; a final flush at a permanent error gives up at once.
 func TestAckerLoopAbandons(t *testing.T) {

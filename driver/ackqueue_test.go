@@ -2,6 +2,7 @@ package driver
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -67,4 +68,35 @@ func TestAckQueueClose(t *testing.T) {
 	require.True(t, <-refused)
 	require.False(t, q.push(ackItem{id: "3-0"}))
 	require.Nil(t, q.close())
+}
+
+// earliest is the first fence among the queued acks whose fence was
+// ahead; a push that lowers it signals sooner, and a take clears it.
+func TestAckQueueEarliest(t *testing.T) {
+	t.Parallel()
+	q := newAckQueue(10, 10)
+	sooner := func() bool {
+		select {
+		case <-q.sooner:
+			return true
+		default:
+			return false
+		}
+	}
+	require.EqualValues(t, math.MaxInt64, q.earliest())
+	q.push(ackItem{id: "1-0", ownedUntil: time.Second})
+	require.False(t, sooner(), "a fence already past times nothing")
+	require.EqualValues(t, math.MaxInt64, q.earliest())
+	q.push(ackItem{id: "2-0", ownedUntil: 5 * time.Second, ahead: true})
+	require.True(t, sooner())
+	q.push(ackItem{id: "3-0", ownedUntil: 7 * time.Second, ahead: true})
+	require.False(t, sooner(), "a later fence")
+	q.push(ackItem{id: "4-0", ownedUntil: 3 * time.Second, ahead: true})
+	require.True(t, sooner(), "an earlier one")
+	require.Equal(t, 3*time.Second, q.earliest())
+	require.Len(t, q.take(), 4)
+	require.EqualValues(t, math.MaxInt64, q.earliest())
+	q.push(ackItem{id: "5-0", ownedUntil: 9 * time.Second, ahead: true})
+	require.True(t, sooner(), "the first after a take")
+	require.Equal(t, 9*time.Second, q.earliest())
 }

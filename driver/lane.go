@@ -55,6 +55,8 @@ type lane struct {
 	// so the passes take the idle entries from now on, and one that ran
 	// meanwhile left them to the reads (see reclaimTick).
 	reclaimNow chan struct{}
+	// claimPage sizes the reclaim pass's pages (the reclaim loop's own).
+	claimPage claimPacer
 
 	// sweptAt is one more than the clock reading at which the latest
 	// completed sweep of the PEL began (0: none yet): a reclaim pass that
@@ -198,6 +200,12 @@ func ensureGroup(ctx context.Context, g groupServer, cfg Config, log *slog.Logge
 			cfg.Group, cfg.Stream, cfg.Stream, cfg.Group, err)
 	}
 	return fmt.Errorf("pelwarden/driver: check group: %w", err)
+}
+
+// leaseFrom is the lease of entries whose idle time a call begun at began
+// (a clock reading) reset: a read, a claim or an extension.
+func (l *lane) leaseFrom(began time.Duration) lease {
+	return lease{from: began, ownedUntil: l.fenceFrom(began)}
 }
 
 // fenceFrom returns when entries delivered (or extended) by a call begun

@@ -55,6 +55,6 @@ func (l *lane) leaseTick(ctx context.Context, every time.Duration) {
 		if lost := append(res.NotOwned, res.Deleted...); len(lost) > 0 {
 			l.held.lost(lost)
 		}
-		l.held.extended(batch, l.fenceFrom(began)) // skips the lost ones
+		l.held.extended(batch, l.leaseFrom(began)) // skips the lost ones
 	}
 }

@@ -259,7 +259,7 @@ func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reserva
 		return
 	}
 	l.inHand.Add(int64(len(msgs)))
-	skipped, closed := l.held.add(handlerCtx, msgs, sizes, l.fenceFrom(began), l.jobs, l, claim)
+	skipped, closed := l.held.add(handlerCtx, msgs, sizes, l.leaseFrom(began), l.jobs, l, claim)
 	if closed {
 		l.log.Warn("entries read during shutdown; they stay pending", "count", len(msgs), "ids", firstIDs(messageIDs(msgs)))
 	}

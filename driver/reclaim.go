@@ -71,8 +71,9 @@ func (l *lane) anythingIdle(ctx context.Context) bool {
 // reclaimPass walks the PEL page by page with the claim function until the
 // cursor returns to 0-0 (after the first page with onePage). Each page
 // takes the room the window offers (waiting for room while the handlers
-// are busy, never for more than can come), up to ClaimCount entries and
-// about the window's batch of bytes. What the pass dead-lettered, found
+// are busy, never for more than can come), up to ClaimCount entries (fewer
+// where a page that large would take too long for MinIdle: see
+// claimPacer) and about the window's batch of bytes. What the pass dead-lettered, found
 // deleted or could not dead-letter is logged once at its end.
 func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 	maxDeliveries := l.cfg.claimMaxDeliveries()
@@ -81,7 +82,7 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 	cursor := "0-0"
 	passBegan := l.clock.now()
 	for ctx.Err() == nil {
-		res := l.flow.reserve(ctx, partyReclaim, l.cfg.ClaimCount)
+		res := l.flow.reserve(ctx, partyReclaim, l.claimPage.size(l.cfg.ClaimCount, l.cfg.MinIdle))
 		n := res.n
 		if n == 0 {
 			return
@@ -118,6 +119,7 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 			}
 			return // the next pass starts over
 		}
+		l.claimPage.took(n, rtt)
 		l.sess.memoryFreed("reclaim")
 		l.m.Count(EventClaimed, len(page.Entries))
 		rep.add(l, page)
@@ -214,4 +216,46 @@ func (p *passReport) log(l *lane) {
 	if p.deleted.n > 0 {
 		l.log.Warn("pending entries were deleted from the stream; cleared from the PEL", "count", p.deleted.n, "first_ids", p.deleted.first)
 	}
+}
+
+// claimPacer sizes the reclaim pass's pages by MinIdle. A claim takes
+// its entries over when the function runs, so they arrive already aged by
+// the call's round trip: a page whose call takes a good part of MinIdle
+// would arrive with its lease nearly spent, and every entry of it would
+// need an extension (and its ack the fence) before its handler even ran.
+// The pacer keeps a page's call within claimBudget of MinIdle, from the
+// time per entry the calls took so far. With the defaults (MinIdle a
+// minute) that bound is far above ClaimCount; with a MinIdle of 10 ms it
+// is about a hundred entries. It belongs to the reclaim loop.
+type claimPacer struct {
+	perEntry time.Duration // mean round trip per claimed place (0: none measured)
+}
+
+// claimBudget is the share of MinIdle one claim call may take: MinIdle/8,
+// the queue wait beyond which the window counts entries as hoarded (see
+// window.maxWait), so an entry's claim and its wait for a handler
+// together stay well within the lease interval (MinIdle/3).
+const claimBudget = 8
+
+// size is how many entries the next page asks for: count, or fewer where
+// that many would take longer than MinIdle/claimBudget (at least one).
+func (p *claimPacer) size(count int, minIdle time.Duration) int {
+	if p.perEntry <= 0 {
+		return count
+	}
+	return max(1, min(count, int(minIdle/claimBudget/p.perEntry)))
+}
+
+// took records a claim call of n places (the reservation: the call asked
+// for that many, whatever it found) that took rtt.
+func (p *claimPacer) took(n int, rtt time.Duration) {
+	if n <= 0 || rtt <= 0 {
+		return
+	}
+	per := rtt / time.Duration(n)
+	if p.perEntry == 0 {
+		p.perEntry = per
+		return
+	}
+	p.perEntry += (per - p.perEntry) / 4
 }

@@ -78,6 +78,19 @@ type inflight struct {
 	// ownedUntil (a clock reading): no other consumer can take the entry
 	// over before then (see fenceFrom); moved on by lease extensions.
 	ownedUntil atomic.Int64
+	// leasedAt (a clock reading): when the call that last reset the
+	// entry's idle time began (its read or claim, or its latest lease
+	// extension). Another consumer can take it over MinIdle after that at
+	// the earliest.
+	leasedAt atomic.Int64
+}
+
+// lease is what a call that reset entries' idle time (a read, a claim,
+// an extension) tells the tracker: when it began (a clock reading; the
+// server reset the idle times after that) and the ack fence from then on
+// (see lane.leaseFrom).
+type lease struct {
+	from, ownedUntil time.Duration
 }
 
 // job is one entry handed to a handler worker.
@@ -98,9 +111,8 @@ func newTracker(clk clock) *tracker {
 // messages (all of them after close: they stay pending), so the caller
 // gives their places back.
 //
-// ownedUntil is when another consumer could first take them over (see
-// fenceFrom).
-func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64, ownedUntil time.Duration, q *jobQueue, l *lane, claim claimTicket) (skipped []*Message, closed bool) {
+// ls is the lease of the call that fetched them.
+func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64, ls lease, q *jobQueue, l *lane, claim claimTicket) (skipped []*Message, closed bool) {
 	now := t.clock.now()
 	fs := make([]inflight, len(msgs))
 	ctxs := make([]entryContext, len(msgs))
@@ -129,7 +141,8 @@ func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64
 		f := &fs[i]
 		f.queued = now
 		f.bytes = sizes[i]
-		f.ownedUntil.Store(int64(ownedUntil))
+		f.ownedUntil.Store(int64(ls.ownedUntil))
+		f.leasedAt.Store(int64(ls.from))
 		f.ctx = &ctxs[i]
 		f.ctx.parent = handlerCtx
 		t.entries[m.ID] = f
@@ -301,9 +314,14 @@ func (t *tracker) leaseDue(heartbeat bool, every, minIdle time.Duration) (extend
 			if age < every || f.lost.Load() {
 				continue
 			}
-			if f.acking.Load() && age < minIdle/4 {
-				// Its ack goes out within MinIdle/4, by half of MinIdle;
-				// should it not, the next tick extends it.
+			if f.acking.Load() && now+every+minIdle/8 < time.Duration(f.leasedAt.Load())+minIdle {
+				// Its handler is done and its ack queued, and the next tick
+				// still comes before another consumer could take the entry
+				// over (MinIdle after its lease began, less MinIdle/8 for a
+				// late tick and the extension's own round trip): no
+				// extension yet, however long its handler ran. The ack
+				// loop sends it within MinIdle/4; should it be late (a slow
+				// or failing call), a later tick extends it in time.
 				continue
 			}
 			extend = append(extend, id)
@@ -325,14 +343,16 @@ func (t *tracker) leaseDue(heartbeat bool, every, minIdle time.Duration) (extend
 	return extend, release, max(releaseDelay, 0)
 }
 
-// extended moves on the ownership bound of ids whose lease an extension
-// call reset (see fenceFrom); ids marked lost are left alone.
-func (t *tracker) extended(ids []string, ownedUntil time.Duration) {
+// extended records the lease ls of ids that an extension call reset: it
+// moves their ownership bound on (see fenceFrom); ids marked lost are
+// left alone.
+func (t *tracker) extended(ids []string, ls lease) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, id := range ids {
 		if f, ok := t.entries[id]; ok && !f.lost.Load() {
-			f.ownedUntil.Store(int64(ownedUntil))
+			f.ownedUntil.Store(int64(ls.ownedUntil))
+			f.leasedAt.Store(int64(ls.from))
 		}
 	}
 }

@@ -30,7 +30,7 @@ func TestTrackerAdd(t *testing.T) {
 	tr := newTracker(clk)
 	q := newJobQueue(1, &atomic.Bool{})
 	msgs, sizes := trackerMsgs("1-0", "2-0")
-	skipped, closed := tr.add(t.Context(), msgs, sizes, 5*time.Second, q, nil, 0)
+	skipped, closed := tr.add(t.Context(), msgs, sizes, lease{ownedUntil: 5 * time.Second}, q, nil, 0)
 	require.False(t, closed)
 	require.Empty(t, skipped)
 	require.Equal(t, 2, tr.count())
@@ -42,7 +42,7 @@ func TestTrackerAdd(t *testing.T) {
 
 	// A reclaim pass took back 2-0 while its handler runs: skipped.
 	msgs, sizes = trackerMsgs("2-0", "3-0")
-	skipped, closed = tr.add(t.Context(), msgs, sizes, 0, q, nil, 0)
+	skipped, closed = tr.add(t.Context(), msgs, sizes, lease{}, q, nil, 0)
 	require.False(t, closed)
 	require.Equal(t, []*Message{msgs[0]}, skipped)
 	require.Len(t, q.drain(), 1)
@@ -50,7 +50,7 @@ func TestTrackerAdd(t *testing.T) {
 
 	tr.close()
 	msgs, sizes = trackerMsgs("4-0")
-	skipped, closed = tr.add(t.Context(), msgs, sizes, 0, q, nil, 0)
+	skipped, closed = tr.add(t.Context(), msgs, sizes, lease{}, q, nil, 0)
 	require.True(t, closed)
 	require.Equal(t, msgs, skipped)
 	require.Empty(t, q.drain())
@@ -69,7 +69,7 @@ func TestTrackerClaimTickets(t *testing.T) {
 	add := func(claim claimTicket, ids ...string) []*Message {
 		t.Helper()
 		msgs, sizes := trackerMsgs(ids...)
-		skipped, closed := tr.add(t.Context(), msgs, sizes, 0, q, nil, claim)
+		skipped, closed := tr.add(t.Context(), msgs, sizes, lease{}, q, nil, claim)
 		require.False(t, closed)
 		q.drain()
 		return skipped
@@ -114,7 +114,7 @@ func TestTrackerClaimTickets(t *testing.T) {
 	c := tr.beginClaim()
 	tr.close()
 	msgs, sizes := trackerMsgs("8-0")
-	_, closed := tr.add(t.Context(), msgs, sizes, 0, q, nil, c)
+	_, closed := tr.add(t.Context(), msgs, sizes, lease{}, q, nil, c)
 	require.True(t, closed)
 	require.Empty(t, tr.claims)
 }
@@ -128,6 +128,7 @@ func TestTrackerLeaseDue(t *testing.T) {
 	type entry struct {
 		id          string
 		age         time.Duration // held this long
+		leased      time.Duration // its lease began this long ago (0: age)
 		acking      bool
 		lost        bool
 		delayedLeft time.Duration // > 0: a RetryAfter held back this much longer
@@ -150,8 +151,16 @@ func TestTrackerLeaseDue(t *testing.T) {
 			entries: []entry{{id: "1-0", age: 2 * every}}},
 		{name: "lost entries are not extended", heartbeat: true,
 			entries: []entry{{id: "1-0", age: every, lost: true}}},
-		{name: "an ack due within MinIdle/4 needs no extension", heartbeat: true, every: 100 * time.Millisecond,
-			entries: []entry{{id: "1-0", age: minIdle/4 - 1, acking: true}, {id: "2-0", age: minIdle / 4, acking: true}},
+		{name: "an ack queued needs no extension while the next tick comes in time", heartbeat: true,
+			entries: []entry{
+				{id: "1-0", age: every, acking: true},
+				{id: "2-0", age: minIdle - every - minIdle/8 - 1, acking: true},
+				{id: "3-0", age: minIdle - every - minIdle/8, acking: true},
+				{id: "4-0", age: minIdle, acking: true},
+			},
+			extend: []string{"3-0", "4-0"}},
+		{name: "however long its handler ran", heartbeat: true,
+			entries: []entry{{id: "1-0", age: 3 * minIdle, leased: every, acking: true}, {id: "2-0", age: 3 * minIdle, leased: minIdle - every - minIdle/8, acking: true}},
 			extend:  []string{"2-0"}},
 		{name: "a delay far off is extended, one due soon released", heartbeat: false,
 			entries: []entry{{id: "1-0", delayedLeft: minIdle}, {id: "2-0", delayedLeft: minIdle - every}, {id: "3-0", delayedLeft: every}},
@@ -174,9 +183,12 @@ func TestTrackerLeaseDue(t *testing.T) {
 				}
 				clk.t.Add(-int64(e.age))
 				msgs, sizes := trackerMsgs(e.id)
-				tr.add(t.Context(), msgs, sizes, 0, q, nil, 0)
+				tr.add(t.Context(), msgs, sizes, lease{from: clk.now()}, q, nil, 0)
 				clk.advance(e.age)
 				f := q.drain()[0].f
+				if e.leased > 0 {
+					tr.extended([]string{e.id}, lease{from: clk.now() - e.leased})
+				}
 				f.acking.Store(e.acking)
 				f.lost.Store(e.lost)
 			}
@@ -202,7 +214,7 @@ func TestTrackerLoseExtendForget(t *testing.T) {
 	tr := newTracker(clk)
 	q := newJobQueue(1, &atomic.Bool{})
 	msgs, sizes := trackerMsgs("1-0", "2-0", "3-0")
-	tr.add(t.Context(), msgs, sizes, time.Second, q, nil, 0)
+	tr.add(t.Context(), msgs, sizes, lease{ownedUntil: time.Second}, q, nil, 0)
 	jobs := q.drain()
 	tr.delay("9-0", time.Hour)
 
@@ -213,8 +225,9 @@ func TestTrackerLoseExtendForget(t *testing.T) {
 	extend, _, _ := tr.leaseDue(false, time.Second, time.Minute)
 	require.Empty(t, extend, "the lost delayed entry is no longer held")
 
-	tr.extended([]string{"1-0", "2-0", "7-0"}, 9*time.Second)
+	tr.extended([]string{"1-0", "2-0", "7-0"}, lease{from: 4 * time.Second, ownedUntil: 9 * time.Second})
 	require.EqualValues(t, 9*time.Second, jobs[0].f.ownedUntil.Load())
+	require.EqualValues(t, 4*time.Second, jobs[0].f.leasedAt.Load())
 	require.EqualValues(t, time.Second, jobs[1].f.ownedUntil.Load(), "a lost entry keeps its bound")
 
 	tr.forget("1-0")
@@ -226,7 +239,7 @@ func TestTrackerLoseExtendForget(t *testing.T) {
 	// Adding an entry again drops its delay.
 	tr.delay("5-0", time.Hour)
 	msgs, sizes = trackerMsgs("5-0")
-	tr.add(t.Context(), msgs, sizes, 0, q, nil, 0)
+	tr.add(t.Context(), msgs, sizes, lease{}, q, nil, 0)
 	_, release, _ := tr.leaseDue(false, time.Second, 2*time.Hour)
 	require.Empty(t, release)
 	extend, _, _ = tr.leaseDue(false, time.Second, 2*time.Hour)

@@ -26,8 +26,9 @@ const (
 // Its size (limit) adapts between Concurrency (at least 2, where MaxInHand
 // allows: see least) and MaxInHand:
 //   - it grows by half when a handler worker ran out of work while a call
-//     was in flight that the window had limited and that found as many
-//     entries as it asked for (not counting the call that first fills the
+//     was in flight that the window had held back (it waited for room, or
+//     took less than it asked for) and that found as many entries as it
+//     asked for (not counting the call that first fills the
 //     room of the last growth): handlers empty the queue faster than reads
 //     refill it, and a larger window lets the next read go out while they
 //     work. It stops growing once its queue part holds what the handlers
@@ -134,8 +135,10 @@ func newWindow(floor, ceil int, fixed bool, maxBytes int64, minIdle time.Duratio
 
 // reservation is a call's place in the window, from reserve to fill.
 type reservation struct {
-	n      int    // entries the call may fetch
-	bound  bool   // the window's room, not want or the batch size, set n
+	n int // entries the call may fetch
+	// bound: the window held the call back: it waited for room, or the
+	// room, not want or the batch size, set n.
+	bound  bool
 	ticket uint64 // the call's number
 	bytes  int64  // the bytes it may return, counted in window.inflight
 }
@@ -147,6 +150,9 @@ func (w *window) reserve(ctx context.Context, p party, want int) reservation {
 	for waited := false; ; waited = true {
 		w.mu.Lock()
 		n, bound := w.offerLocked(p, want, waited)
+		// A taker that had to wait was held back by the window, whatever
+		// it takes now (see resizeLocked).
+		bound = bound || waited
 		if n > 0 {
 			est := int64(float64(n) * w.perEntry)
 			w.held += n

@@ -78,6 +78,40 @@ func TestWindowGrowsWhenHandlersStarve(t *testing.T) {
 	require.Equal(t, 16, limit)
 }
 
+// A call that had to wait for room was held back by the window, whatever
+// it then took: with handlers starving it grows the window, so the next
+// call can go out while they work. One that found its room at once, and
+// asked for less than there was, does not.
+func TestWindowGrowsAfterAWaitForRoom(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	w := newWindow(16, 1000, false, 32<<20, time.Minute)
+	w.limit, w.perEntry = 100, 100
+	r := w.reserve(ctx, partyReclaim, 20)
+	require.Equal(t, 20, r.n)
+	w.starved.Store(true)
+	w.fill(r, 20, 2000, time.Millisecond, true)
+	limit, _ := w.size()
+	require.Equal(t, 100, limit, "room to spare: not held back")
+
+	hold := w.reserve(ctx, partyRead, 70) // with the 20 above, 90 in hand
+	require.Equal(t, 70, hold.n)
+	got := make(chan reservation)
+	go func() { got <- w.reserve(ctx, partyReclaim, 20) }()
+	require.Eventually(t, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.waiters[partyReclaim]) == 1
+	}, 10*time.Second, time.Millisecond, "waits for room")
+	w.fill(hold, 0, 0, time.Millisecond, false) // the read found nothing: its places free
+	r = <-got
+	require.Equal(t, 20, r.n)
+	w.starved.Store(true)
+	w.fill(r, 20, 2000, time.Millisecond, true)
+	limit, _ = w.size()
+	require.Equal(t, 150, limit)
+}
+
 // Queued entries that wait longer than they take to handle (and longer
 // than hoardMinWait) shrink the window, never below Concurrency; a
 // Prefetch window never moves.

@@ -52,8 +52,8 @@ const (
 	// every PoisonEvery-th one at the driver's DefaultMaxDeliveries, idle
 	// past the default MinIdle, reclaimed by the driver (every field at
 	// its default; and with MinIdle and ReclaimInterval 10ms), by the claim
-	// function's own page loop (Claim+Ack) and by the textbook loop
-	// (textbook.Loop).
+	// function's own page loop (Claim+Ack; and once more as a control of
+	// the machine's noise) and by the textbook loop (textbook.Loop).
 	PartReclaim Part = "reclaim"
 	// PartPEL: the driver consuming new entries while its reclaim passes
 	// walk a PEL of each of PELSizes entries that are not yet idle.
@@ -478,7 +478,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	if cfg.has(PartReclaim) {
 		var ok bool
-		if rep.Reclaim, ok = b.rounds(ctx, "reclaim path", []roundMethod{{run: b.runClaimLoop}, {run: b.runDriverReclaim}, {run: b.runDriverReclaimShort}, {run: b.runTextbook}}, &errs); !ok {
+		if rep.Reclaim, ok = b.rounds(ctx, "reclaim path", []roundMethod{{run: b.runClaimLoop}, {run: b.runDriverReclaim}, {run: b.runDriverReclaimShort}, {run: b.runClaimLoopControl}, {run: b.runTextbook}}, &errs); !ok {
 			return rep, errors.Join(errs...)
 		}
 	}
@@ -541,7 +541,12 @@ func (b *bench) rounds(ctx context.Context, part string, methods []roundMethod, 
 		if b.cfg.Rounds > 1 {
 			b.cfg.logf("%s: round %d of %d", part, round, b.cfg.Rounds)
 		}
-		for i, m := range methods {
+		// Each round starts one method further on, so no method always
+		// follows the same one (the server's state after a method, its
+		// Lua heap and allocator among it, is what the next one meets).
+		for j := range methods {
+			i := (j + round - 1) % len(methods)
+			m := methods[i]
 			if m.once && round > 1 {
 				continue
 			}

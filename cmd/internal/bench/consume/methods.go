@@ -535,8 +535,23 @@ func handle(id string, fields any) {}
 // entries), a no-op handler, one Library.Ack per page, as reclaimbench's
 // pelwarden method does, on one connection.
 func (b *bench) runClaimLoop(ctx context.Context) (*Result, error) {
-	method := fmt.Sprintf("Claim+Ack loop, page %d", b.cfg.ClaimCount)
-	k := b.keys("claimloop")
+	return b.claimLoop(ctx, fmt.Sprintf("Claim+Ack loop, page %d", b.cfg.ClaimCount), "claimloop")
+}
+
+// runClaimLoopControl: PartReclaim, runClaimLoop's method once more in
+// each round, as a control: its ratio to the first run across the rounds
+// is the noise of the machine (and of the method), against which the
+// driver's ratios are read.
+func (b *bench) runClaimLoopControl(ctx context.Context) (*Result, error) {
+	return b.claimLoop(ctx, fmt.Sprintf("%sClaim+Ack loop, page %d", controlPrefix, b.cfg.ClaimCount), "claimloopcontrol")
+}
+
+// controlPrefix starts the name of PartReclaim's control method.
+const controlPrefix = "control: "
+
+// claimLoop runs the Claim+Ack loop as method, on keys named slug.
+func (b *bench) claimLoop(ctx context.Context, method, slug string) (*Result, error) {
+	k := b.keys(slug)
 	defer b.cleanup(ctx, k)
 	n, poison, err := b.prepareReclaim(ctx, method, k)
 	if err != nil {

@@ -196,9 +196,9 @@ const (
 	// TargetVsWatermill: on new entries the driver consumes at least 30
 	// times as many entries per second as watermill-redisstream.
 	TargetVsWatermill = 30.0
-	// TargetVsRaw: on new entries the driver reaches at least 80% of the
-	// raw loop.
-	TargetVsRaw = 0.8
+	// TargetVsRaw: on new entries the driver reaches at least 90% of the
+	// raw loop (80% in issue 11; issue 25 raised it).
+	TargetVsRaw = 0.9
 	// TargetReclaimVsClaim: reclaiming a dead consumer's PEL, the driver
 	// with its defaults reaches at least 95% of the Claim+Ack loop's rate
 	// (the median of the rounds' ratios; issue 25)...
@@ -400,6 +400,10 @@ func writeReclaim(ew *measure.ReportWriter, rep Report, lines *[]string) error {
 				r.Method, TargetReclaimVsClaim*100, TargetReclaimVsClaimRound*100, x*100, least*100,
 				measure.Verdict(x >= TargetReclaimVsClaim && least >= TargetReclaimVsClaimRound)))
 		}
+	}
+	if ctl := find(rep.Reclaim, func(r *Result) bool { return strings.HasPrefix(r.Method, controlPrefix) }); ctl != nil && claim != nil {
+		*lines = append(*lines, fmt.Sprintf("  reclaim, control: the Claim+Ack loop against itself: %.0f%% (median of the rounds), least %.0f%%, most %.0f%% (no target: the machine's noise)",
+			ratioTo(ctl, claim)*100, leastRatio(ctl, claim)*100, mostRatio(ctl, claim)*100))
 	}
 	if tb != nil {
 		*lines = append(*lines, fmt.Sprintf("  reclaim, driver: entries/s vs the textbook loop: %s (no target; the issue expects about 9x on loopback)", measure.FormatRatio(ratioTo(d, tb))))
@@ -665,6 +669,18 @@ func leastRatio(r, base *Result) float64 {
 		least = min(least, measure.Ratio(r.Rates[i], base.Rates[i]))
 	}
 	return least
+}
+
+// mostRatio is the highest of the rounds' ratios of r to base.
+func mostRatio(r, base *Result) float64 {
+	if len(r.Rates) < 2 || len(r.Rates) != len(base.Rates) {
+		return ratioTo(r, base)
+	}
+	most := 0.0
+	for i := range r.Rates {
+		most = max(most, measure.Ratio(r.Rates[i], base.Rates[i]))
+	}
+	return most
 }
 
 func state(r *Result) string {

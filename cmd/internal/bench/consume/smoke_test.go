@@ -50,7 +50,7 @@ func TestConsumebenchSmoke(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Len(t, rep.Main, len(consume.DefaultDrivers)+2) // the drivers, watermill, raw
-	require.Len(t, rep.Reclaim, 4)                          // Claim+Ack loop, driver defaults, driver short MinIdle, textbook
+	require.Len(t, rep.Reclaim, 5)                          // Claim+Ack loop, driver defaults, driver short MinIdle, control, textbook
 	require.Len(t, rep.PEL, 2)
 	require.Len(t, rep.Ack, 3)   // XACK, fenced in order, fenced shuffled
 	require.Len(t, rep.Slow, 2)  // one per round
