@@ -146,6 +146,10 @@ func (a *acker) loop(ctx context.Context) {
 			take()
 			if len(pending) >= a.batch {
 				pending, _ = a.flush(live, pending)
+			} else if d, ok := a.beforeFence(firstFence(pending)); ok {
+				// A token left from before an earlier take: what it took
+				// keeps its timing.
+				fence.Reset(d)
 			}
 		case <-a.queue.drained:
 			take()
@@ -255,6 +259,18 @@ func (a *acker) beforeFence(ownedUntil time.Duration) (time.Duration, bool) {
 		return 0, false
 	}
 	return max(left-a.sendTime, 0), true
+}
+
+// firstFence is the earliest ownedUntil among items whose fence was ahead
+// (the end of time when there is none).
+func firstFence(items []ackItem) time.Duration {
+	first := time.Duration(math.MaxInt64)
+	for _, it := range items {
+		if it.ahead {
+			first = min(first, it.ownedUntil)
+		}
+	}
+	return first
 }
 
 // timeSend records the time an ack call took (see sendTime).

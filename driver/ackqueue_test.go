@@ -99,4 +99,8 @@ func TestAckQueueEarliest(t *testing.T) {
 	q.push(ackItem{id: "5-0", ownedUntil: 9 * time.Second, ahead: true})
 	require.True(t, sooner(), "the first after a take")
 	require.Equal(t, 9*time.Second, q.earliest())
+
+	// The same rule over items the ack loop took but has not sent.
+	require.EqualValues(t, math.MaxInt64, firstFence(nil))
+	require.Equal(t, 5*time.Second, firstFence([]ackItem{{ownedUntil: time.Second}, {ownedUntil: 7 * time.Second, ahead: true}, {ownedUntil: 5 * time.Second, ahead: true}}))
 }

@@ -274,14 +274,20 @@ type Config struct {
 	// Defaults to DefaultReadCount; at most pelwarden.MaxCount.
 	ReadCount int
 	// ClaimCount is the most entries one reclaim call claims; a page takes
-	// fewer when the window has less room or the entries are large.
-	// Defaults to DefaultClaimCount; at most pelwarden.MaxCount.
+	// fewer when the window has less room, the entries are large, or a
+	// page that large would take more than MinIdle/8 (by the time the
+	// calls took per entry so far: with a MinIdle of 10 ms about a hundred
+	// entries, so they arrive with their lease to spare). Defaults to
+	// DefaultClaimCount; at most pelwarden.MaxCount.
 	ClaimCount int
 	// AckBatch: acks are sent in one call per batch of this many, or every
 	// AckInterval, whichever comes first, and at once when the consumer has
 	// drained what it held (its last read found nothing new and no handler
-	// is queued or running: no more acks are coming soon). Defaults to
-	// DefaultAckBatch.
+	// is queued or running: no more acks are coming soon). A batch also
+	// goes out early enough for its acks to be plain XACKs, before the
+	// first of them reaches MinIdle/2 since its delivery (less the time an
+	// ack call takes): only with a short MinIdle does that come before
+	// AckInterval. Defaults to DefaultAckBatch.
 	AckBatch int
 	// AckInterval: see AckBatch. Defaults to DefaultAckInterval; a MinIdle
 	// below 4 x AckInterval shortens it to MinIdle/4.

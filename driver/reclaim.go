@@ -226,7 +226,7 @@ func (p *passReport) log(l *lane) {
 // The pacer keeps a page's call within claimBudget of MinIdle, from the
 // time per entry the calls took so far. With the defaults (MinIdle a
 // minute) that bound is far above ClaimCount; with a MinIdle of 10 ms it
-// is about a hundred entries. It belongs to the reclaim loop.
+// is about a hundred entries, minClaimPage. It belongs to the reclaim loop.
 type claimPacer struct {
 	perEntry time.Duration // mean round trip per claimed place (0: none measured)
 }
@@ -237,13 +237,24 @@ type claimPacer struct {
 // together stay well within the lease interval (MinIdle/3).
 const claimBudget = 8
 
+// minClaimPage is the smallest page the pacer asks for (or ClaimCount if
+// less). The time per entry it measures is a round trip's share, fixed
+// costs included (the call's checks, the network, the wait behind other
+// commands): on a slow or busy server the pages it derives would shrink
+// towards a few entries each, every call paying those costs again, and
+// the drain would collapse (a run on a loaded machine fell to 16 entries
+// a page and a fifth of the throughput) without the pages arriving any
+// fresher. A hundred entries keep the calls' fixed part small.
+const minClaimPage = 100
+
 // size is how many entries the next page asks for: count, or fewer where
-// that many would take longer than MinIdle/claimBudget (at least one).
+// that many would take longer than MinIdle/claimBudget (never fewer than
+// minClaimPage).
 func (p *claimPacer) size(count int, minIdle time.Duration) int {
 	if p.perEntry <= 0 {
 		return count
 	}
-	return max(1, min(count, int(minIdle/claimBudget/p.perEntry)))
+	return min(count, max(minClaimPage, int(minIdle/claimBudget/p.perEntry)))
 }
 
 // took records a claim call of n places (the reservation: the call asked

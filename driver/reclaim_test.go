@@ -279,7 +279,8 @@ func TestReclaimLoopRunsAtOnceWhenReadClaimsAreRefused(t *testing.T) {
 
 // claimPacer keeps a page's claim within MinIdle/claimBudget, from the
 // time per place the calls took so far: ClaimCount with the defaults,
-// about a hundred entries with a MinIdle of 10 ms.
+// about a hundred entries with a MinIdle of 10 ms, never fewer than
+// minClaimPage.
 func TestClaimPacer(t *testing.T) {
 	t.Parallel()
 	var p claimPacer
@@ -289,9 +290,11 @@ func TestClaimPacer(t *testing.T) {
 	require.Equal(t, 500, p.size(500, 10*time.Millisecond), "calls without places or time measure nothing")
 	p.took(100, time.Millisecond) // 10µs a place
 	require.Equal(t, 125, p.size(500, 10*time.Millisecond))
+	require.Equal(t, 250, p.size(500, 20*time.Millisecond))
 	require.Equal(t, 500, p.size(500, DefaultMinIdle))
 	p.took(100, 5*time.Millisecond) // 50µs: the mean moves a quarter of the way
 	require.Equal(t, 20*time.Microsecond, p.perEntry)
 	p.took(1, time.Hour)
-	require.Equal(t, 1, p.size(500, 10*time.Millisecond), "at least one")
+	require.Equal(t, minClaimPage, p.size(500, 10*time.Millisecond), "never below minClaimPage")
+	require.Equal(t, 50, p.size(50, 10*time.Millisecond), "nor above ClaimCount")
 }

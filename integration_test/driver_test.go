@@ -200,6 +200,34 @@ func TestDriverReclaimsFromDeadConsumer(t *testing.T) {
 	})
 }
 
+// A consumer that starts while a dead consumer's entries are already idle
+// takes all of them at start on every server, not one page then and the
+// rest a ReclaimInterval later: where the server has no XREADGROUP ...
+// CLAIM, the round at start took one page (it counted on the reads), and
+// the reclaim loop runs again as soon as the first read finds the option
+// refused.
+func TestDriverReclaimsIdlePELAtStart(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		f := s.fixture(t)
+		ids := f.Produce(1200, nil)
+		f.LeavePending("crashed", len(ids))
+		// Idle for two minutes: XCLAIM ... IDLE to the same consumer, JUSTID
+		// (the delivery counts stay).
+		args := []any{"XCLAIM", f.Stream, f.Group, "crashed", 0}
+		for _, id := range ids {
+			args = append(args, id)
+		}
+		require.NoError(t, s.rdb.Do(t.Context(), append(args, "IDLE", 120000, "JUSTID")...).Err())
+		m := &pelwardentest.Metrics{}
+		c := f.RunConsumer(driver.Config{Consumer: "rescuer", MinIdle: time.Minute, ReclaimInterval: time.Hour, Metrics: m,
+			Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
+		f.Within(20 * time.Second).RequirePELEmpty()
+		require.NoError(t, c.Stop())
+		f.RequireAcked(ids...)
+		require.Equal(t, len(ids), m.Total(driver.EventHandled), "each handled once")
+	})
+}
+
 // A handler slower than MinIdle is not stolen by a second consumer: the
 // lease heartbeat keeps extending it.
 func TestDriverLeaseProtectsSlowHandler(t *testing.T) {
