@@ -73,8 +73,9 @@ func (l *lane) anythingIdle(ctx context.Context) bool {
 // takes the room the window offers (waiting for room while the handlers
 // are busy, never for more than can come), up to ClaimCount entries (fewer
 // where a page that large would take too long for MinIdle: see
-// claimPacer) and about the window's batch of bytes. What the pass dead-lettered, found
-// deleted or could not dead-letter is logged once at its end.
+// claimPacer) and about the window's batch of bytes. What the pass
+// dead-lettered, found deleted or could not dead-letter is logged once at
+// its end.
 func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 	maxDeliveries := l.cfg.claimMaxDeliveries()
 	rep := passReport{maxDeliveries: maxDeliveries}
