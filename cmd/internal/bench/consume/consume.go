@@ -523,7 +523,8 @@ type roundMethod struct {
 }
 
 // rounds runs methods Config.Rounds times, interleaved (each round runs
-// every method once, in order), and returns each method's median run (see
+// every method once, in order, starting one method further on than the
+// round before), and returns each method's median run (see
 // medians). It reports false when ctx was cancelled; errors are appended to
 // errs.
 func (b *bench) rounds(ctx context.Context, part string, methods []roundMethod, errs *[]error) ([]Result, bool) {
