@@ -3,7 +3,6 @@ package consume
 import (
 	"fmt"
 	"io"
-	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -647,40 +646,32 @@ func vs(r, base *Result) string {
 // neighbours in time, so a slow spell of a shared machine hits both),
 // otherwise the ratio of the two Results.
 func ratioTo(r, base *Result) float64 {
+	xs := roundRatios(r, base)
+	return xs[(len(xs)-1)/2]
+}
+
+// leastRatio is the lowest of the rounds' ratios of r to base (see
+// ratioTo).
+func leastRatio(r, base *Result) float64 { return roundRatios(r, base)[0] }
+
+// mostRatio is the highest of the rounds' ratios of r to base.
+func mostRatio(r, base *Result) float64 {
+	xs := roundRatios(r, base)
+	return xs[len(xs)-1]
+}
+
+// roundRatios returns the ratios of r to base within each round, sorted;
+// without paired rounds, the one ratio of the two Results.
+func roundRatios(r, base *Result) []float64 {
 	if len(r.Rates) < 2 || len(r.Rates) != len(base.Rates) {
-		return measure.Ratio(r.EntriesPerSecond(), base.EntriesPerSecond())
+		return []float64{measure.Ratio(r.EntriesPerSecond(), base.EntriesPerSecond())}
 	}
 	xs := make([]float64, len(r.Rates))
 	for i := range xs {
 		xs[i] = measure.Ratio(r.Rates[i], base.Rates[i])
 	}
 	slices.Sort(xs)
-	return xs[(len(xs)-1)/2]
-}
-
-// leastRatio is the lowest of the rounds' ratios of r to base (see
-// ratioTo).
-func leastRatio(r, base *Result) float64 {
-	if len(r.Rates) < 2 || len(r.Rates) != len(base.Rates) {
-		return ratioTo(r, base)
-	}
-	least := math.Inf(1)
-	for i := range r.Rates {
-		least = min(least, measure.Ratio(r.Rates[i], base.Rates[i]))
-	}
-	return least
-}
-
-// mostRatio is the highest of the rounds' ratios of r to base.
-func mostRatio(r, base *Result) float64 {
-	if len(r.Rates) < 2 || len(r.Rates) != len(base.Rates) {
-		return ratioTo(r, base)
-	}
-	most := 0.0
-	for i := range r.Rates {
-		most = max(most, measure.Ratio(r.Rates[i], base.Rates[i]))
-	}
-	return most
+	return xs
 }
 
 func state(r *Result) string {
