@@ -698,10 +698,79 @@ func TruncateError(s string) string {
 	return s[:cut] + TruncatedMarker
 }
 
-// DeadLetterStreamFor returns the default dead-letter stream name of a
-// stream: stream + ":dead". With a hash-tagged stream ("{orders}") the result
-// ("{orders}:dead") is in the same cluster slot.
-func DeadLetterStreamFor(stream string) string { return stream + ":dead" }
+// DeadLetterStreamFor returns the dead-letter stream of a stream: the one
+// name the driver, the CLI, the dashboard, the Watermill adapter and the
+// test kit all use. It is always in the stream's cluster slot:
+//
+//   - a stream with a hash tag keeps it: "{orders}" -> "{orders}:dead",
+//     "{orders}:p3" -> "{orders}:p3:dead";
+//   - a stream without one is hashed whole, as the stream itself is:
+//     "orders" -> "{orders}:dead";
+//   - the rare name with no hash tag but a '}' in it (which cannot be put
+//     inside a tag) gets a tag of its braces-free name plus a short suffix
+//     chosen to land in its slot: "a}b" -> "{ab" + suffix + "}:dead".
+//
+// Before v1.3.0 the name was always stream + ":dead", which for a stream
+// without a hash tag is another name in another slot: see
+// LegacyDeadLetterStreamFor.
+func DeadLetterStreamFor(stream string) string {
+	if d := stream + deadSuffix; Slot(d) == Slot(stream) {
+		return d
+	}
+	if !strings.Contains(stream, "}") {
+		return "{" + stream + "}" + deadSuffix
+	}
+	return "{" + tagInSlot(stream) + "}" + deadSuffix
+}
+
+const deadSuffix = ":dead"
+
+// LegacyDeadLetterStreamFor returns the dead-letter stream that pelwarden
+// before v1.3.0 chose for stream (stream + ":dead"), and whether it differs
+// from DeadLetterStreamFor(stream): it does for every stream without a hash
+// tag. Tools look there for records written by older versions, so that none
+// is orphaned by the rename.
+func LegacyDeadLetterStreamFor(stream string) (name string, differs bool) {
+	name = stream + deadSuffix
+	return name, name != DeadLetterStreamFor(stream)
+}
+
+// tagInSlot returns a hash tag (no braces) in the slot of name: name
+// without its braces, then the first suffix of up to four characters of
+// tagAlphabet that lands there (a search of at most a few thousand CRCs;
+// four characters cover every slot).
+func tagInSlot(name string) string {
+	base := strings.NewReplacer("{", "", "}", "").Replace(name)
+	want := Slot(name)
+	buf := []byte(base)
+	var try func(depth int) bool
+	try = func(depth int) bool {
+		if int(crc16(string(buf))%SlotCount) == want {
+			return true
+		}
+		if depth == 0 {
+			return false
+		}
+		for i := 0; i < len(tagAlphabet); i++ {
+			buf = append(buf, tagAlphabet[i])
+			if try(depth - 1) {
+				return true
+			}
+			buf = buf[:len(buf)-1]
+		}
+		return false
+	}
+	for depth := 1; depth <= 4; depth++ {
+		buf = append(buf[:0], base...)
+		buf = append(buf, '~')
+		if try(depth) {
+			return string(buf)
+		}
+	}
+	return string(buf)
+}
+
+const tagAlphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 // ----------------------------------------------------------------------------
 // argument checks

@@ -2,7 +2,6 @@ package pelwardenwatermill
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/pelwarden/pelwarden"
 )
@@ -12,12 +11,10 @@ import (
 //
 // By default a topic is the stream of the same name, as in
 // watermill-redisstream, so both can run on one stream while a team
-// switches. Its dead-letter stream is pelwarden.DeadLetterStreamFor of it
-// when that lands in the stream's cluster slot ("{orders}" ->
-// "{orders}:dead"), and otherwise "{" + stream + "}:dead", which hashes the
-// whole stream name as the stream itself does ("orders" ->
-// "{orders}:dead"). Stream and dead-letter stream are then in one slot, as
-// the driver requires.
+// switches. Its dead-letter stream is pelwarden.DeadLetterStreamFor(stream)
+// ("{orders}" -> "{orders}:dead", "orders" -> "{orders}:dead"), the name
+// the driver, the CLI and the dashboard use too, in the stream's cluster
+// slot as the driver requires.
 type Topics struct {
 	// Stream names the stream of a topic. Defaults to the topic itself.
 	Stream func(topic string) string
@@ -75,15 +72,10 @@ func (t Topics) streams(topic string) (streams []string, deadLetter string, err 
 }
 
 // DeadLetterStream returns the dead-letter stream the Subscriber uses for
-// stream (without partitions): see Topics. It fails for the rare name
-// neither rule puts in the stream's slot (one with an empty "{}" before
-// another brace).
+// stream (without partitions): pelwarden.DeadLetterStreamFor(stream), in
+// the stream's cluster slot. The error is always nil (kept for
+// compatibility: before v1.3.0 the adapter had its own rule, which failed
+// for some names).
 func DeadLetterStream(stream string) (string, error) {
-	if d := pelwarden.DeadLetterStreamFor(stream); pelwarden.Slot(d) == pelwarden.Slot(stream) {
-		return d, nil
-	}
-	if strings.Contains(stream, "}") {
-		return "", fmt.Errorf("no dead-letter stream name in the slot of %q; map the topic to a stream with a hash tag (Topics.Stream)", stream)
-	}
-	return "{" + stream + "}:dead", nil
+	return pelwarden.DeadLetterStreamFor(stream), nil
 }

@@ -119,6 +119,6 @@ your handlers' p99 time when consumers are running.`,
 	}
 	cmd.Flags().IntVar(&maxDeliveries, "max-deliveries", 0, "dead-letter entries delivered at least `N` times (required, positive)")
 	cmd.Flags().DurationVar(&minIdle, "min-idle", 0, "only entries idle at least this long (0: every pending entry)")
-	cmd.Flags().StringVar(&dlq, "dlq", "", "dead-letter stream `KEY` (default STREAM:dead)")
+	cmd.Flags().StringVar(&dlq, "dlq", "", "dead-letter stream `KEY` (default pelwarden.DeadLetterStreamFor(STREAM): STREAM:dead with a hash tag, else {STREAM}:dead)")
 	return cmd
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/internal/ops"
 )
 
 // statusJSON is the --json output of status.
@@ -29,6 +30,11 @@ type statusJSON struct {
 	Stalled            int            `json:"stalled_consumers"`
 	StalledPending     int64          `json:"stalled_pending"`
 	LibraryVersion     string         `json:"library_version,omitempty"`
+	// LegacyDeadLetterStream and LegacyDeadLetterLength: records an older
+	// pelwarden wrote under the former dead-letter stream name (omitted
+	// when there are none, or with --dlq).
+	LegacyDeadLetterStream string `json:"legacy_dead_letter_stream,omitempty"`
+	LegacyDeadLetterLength int64  `json:"legacy_dead_letter_length,omitempty"`
 }
 
 type consumerJSON struct {
@@ -107,6 +113,15 @@ reclaimable), the group's lag and the dead-letter stream's length.`,
 			if v, err := pelwarden.NewLibrary(rdb).Version(ctx); err == nil {
 				out.LibraryVersion = v
 			}
+			if !cmd.Flags().Changed("dlq") {
+				legacy, err := ops.FindLegacyDeadLetters(ctx, rdb, stream)
+				if err != nil {
+					return err
+				}
+				if legacy != nil {
+					out.LegacyDeadLetterStream, out.LegacyDeadLetterLength = legacy.Stream, legacy.Length
+				}
+			}
 			if a.json {
 				return a.printJSON(out)
 			}
@@ -115,7 +130,7 @@ reclaimable), the group's lag and the dead-letter stream's length.`,
 		}),
 	}
 	cmd.Flags().DurationVar(&minIdle, "min-idle", time.Minute, "flag consumers that own entries and have been idle at least this long (their entries are reclaimable); use your consumers' MinIdle")
-	cmd.Flags().StringVar(&dlq, "dlq", "", "dead-letter stream `KEY` (default STREAM:dead)")
+	cmd.Flags().StringVar(&dlq, "dlq", "", "dead-letter stream `KEY` (default pelwarden.DeadLetterStreamFor(STREAM): STREAM:dead with a hash tag, else {STREAM}:dead)")
 	return cmd
 }
 
@@ -137,6 +152,10 @@ func (a *app) printStatus(s statusJSON, minIdle time.Duration) {
 	_, _ = tw.Write([]byte("  lag\t" + lag + "\n"))
 	_, _ = tw.Write([]byte("  stream length\t" + fmtCount(s.Length) + "\n"))
 	_, _ = tw.Write([]byte("  dead-letter\t" + s.DeadLetterStream + ": " + plural(s.DeadLetterLength, "record", "records") + "\n"))
+	if s.LegacyDeadLetterStream != "" {
+		legacy := ops.LegacyDeadLetters{Stream: s.LegacyDeadLetterStream, Length: s.LegacyDeadLetterLength}
+		_, _ = tw.Write([]byte("  former dead-letter\t" + legacy.Stream + ": " + plural(legacy.Length, "record", "records") + ", " + legacy.Advice() + "\n"))
+	}
 	_ = tw.Flush()
 	if len(s.Consumers) == 0 {
 		a.printf("consumers: none\n")

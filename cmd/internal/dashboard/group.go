@@ -36,11 +36,15 @@ type groupView struct {
 	LeaseKey  string
 	Lease     *ops.LeaseState
 	LeaseNote string
+	// Legacy: records an older pelwarden wrote under the stream's former
+	// dead-letter stream name (nil when there are none).
+	Legacy *ops.LegacyDeadLetters
 }
 
 // loadGroup reads a group's summary in one pipelined round trip: TIME,
 // XINFO GROUPS (the group's row), XLEN of the stream and its dead-letter
-// stream, XPENDING's summary form, XINFO CONSUMERS (a row per consumer;
+// stream (and of its former dead-letter stream, for a stream without a hash
+// tag), XPENDING's summary form, XINFO CONSUMERS (a row per consumer;
 // nothing per pending entry) and an HMGET of the stream's lease hash.
 func (s *Server) loadGroup(ctx context.Context, stream, group, dlq string) (*groupView, error) {
 	pipe := s.rdb.Pipeline()
@@ -53,6 +57,11 @@ func (s *Server) loadGroup(ctx context.Context, stream, group, dlq string) (*gro
 	consumers := pipe.XInfoConsumers(ctx, stream, group)
 	leaseKey := pelwarden.LeaseKeyFor(stream)
 	lease := pipe.HMGet(ctx, leaseKey, ops.LeaseFields...)
+	var legacyLen *redis.IntCmd
+	legacy, legacyDiffers := pelwarden.LegacyDeadLetterStreamFor(stream)
+	if legacyDiffers && legacy != dlq {
+		legacyLen = pipe.XLen(ctx, legacy)
+	}
 	_, _ = pipe.Exec(ctx)
 	now, err := tm.Result()
 	if err != nil {
@@ -96,6 +105,13 @@ func (s *Server) loadGroup(ctx context.Context, stream, group, dlq string) (*gro
 		return nil, fmt.Errorf("XINFO CONSUMERS %s %s: %w", stream, group, err)
 	}
 	v.Lease, v.LeaseNote = leaseState(leaseKey, lease, now)
+	if legacyLen != nil {
+		// A missing key reads 0; another type or a refused read shows
+		// nothing: the panel is advice, not the group's state.
+		if n, err := legacyLen.Result(); err == nil && n > 0 {
+			v.Legacy = &ops.LegacyDeadLetters{Stream: legacy, Length: n}
+		}
+	}
 	return v, nil
 }
 
