@@ -97,6 +97,10 @@ type Error struct {
 	Kind error
 	// Err is the underlying error, if any.
 	Err error
+	// Key is the key the ACL user may not access, when the server refused
+	// the call for a key (Kind ErrNoPermission) and the library could tell
+	// which (under FCALL); "" otherwise.
+	Key string
 }
 
 func (e *Error) Error() string {

@@ -76,6 +76,11 @@ type ClaimArgs struct {
 	// max(MinIdle, Backoff[min(n, len(Backoff))-1]). Entries left alone are
 	// counted in ClaimPage.BackedOff; their delivery count is not bumped.
 	Backoff []time.Duration
+	// LastErrors is the stream's last-errors hash (LastErrorsKeyFor), in
+	// its slot: a record for MaxDeliveries keeps the error of the entry's
+	// last failed attempt (Fail). Empty: records keep no error (and an
+	// older library, before 1.3.0, ignores it).
+	LastErrors string
 }
 
 // ClaimPage is one page of a reclaim pass.
@@ -115,7 +120,8 @@ func (l *Library) Claim(ctx context.Context, a ClaimArgs) (*ClaimPage, error) {
 	if a.Stream == a.DeadLetterStream {
 		return nil, argError(fn, "DeadLetterStream", "must differ from Stream")
 	}
-	if err := l.checkSlots(fn, a.Stream, a.DeadLetterStream); err != nil {
+	keys, err := l.withLastErrors(fn, []string{a.Stream, a.DeadLetterStream}, a.LastErrors)
+	if err != nil {
 		return nil, err
 	}
 	cursor, err := checkCursor(fn, a.Cursor)
@@ -146,7 +152,7 @@ func (l *Library) Claim(ctx context.Context, a ClaimArgs) (*ClaimPage, error) {
 		}
 		args = append(args, ms(d))
 	}
-	v, err := l.call(ctx, fn, []string{a.Stream, a.DeadLetterStream}, args...)
+	v, err := l.call(ctx, fn, keys, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +166,11 @@ type AckArgs struct {
 	Stream, Group, Consumer string
 	// IDs to acknowledge, 1 to MaxCount.
 	IDs []string
-	// Delete also XDELs the acknowledged entries.
+	// Delete also deletes the acknowledged entries from Stream, once every
+	// consumer group of the stream is done with them (XDELEX ... ACKED on
+	// Redis 8.2 and later, a check of every group elsewhere; a plain XDEL
+	// before library 1.3.0), so a group that has not read an entry yet
+	// still gets it.
 	Delete bool
 }
 
@@ -236,8 +246,13 @@ type DeadLetterArgs struct {
 	// Error is the error text, stored bounded to MaxErrorBytes (cut on a
 	// UTF-8 boundary, ending with TruncatedMarker).
 	Error string
-	// Delete also XDELs the entries from Stream.
+	// Delete also deletes the entries from Stream once every consumer
+	// group is done with them (see AckArgs.Delete).
 	Delete bool
+	// LastErrors is the stream's last-errors hash (LastErrorsKeyFor): with
+	// an empty Error, each record keeps its entry's last error (as Claim
+	// does for MaxDeliveries). Optional.
+	LastErrors string
 }
 
 // DeadLetterResult is the outcome of DeadLetter.
@@ -278,7 +293,8 @@ func (l *Library) DeadLetter(ctx context.Context, a DeadLetterArgs) (*DeadLetter
 	if a.Stream == a.DeadLetterStream {
 		return nil, argError(fn, "DeadLetterStream", "must differ from Stream")
 	}
-	if err := l.checkSlots(fn, a.Stream, a.DeadLetterStream); err != nil {
+	keys, err := l.withLastErrors(fn, []string{a.Stream, a.DeadLetterStream}, a.LastErrors)
+	if err != nil {
 		return nil, err
 	}
 	reason := a.Reason
@@ -292,7 +308,7 @@ func (l *Library) DeadLetter(ctx context.Context, a DeadLetterArgs) (*DeadLetter
 	if err != nil {
 		return nil, err
 	}
-	v, err := l.call(ctx, fn, []string{a.Stream, a.DeadLetterStream}, args...)
+	v, err := l.call(ctx, fn, keys, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -388,11 +404,127 @@ func (l *Library) Release(ctx context.Context, a ReleaseArgs) (*ReleaseResult, e
 	if err != nil {
 		return nil, err
 	}
+	return decodeRelease(fn, v)
+}
+
+// FailArgs are the arguments of Fail.
+type FailArgs struct {
+	// Stream, Group and Consumer are required. Only ids still owned by
+	// Consumer are touched.
+	Stream, Group, Consumer string
+	// LastErrors is the stream's last-errors hash (LastErrorsKeyFor), where
+	// Error is kept. Empty keeps no error (the rest is the same).
+	LastErrors string
+	// IDs of the failed attempts, 1 to MaxCount.
+	IDs []string
+	// MinIdle is the MinIdle reclaimers pass to Claim (0 for partitions
+	// in ordered mode: LeaseNext compares idle time with Backoff alone).
+	MinIdle time.Duration
+	// Delay is the least wait before a retry (a RetryAfter's), at most
+	// MinIdle.
+	Delay time.Duration
+	// Backoff is the consumers' Backoff: an entry delivered n times waits
+	// max(Delay, Backoff[min(n, len(Backoff))-1]) from this call.
+	Backoff []time.Duration
+	// Error is the attempt's error text, kept bounded to MaxErrorBytes
+	// until the entry is acked or dead-lettered; a record for
+	// MaxDeliveries carries it. Empty keeps nothing new.
+	Error string
+}
+
+// Fail records failed attempts (library 1.3.0): each owned entry is given
+// back for a retry d = max(Delay, its Backoff) after this call, its
+// delivery count unchanged (its idle time is set to max(0, MinIdle-d)), and
+// its error is kept in the LastErrors hash, so that the dead letter written
+// when it reaches MaxDeliveries says why, whichever consumer made the last
+// attempt. One round trip, one small write per entry; a success costs
+// nothing of it.
+func (l *Library) Fail(ctx context.Context, a FailArgs) (*ReleaseResult, error) {
+	const fn = FunctionFail
+	if err := checkNames(fn, "Stream", a.Stream, "Group", a.Group, "Consumer", a.Consumer); err != nil {
+		return nil, err
+	}
+	keys, err := l.withLastErrors(fn, []string{a.Stream}, a.LastErrors)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDuration(fn, "MinIdle", a.MinIdle); err != nil {
+		return nil, err
+	}
+	if err := checkDuration(fn, "Delay", a.Delay); err != nil {
+		return nil, err
+	}
+	if len(a.Backoff) > MaxCount {
+		return nil, argError(fn, "Backoff", "at most %d values, got %d", MaxCount, len(a.Backoff))
+	}
+	head := []any{a.Group, a.Consumer, ms(a.MinIdle), ms(a.Delay), TruncateError(a.Error), len(a.Backoff)}
+	for i, d := range a.Backoff {
+		if err := checkDuration(fn, fmt.Sprintf("Backoff[%d]", i), d); err != nil {
+			return nil, err
+		}
+		head = append(head, ms(d))
+	}
+	args, err := idArgs(fn, a.IDs, head...)
+	if err != nil {
+		return nil, err
+	}
+	v, err := l.call(ctx, fn, keys, args...)
+	if err != nil {
+		return nil, err
+	}
+	return decodeRelease(fn, v)
+}
+
+// GiveBack returns owned entries that were handed out but never started
+// (library 1.3.0), as a consumer does at a graceful stop: each gets its
+// delivery count less one, so a delivery limit counts only attempts, and
+// idle time MinIdle, so a Claim with MinIdle takes it at once. The
+// arguments are Release's; Delay is ignored.
+func (l *Library) GiveBack(ctx context.Context, a ReleaseArgs) (*ReleaseResult, error) {
+	const fn = FunctionGiveBack
+	if err := checkNames(fn, "Stream", a.Stream, "Group", a.Group, "Consumer", a.Consumer); err != nil {
+		return nil, err
+	}
+	if err := checkDuration(fn, "MinIdle", a.MinIdle); err != nil {
+		return nil, err
+	}
+	args, err := idArgs(fn, a.IDs, a.Group, a.Consumer, ms(a.MinIdle))
+	if err != nil {
+		return nil, err
+	}
+	v, err := l.call(ctx, fn, []string{a.Stream}, args...)
+	if err != nil {
+		return nil, err
+	}
+	return decodeRelease(fn, v)
+}
+
+// decodeRelease decodes the reply of release, fail and giveback (extend's
+// shape).
+func decodeRelease(fn string, v any) (*ReleaseResult, error) {
 	r, err := decodeExtendAs(fn, v)
 	if err != nil {
 		return nil, err
 	}
 	return &ReleaseResult{Released: r.Extended, NotOwned: r.NotOwned, Deleted: r.Deleted}, nil
+}
+
+// withLastErrors appends the optional last-errors key to keys, checking
+// that it is a valid name, differs from them and shares their slot.
+func (l *Library) withLastErrors(fn string, keys []string, lastErrors string) ([]string, error) {
+	if lastErrors != "" {
+		if err := checkNames(fn, "LastErrors", lastErrors); err != nil {
+			return nil, err
+		}
+		if slices.Contains(keys, lastErrors) {
+			return nil, argError(fn, "LastErrors", "must differ from the other keys, got %q", lastErrors)
+		}
+		keys = append(keys, lastErrors)
+	}
+	if err := l.checkSlots(fn, keys...); err != nil {
+		return nil, err
+	}
+	return keys, nil
 }
 
 // ReapArgs are the arguments of Reap.
@@ -713,17 +845,32 @@ func TruncateError(s string) string {
 // Before v1.3.0 the name was always stream + ":dead", which for a stream
 // without a hash tag is another name in another slot: see
 // LegacyDeadLetterStreamFor.
-func DeadLetterStreamFor(stream string) string {
-	if d := stream + deadSuffix; Slot(d) == Slot(stream) {
-		return d
-	}
-	if !strings.Contains(stream, "}") {
-		return "{" + stream + "}" + deadSuffix
-	}
-	return "{" + tagInSlot(stream) + "}" + deadSuffix
-}
+func DeadLetterStreamFor(stream string) string { return keyInSlot(stream, deadSuffix) }
 
 const deadSuffix = ":dead"
+
+// LastErrorsKeyFor returns the last-errors hash of a stream (library
+// 1.3.0): per pending entry, the error of its last failed attempt (Fail),
+// read into the dead letter written when it reaches MaxDeliveries. It is named like the
+// dead-letter stream, in the stream's slot: "{orders}" ->
+// "{orders}:errors", "orders" -> "{orders}:errors". Its fields are
+// "<group> <id>"; acks never touch it (a success costs nothing), and each
+// Fail drops a few fields of entries no longer pending, so it stays about
+// the size of the entries failing now. ACL users of a consumer need read
+// and write access to it.
+func LastErrorsKeyFor(stream string) string { return keyInSlot(stream, ":errors") }
+
+// keyInSlot names a key of stream (stream + suffix) in the stream's slot;
+// see DeadLetterStreamFor for the rule.
+func keyInSlot(stream, suffix string) string {
+	if k := stream + suffix; Slot(k) == Slot(stream) {
+		return k
+	}
+	if !strings.Contains(stream, "}") {
+		return "{" + stream + "}" + suffix
+	}
+	return "{" + tagInSlot(stream) + "}" + suffix
+}
 
 // LegacyDeadLetterStreamFor returns the dead-letter stream that pelwarden
 // before v1.3.0 chose for stream (stream + ":dead"), and whether it differs
@@ -1059,7 +1206,8 @@ type ReleaseLeaseArgs struct {
 	// GiveBack are entries a LeaseNext handed out as new that no handler
 	// ran; see LeaseNextArgs.GiveBack. At most MaxCount.
 	GiveBack []string
-	// Delete also XDELs the acked entries.
+	// Delete also deletes the acked entries once every consumer group is
+	// done with them (see AckArgs.Delete).
 	Delete bool
 }
 
@@ -1112,8 +1260,13 @@ type LeaseNextArgs struct {
 	// MaxDeliveries: a pending head already delivered this many times is
 	// dead-lettered. Zero means no limit.
 	MaxDeliveries int
-	// Delete also XDELs acked and dead-lettered entries.
+	// Delete also deletes acked and dead-lettered entries once every
+	// consumer group is done with them (see AckArgs.Delete).
 	Delete bool
+	// LastErrors is the stream's last-errors hash (LastErrorsKeyFor): a
+	// head dead-lettered at MaxDeliveries keeps its last error (Fail).
+	// Optional.
+	LastErrors string
 	// Count is how many new entries are handed out at most, when nothing
 	// is pending: 1 to MaxCount; zero means 1.
 	Count int
@@ -1215,7 +1368,11 @@ func (l *Library) leaseNextArgs(a LeaseNextArgs) ([]string, []any, error) {
 	if a.DeadLetterStream == a.Stream || a.DeadLetterStream == a.Lease {
 		return nil, nil, argError(fn, "DeadLetterStream", "must differ from Stream and Lease")
 	}
-	if err := l.checkSlots(fn, a.Stream, a.DeadLetterStream, a.Lease); err != nil {
+	if a.LastErrors == a.Lease || a.LastErrors == a.DeadLetterStream {
+		return nil, nil, argError(fn, "LastErrors", "must differ from the other keys, got %q", a.LastErrors)
+	}
+	keys, err := l.withLastErrors(fn, []string{a.Stream, a.DeadLetterStream, a.Lease}, a.LastErrors)
+	if err != nil {
 		return nil, nil, err
 	}
 	switch {
@@ -1234,7 +1391,7 @@ func (l *Library) leaseNextArgs(a LeaseNextArgs) ([]string, []any, error) {
 		return nil, nil, argError(fn, "Count", "must be between 1 and %d, got %d", MaxCount, a.Count)
 	}
 	args := []any{a.Group, a.Consumer, a.Token, ms(a.TTL), a.MaxDeliveries, flag(a.Delete), count}
-	args, err := appendLeaseIDs(fn, args, a.AckIDs, a.GiveBack)
+	args, err = appendLeaseIDs(fn, args, a.AckIDs, a.GiveBack)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -1244,7 +1401,7 @@ func (l *Library) leaseNextArgs(a LeaseNextArgs) ([]string, []any, error) {
 		}
 		args = append(args, ms(d))
 	}
-	return []string{a.Stream, a.DeadLetterStream, a.Lease}, args, nil
+	return keys, args, nil
 }
 
 // LeaseNextRead is LeaseNext with the new entries read apart from the

@@ -460,6 +460,7 @@ func (l *Library) noPermission(ctx context.Context, fn string, ro bool, keys []s
 		if isNoPermission(probe(k)) {
 			pe.Message = fmt.Sprintf("this ACL user may not access key %s (%s needs %s access to every key of the call; grant %s%s): %s",
 				k, cmd, access, grant, k, err.Error())
+			pe.Key = k
 			break
 		}
 	}

@@ -12,7 +12,7 @@ const LibraryName = "pelwarden"
 
 // LibraryVersion is the version of the embedded library. Load never replaces
 // a newer version on a server with this one.
-const LibraryVersion = "1.2.0"
+const LibraryVersion = "1.3.0"
 
 // Function names of API version 1. A later library keeps these names working.
 const (
@@ -34,6 +34,11 @@ const (
 	FunctionLease        = "pelwarden_v1_lease"
 	FunctionLeaseRelease = "pelwarden_v1_lease_release"
 	FunctionLeaseNext    = "pelwarden_v1_lease_next"
+	// FunctionFail (failed attempts: backoff from the failure, the last
+	// error kept) and FunctionGiveBack (entries never started, their
+	// delivery given back) were added in library 1.3.0.
+	FunctionFail     = "pelwarden_v1_fail"
+	FunctionGiveBack = "pelwarden_v1_giveback"
 )
 
 // Metadata fields appended to every dead-letter record after the entry's

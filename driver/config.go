@@ -185,7 +185,9 @@ type Config struct {
 	Handler Handler
 
 	// DeadLetterStream receives poison entries of Stream. Defaults to
-	// Stream+":dead". Must be empty with Streams.
+	// pelwarden.DeadLetterStreamFor(Stream), in the stream's slot
+	// ("{orders}:dead" for "{orders}" and for "orders"); with Streams each
+	// stream's is that. Must be empty with Streams.
 	DeadLetterStream string
 	// MaxDeliveries: an entry delivered this many times without success is
 	// dead-lettered by the next reclaim pass (or the read that takes it

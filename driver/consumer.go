@@ -107,12 +107,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 // mode; tx is the run's probe of MULTI/EXEC.
 func (c *Consumer) partitionServer(cfg Config, tx *txProbe) partitionServer {
 	return &redisPartition{rdb: c.rdb, lib: c.lib, tx: tx, stream: cfg.Stream, deadLetterStream: cfg.DeadLetterStream,
-		lease: pelwarden.LeaseKeyFor(cfg.Stream), group: cfg.Group, consumer: cfg.Consumer,
+		lease: pelwarden.LeaseKeyFor(cfg.Stream), lastErrors: newLastErrors(cfg.Stream, c.log), group: cfg.Group, consumer: cfg.Consumer,
 		backoff: cfg.Backoff, maxDeliveries: cfg.claimMaxDeliveries()}
 }
 
 // laneServer is the server of the lane of cfg.Stream.
 func (c *Consumer) laneServer(cfg Config) laneServer {
 	return &redisLane{rdb: c.rdb, lib: c.lib, stream: cfg.Stream, deadLetterStream: cfg.DeadLetterStream,
-		group: cfg.Group, consumer: cfg.Consumer, readBlock: cfg.ReadBlock}
+		lastErrors: newLastErrors(cfg.Stream, c.log), group: cfg.Group, consumer: cfg.Consumer,
+		readBlock: cfg.ReadBlock, backoff: cfg.Backoff}
 }

@@ -249,6 +249,25 @@ func (s *fakePartitionServer) acquire(_ context.Context, ttl time.Duration) (*pe
 	return &pelwarden.Lease{Held: true, Owner: s.consumer, Token: p.token, TTL: ttl}, nil
 }
 
+// fail is the library's fail with min-idle 0: the head the caller owns
+// is re-timed to now, so its backoff counts from the failure (the fake
+// keeps no error text).
+func (s *fakePartitionServer) fail(_ context.Context, id, _ string) (*pelwarden.ReleaseResult, error) {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	if err := s.w.call("fail", s.consumer, s.stream); err != nil {
+		return nil, err
+	}
+	res := &pelwarden.ReleaseResult{}
+	if e, ok := s.w.parts[s.stream].pel[id]; ok && e.owner == s.consumer {
+		e.at = s.w.clock.now()
+		res.Released = 1
+	} else {
+		res.NotOwned = []string{id}
+	}
+	return res, nil
+}
+
 func (s *fakePartitionServer) releaseLease(_ context.Context, token int64, acks, giveBack []string) (*pelwarden.ReleaseLeaseResult, error) {
 	s.w.mu.Lock()
 	defer s.w.mu.Unlock()

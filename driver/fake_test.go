@@ -35,7 +35,7 @@ type fakeServer struct {
 	dead     []string            // dead-lettered ids, in order
 	deadText map[string]string   // their error texts
 	released map[string][]string // id -> "delay" of each release
-	fail     map[string][]error  // op -> errors its next calls return
+	failures map[string][]error  // op -> errors its next calls return
 	calls    map[string]int      // op -> calls
 	stales   int                 // errors passed to stale
 	ownerOf  func(id string) string
@@ -46,6 +46,7 @@ type fakeServer struct {
 	claims   bool // reads take CLAIM (else refused)
 	plain    int  // reads without CLAIM
 	hook     func(op string)
+	backoff  []time.Duration // Config.Backoff, as the fail function takes it
 }
 
 type fakePending struct {
@@ -57,7 +58,7 @@ type fakePending struct {
 func newFakeServer(clk *fakeClock, consumer string) *fakeServer {
 	return &fakeServer{clock: clk, consumer: consumer, entries: map[string][]pelwarden.Field{},
 		pel: map[string]*fakePending{}, deadText: map[string]string{}, released: map[string][]string{},
-		fail: map[string][]error{}, calls: map[string]int{}}
+		failures: map[string][]error{}, calls: map[string]int{}}
 }
 
 var _ laneServer = (*fakeServer)(nil)
@@ -104,7 +105,7 @@ func (f *fakeServer) pending(owner string, deliveries int64, idle time.Duration,
 // failNext makes the next calls of op fail with errs, in order.
 func (f *fakeServer) failNext(op string, errs ...error) {
 	f.mu.Lock()
-	f.fail[op] = append(f.fail[op], errs...)
+	f.failures[op] = append(f.failures[op], errs...)
 	f.mu.Unlock()
 }
 
@@ -114,8 +115,8 @@ func (f *fakeServer) call(op string) error {
 	if f.hook != nil {
 		f.hook(op)
 	}
-	if errs := f.fail[op]; len(errs) > 0 {
-		f.fail[op] = errs[1:]
+	if errs := f.failures[op]; len(errs) > 0 {
+		f.failures[op] = errs[1:]
 		return errs[0]
 	}
 	if f.noGroup && op != "createGroup" {
@@ -380,6 +381,34 @@ func (f *fakeServer) release(_ context.Context, ids []string, minIdle, delay tim
 		p.at = f.clock.now() - max(minIdle-delay, 0)
 		f.released[id] = append(f.released[id], delay.String())
 		res.Released++
+	}
+	return res, nil
+}
+
+// fail is the fail function: a release after max(delay, the backoff of
+// the entry's delivery count); the fake keeps no error text.
+func (f *fakeServer) fail(ctx context.Context, id string, minIdle, delay time.Duration, _ string) (*pelwarden.ReleaseResult, error) {
+	f.mu.Lock()
+	if p, ok := f.pel[id]; ok && len(f.backoff) > 0 && p.deliveries > 0 {
+		delay = max(delay, f.backoff[min(int(p.deliveries), len(f.backoff))-1])
+	}
+	f.mu.Unlock()
+	return f.release(ctx, []string{id}, minIdle, delay)
+}
+
+// giveBack is the giveback function: a release at once, with the delivery
+// that handed the entries out taken back.
+func (f *fakeServer) giveBack(ctx context.Context, ids []string, minIdle time.Duration) (*pelwarden.ReleaseResult, error) {
+	res, err := f.release(ctx, ids, minIdle, 0)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		if p, ok := f.pel[id]; ok && p.owner == f.consumer && p.deliveries > 0 {
+			p.deliveries--
+		}
 	}
 	return res, nil
 }

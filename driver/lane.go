@@ -134,6 +134,10 @@ func (l *lane) stopping() bool { return l.sess.stopping() }
 // for lack of memory pauses the consumer instead (see outOfMemory).
 func (l *lane) commandError(what string, err error, attempt int) {
 	l.m.Count(EventCommandError, 1)
+	if endedByRun(l.sess.run, err) {
+		l.log.Debug("redis call ended by the run's end", "op", what, "err", err)
+		return
+	}
 	if outOfMemory(err) {
 		l.sess.memoryFull(what, err)
 		return
@@ -243,8 +247,9 @@ func (l *lane) skip(j job) {
 }
 
 // releaseUnstarted makes the entries skipped at shutdown claimable by other
-// consumers at once (a fenced release: entries taken over meanwhile are
-// left alone).
+// consumers at once, with the delivery that handed them out taken back, so
+// a graceful stop spends no attempt of an entry no handler started (a
+// fenced give-back: entries taken over meanwhile are left alone).
 func (l *lane) releaseUnstarted(ctx context.Context) {
 	ids := l.held.takeUnstarted()
 	if len(ids) > 0 {
@@ -253,6 +258,15 @@ func (l *lane) releaseUnstarted(ctx context.Context) {
 	for len(ids) > 0 {
 		batch := ids[:min(len(ids), pelwarden.MaxCount)]
 		ids = ids[len(batch):]
-		l.release(ctx, batch, 0)
+		l.withRetry(ctx, "release", func(ctx context.Context) error {
+			res, err := l.srv.giveBack(ctx, batch, l.cfg.MinIdle)
+			if err != nil {
+				return err
+			}
+			if len(res.NotOwned) > 0 {
+				l.m.Count(EventLostOwnership, len(res.NotOwned))
+			}
+			return nil
+		})
 	}
 }

@@ -56,6 +56,9 @@ type orderedRun struct {
 
 	// bg carries no cancellation: lease calls go on during the shutdown.
 	bg context.Context
+	// run is Run's context (set as serve starts): failures it caused are
+	// not errors (endedByRun).
+	run context.Context
 	// handlerCtx is the handlers' parent, cancelled at the end of the
 	// shutdown's first ShutdownTimeout.
 	handlerCtx context.Context
@@ -106,6 +109,7 @@ func newOrderedRun(cfg Config, log *slog.Logger, lib loader, partitionOf func(Co
 // have returned (nil when none is), and Run's error.
 func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err error) {
 	cfg := r.cfg
+	r.run = ctx
 	r.bg = context.WithoutCancel(ctx)
 	if err := r.start(ctx); err != nil {
 		if ctx.Err() != nil && !permanent(err) {
@@ -355,6 +359,10 @@ func (r *orderedRun) commandError(p *partitionSlot, what string, err error, atte
 	log := r.log
 	if p != nil {
 		log = p.log
+	}
+	if endedByRun(r.run, err) {
+		log.Debug("redis call ended by the run's end", "op", what, "err", err)
+		return
 	}
 	log.Error("redis call failed", "op", what, "attempt", attempt+1, "err", err)
 	if fatal(err) {

@@ -45,6 +45,10 @@ type partitionServer interface {
 	// deadLetter moves one entry this consumer owns to the dead-letter
 	// stream on its handler's request, with the error text.
 	deadLetter(ctx context.Context, id, errText string) (*pelwarden.DeadLetterResult, error)
+	// fail records a failed attempt of the head this consumer owns (the
+	// fail function, min-idle 0): its Backoff counts from now, and its
+	// error is kept for the dead letter written at MaxDeliveries.
+	fail(ctx context.Context, id, errText string) (*pelwarden.ReleaseResult, error)
 	// stale tells the client that err suggests its cluster slot map is out
 	// of date (see followTopology).
 	stale(err error)
@@ -66,6 +70,7 @@ type redisPartition struct {
 	lib                             *pelwarden.Library
 	tx                              *txProbe
 	stream, deadLetterStream, lease string
+	lastErrors                      *lastErrors
 	group, consumer                 string
 	backoff                         []time.Duration
 	maxDeliveries                   int // as the library takes it: 0 for no limit
@@ -90,10 +95,17 @@ func (s *redisPartition) next(ctx context.Context, token int64, ttl time.Duratio
 	a := pelwarden.LeaseNextArgs{Stream: s.stream, DeadLetterStream: s.deadLetterStream, Lease: s.lease,
 		Group: s.group, Consumer: s.consumer, Token: token, TTL: ttl, MaxDeliveries: s.maxDeliveries, Count: orderedBatch,
 		AckIDs: acks, GiveBack: giveBack, Backoff: s.backoff}
-	if readApart && s.tx.allowed(ctx) {
-		return s.lib.LeaseNextRead(ctx, a)
-	}
-	return s.lib.LeaseNext(ctx, a)
+	var res *pelwarden.LeaseNextResult
+	err := s.lastErrors.with(func(key string) (err error) {
+		a.LastErrors = key
+		if readApart && s.tx.allowed(ctx) {
+			res, err = s.lib.LeaseNextRead(ctx, a)
+		} else {
+			res, err = s.lib.LeaseNext(ctx, a)
+		}
+		return err
+	})
+	return res, err
 }
 
 // txProbe finds out, once per run, whether the server lets this client's
@@ -132,6 +144,16 @@ func (t *txProbe) allowed(ctx context.Context) bool {
 		t.log.Warn("the server refuses MULTI/EXEC to this user: ordered mode reads new entries inside lease_next (grant +multi +exec for the faster read)", "err", err)
 	}
 	return t.ok
+}
+
+func (s *redisPartition) fail(ctx context.Context, id, errText string) (*pelwarden.ReleaseResult, error) {
+	var res *pelwarden.ReleaseResult
+	err := s.lastErrors.with(func(key string) (err error) {
+		res, err = s.lib.Fail(ctx, pelwarden.FailArgs{Stream: s.stream, LastErrors: key, Group: s.group, Consumer: s.consumer,
+			IDs: []string{id}, Backoff: s.backoff, Error: errText})
+		return err
+	})
+	return res, err
 }
 
 func (s *redisPartition) releaseLease(ctx context.Context, token int64, acks, giveBack []string) (*pelwarden.ReleaseLeaseResult, error) {

@@ -431,9 +431,19 @@ func (o *owner) handle(m *Message) (goOn bool, wait time.Duration, settled bool)
 		return goOn, 0, dead
 	case out.Retry:
 		o.entryLog(false, "handler asked for a retry; the partition waits", "id", m.ID, "deliveries", m.Deliveries, "after", out.Delay, "err", err)
-		return true, out.Delay, false
 	case !panicked:
 		o.entryLog(true, "handler failed; the partition tries its head again", "id", m.ID, "deliveries", m.Deliveries, "err", err)
+	}
+	// The failure is recorded (its Backoff counts from now, its error kept
+	// for a dead letter at MaxDeliveries) before the partition moves on.
+	if !o.keep() || !o.call("release", func(ctx context.Context) error {
+		_, err := o.srv.fail(ctx, m.ID, out.ErrText)
+		return err
+	}) {
+		return false, 0, false
+	}
+	if out.Retry {
+		return true, out.Delay, false
 	}
 	return true, 0, false
 }

@@ -48,6 +48,14 @@ type laneServer interface {
 	extend(ctx context.Context, ids []string) (*pelwarden.ExtendResult, error)
 	// release makes entries this consumer owns claimable after delay.
 	release(ctx context.Context, ids []string, minIdle, delay time.Duration) (*pelwarden.ReleaseResult, error)
+	// fail records a failed attempt of an entry this consumer owns (the
+	// fail function): claimable again after max(delay, its Backoff) from
+	// now, its error kept for the dead letter written at MaxDeliveries.
+	fail(ctx context.Context, id string, minIdle, delay time.Duration, errText string) (*pelwarden.ReleaseResult, error)
+	// giveBack returns entries this consumer was handed but never
+	// started, with the delivery that handed them out taken back, so they
+	// cost no attempt (the giveback function).
+	giveBack(ctx context.Context, ids []string, minIdle time.Duration) (*pelwarden.ReleaseResult, error)
 	// deadLetter moves one entry this consumer owns to the dead-letter
 	// stream on its handler's request, with the error text.
 	deadLetter(ctx context.Context, id, errText string) (*pelwarden.DeadLetterResult, error)
@@ -80,8 +88,10 @@ type redisLane struct {
 	rdb                      redis.UniversalClient
 	lib                      *pelwarden.Library
 	stream, deadLetterStream string
+	lastErrors               *lastErrors
 	group, consumer          string
-	readBlock                time.Duration // Config.ReadBlock
+	readBlock                time.Duration   // Config.ReadBlock
+	backoff                  []time.Duration // Config.Backoff
 }
 
 var _ laneServer = (*redisLane)(nil)
@@ -121,8 +131,13 @@ func (s *redisLane) read(ctx context.Context, count int, block bool, claim time.
 }
 
 func (s *redisLane) deadLetterSpent(ctx context.Context, ids []string) (*pelwarden.DeadLetterResult, error) {
-	return s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: s.stream, DeadLetterStream: s.deadLetterStream,
-		Group: s.group, Consumer: s.consumer, IDs: ids, Reason: pelwarden.ReasonMaxDeliveries})
+	var res *pelwarden.DeadLetterResult
+	err := s.lastErrors.with(func(key string) (err error) {
+		res, err = s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: s.stream, DeadLetterStream: s.deadLetterStream,
+			Group: s.group, Consumer: s.consumer, IDs: ids, Reason: pelwarden.ReasonMaxDeliveries, LastErrors: key})
+		return err
+	})
+	return res, err
 }
 
 func (s *redisLane) anyIdle(ctx context.Context, minIdle time.Duration) (bool, error) {
@@ -149,7 +164,13 @@ func (s *redisLane) idlePending(ctx context.Context, idle time.Duration, count i
 
 func (s *redisLane) claim(ctx context.Context, a pelwarden.ClaimArgs) (*pelwarden.ClaimPage, error) {
 	a.Stream, a.DeadLetterStream, a.Group, a.Consumer = s.stream, s.deadLetterStream, s.group, s.consumer
-	return s.lib.Claim(ctx, a)
+	var page *pelwarden.ClaimPage
+	err := s.lastErrors.with(func(key string) (err error) {
+		a.LastErrors = key
+		page, err = s.lib.Claim(ctx, a)
+		return err
+	})
+	return page, err
 }
 
 func (s *redisLane) ack(ctx context.Context, ids []string) (int64, error) {
@@ -173,9 +194,28 @@ func (s *redisLane) release(ctx context.Context, ids []string, minIdle, delay ti
 		IDs: ids, MinIdle: minIdle, Delay: delay})
 }
 
+func (s *redisLane) fail(ctx context.Context, id string, minIdle, delay time.Duration, errText string) (*pelwarden.ReleaseResult, error) {
+	var res *pelwarden.ReleaseResult
+	err := s.lastErrors.with(func(key string) (err error) {
+		res, err = s.lib.Fail(ctx, pelwarden.FailArgs{Stream: s.stream, LastErrors: key, Group: s.group, Consumer: s.consumer,
+			IDs: []string{id}, MinIdle: minIdle, Delay: delay, Backoff: s.backoff, Error: errText})
+		return err
+	})
+	return res, err
+}
+
+func (s *redisLane) giveBack(ctx context.Context, ids []string, minIdle time.Duration) (*pelwarden.ReleaseResult, error) {
+	return s.lib.GiveBack(ctx, pelwarden.ReleaseArgs{Stream: s.stream, Group: s.group, Consumer: s.consumer, IDs: ids, MinIdle: minIdle})
+}
+
 func (s *redisLane) deadLetter(ctx context.Context, id, errText string) (*pelwarden.DeadLetterResult, error) {
-	return s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: s.stream, DeadLetterStream: s.deadLetterStream,
-		Group: s.group, Consumer: s.consumer, IDs: []string{id}, Reason: pelwarden.ReasonHandler, Error: errText})
+	var res *pelwarden.DeadLetterResult
+	err := s.lastErrors.with(func(key string) (err error) {
+		res, err = s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: s.stream, DeadLetterStream: s.deadLetterStream,
+			Group: s.group, Consumer: s.consumer, IDs: []string{id}, Reason: pelwarden.ReasonHandler, Error: errText, LastErrors: key})
+		return err
+	})
+	return res, err
 }
 
 func (s *redisLane) trim(ctx context.Context, limit int) (*pelwarden.TrimResult, error) {

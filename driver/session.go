@@ -16,8 +16,9 @@ import (
 // Run creates lives in its session and lanes, so a Consumer run again
 // starts afresh (doc.go has the map of the goroutines).
 type session struct {
-	cfg Config       // the consumer's
-	log *slog.Logger // the consumer's, without a stream
+	cfg Config          // the consumer's
+	run context.Context // Run's context (set as serve starts)
+	log *slog.Logger    // the consumer's, without a stream
 	m   Metrics
 	lib loader
 
@@ -88,6 +89,7 @@ func newSession(cfg Config, log *slog.Logger, lib loader, laneOf func(Config) la
 // none is), and Run's error.
 func (s *session) serve(ctx context.Context, lanes []*lane) (lingering <-chan struct{}, err error) {
 	cfg := s.cfg
+	s.run = ctx
 	if err := s.start(ctx, lanes); err != nil {
 		if ctx.Err() != nil && !permanent(err) {
 			// Stopped while still starting (loading the library or checking

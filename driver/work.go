@@ -135,8 +135,24 @@ func (l *lane) applyOutcome(m *Message, f *inflight, err error, panicked bool) b
 		l.held.delay(m.ID, l.clock.now()+out.Delay)
 		return false
 	}
-	l.release(ctx, []string{m.ID}, out.ReleaseDelay(l.readClaim.Load(), l.cfg.ReclaimInterval, l.cfg.MinIdle))
+	l.fail(ctx, m.ID, out.ReleaseDelay(l.readClaim.Load(), l.cfg.ReclaimInterval, l.cfg.MinIdle), out.ErrText)
 	return false
+}
+
+// fail records a failed attempt of id (the fail function): claimable
+// again after max(delay, its Backoff) from now, a fenced call, its error
+// kept for the dead letter written if it reaches MaxDeliveries.
+func (l *lane) fail(ctx context.Context, id string, delay time.Duration, errText string) {
+	l.withRetry(ctx, "release", func(ctx context.Context) error {
+		res, err := l.srv.fail(ctx, id, l.cfg.MinIdle, delay, errText)
+		if err != nil {
+			return err
+		}
+		if len(res.NotOwned) > 0 {
+			l.m.Count(EventLostOwnership, len(res.NotOwned))
+		}
+		return nil
+	})
 }
 
 // deadLetter moves one entry in hand to the dead-letter stream, retrying

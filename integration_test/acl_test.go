@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,7 +179,8 @@ func TestACLReadmeRoles(t *testing.T) {
 		}
 	}
 	require.Empty(t, keyRules(roles["deployer"]), "the deployer touches no key")
-	require.ElementsMatch(t, []string{"~" + readmeStream, "~" + readmeStream + ":dead"}, keyRules(roles["consumer"]))
+	require.ElementsMatch(t, []string{"~" + readmeStream, "~" + readmeStream + ":dead", "~" + readmeStream + ":errors"}, keyRules(roles["consumer"]))
+	require.Equal(t, pelwarden.LastErrorsKeyFor(readmeStream), readmeStream+":errors", "the README names the last-errors key")
 }
 
 func keyRules(rules []string) []string {
@@ -313,8 +316,8 @@ func TestACLDeployer(t *testing.T) {
 func TestACLConsumerMissingPermission(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		for _, rule := range readmeACL(t)["consumer"] {
-			if rule == "reset" || rule == "on" || strings.HasPrefix(rule, ">") {
-				continue
+			if rule == "reset" || rule == "on" || strings.HasPrefix(rule, ">") || lastErrorsRules[rule] {
+				continue // the last-errors rules are optional: TestACLConsumerWithoutLastErrors
 			}
 			t.Run(rule, func(t *testing.T) {
 				t.Parallel()
@@ -426,4 +429,69 @@ func requireNothingLost(t *testing.T, f *pelwardentest.Fixture, k pelwardentest.
 	for _, d := range f.DeadLetters() {
 		require.False(t, pending[d.OriginalID], "%s dead-lettered and still pending", d.OriginalID)
 	}
+}
+
+// lastErrorsRules are the README consumer's rules for the last-errors hash
+// (library 1.3.0), which a consumer can run without.
+var lastErrorsRules = map[string]bool{"~" + readmeStream + ":errors": true, "+exists": true, "+hget": true, "+hset": true, "+hdel": true, "+hrandfield": true}
+
+// A consumer whose ACL user lacks one of the last-errors rules (a user
+// set up before library 1.3.0) keeps running: it handles, retries and
+// dead-letters as before, its max_deliveries records without an error,
+// and it warns once.
+func TestACLConsumerWithoutLastErrors(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		for rule := range lastErrorsRules {
+			t.Run(rule, func(t *testing.T) {
+				t.Parallel()
+				f := s.fixture(t).Within(time.Minute)
+				ids := f.Produce(5, nil)
+				poison := ids[2]
+				rdb, _, _ := aclUser(t, s, f.Keys, "consumer", []string{rule})
+				logs := &warnLog{}
+				cfg := f.ConsumerConfig(driver.Config{Consumer: "worker", MaxDeliveries: 2,
+					Handler: driver.HandlerFunc(func(_ context.Context, m *driver.Message) error {
+						if m.ID == poison {
+							return errors.New("always fails")
+						}
+						return nil
+					})})
+				cfg.Logger = slog.New(logs)
+				c := f.WithClient(rdb).RunConsumer(cfg)
+				f.RequireDeadLetterIDs(poison)
+				f.RequireAcked(ids[0], ids[1], ids[3], ids[4])
+				require.NoError(t, c.Stop())
+				f.RequireDeadLettered(poison, pelwardentest.DeadLettered{Reason: pelwarden.ReasonMaxDeliveries})
+				require.Equal(t, 1, logs.count("the server refuses this ACL user the last-errors key"), "warned once")
+			})
+		}
+	})
+}
+
+// warnLog counts log records at level WARN or above by message prefix.
+type warnLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (h *warnLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *warnLog) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.msgs = append(h.msgs, r.Message)
+	h.mu.Unlock()
+	return nil
+}
+func (h *warnLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *warnLog) WithGroup(string) slog.Handler      { return h }
+
+func (h *warnLog) count(prefix string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, m := range h.msgs {
+		if strings.HasPrefix(m, prefix) {
+			n++
+		}
+	}
+	return n
 }

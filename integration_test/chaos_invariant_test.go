@@ -267,7 +267,8 @@ func checkChaosInvariant(ctx context.Context, rdb *redis.Client, k chaosKeys, pr
 }
 
 // deadLetterProblem checks one record against its entry and the handler's
-// rules: poison entries that fail plainly reach MaxDeliveries; those whose
+// rules: poison entries that fail plainly reach MaxDeliveries (with the
+// last failed attempt's error); those whose
 // handler asks for it carry its error text (or reached MaxDeliveries when
 // the dead-letter call itself kept failing); healthy entries can only have
 // reached MaxDeliveries.
@@ -280,7 +281,19 @@ func deadLetterProblem(d pelwarden.DeadLetter, e chaosEntry, k chaosKeys) string
 	}
 	switch kind := kindOf(e.seq); {
 	case d.Reason == pelwarden.ReasonMaxDeliveries:
-		if d.Error != "" {
+		// The record keeps the last failed attempt's error: the poison
+		// text only on poison entries; otherwise none (every attempt
+		// crashed, or its failure was never recorded) or a failure of the
+		// handler's own bookkeeping, a panic or a cancellation.
+		switch {
+		case d.Error == "":
+		case d.Error == chaosPoisonError:
+			if !kind.poison() {
+				return "max_deliveries with the poison error on an entry of kind " + strconv.Itoa(int(kind))
+			}
+		case strings.HasPrefix(d.Error, "record "), strings.Contains(d.Error, "chaos: handler panics"),
+			strings.Contains(d.Error, context.Canceled.Error()), strings.Contains(d.Error, context.DeadlineExceeded.Error()):
+		default:
 			return "max_deliveries with error text " + strconv.Quote(d.Error)
 		}
 	case d.Reason == pelwarden.ReasonHandler && kind == kindPoisonDL:

@@ -28,7 +28,7 @@ Conventions
   field data.
 ]]
 
-local LIBRARY_VERSION = '1.2.0'
+local LIBRARY_VERSION = '1.3.0'
 
 -- @@errors-begin (parsed by errors_test.go: keep one code per line)
 local ERRORS = {
@@ -267,10 +267,14 @@ local function streamanddlq(keys, fn)
   return stream, dlq
 end
 
+-- Deletes ids once every group is done with them (defined below, after
+-- callids, which it uses).
+local deleteacked
+
 -- The dead-letter step of one pending id, shared by claim and deadletter:
 -- copies the entry to dlq with its metadata (owner and deliveries are its
 -- owner and delivery count in the PEL) and XACKs it, XDELing it too with
--- delete. Returns 'dead' and the entry's fields; 'deleted' when the entry
+-- delete (once every group is done with it). Returns 'dead' and the entry's fields; 'deleted' when the entry
 -- is gone from the stream (the id is XACKed: cleared from the PEL); or
 -- 'toolarge' when it has too many fields to copy (nothing written).
 local function deadletterone(stream, dlq, group, id, owner, deliveries, reason, errtext, now, delete)
@@ -283,7 +287,7 @@ local function deadletterone(stream, dlq, group, id, owner, deliveries, reason, 
   if not fitsdeadletter(fields) then return 'toolarge' end
   xaddrecord(dlq, deadrecord(fields, id, stream, group, owner, deliveries, reason, errtext, now))
   call('XACK', stream, group, id)
-  if delete then call('XDEL', stream, id) end
+  if delete then deleteacked(stream, {id}) end
   return 'dead', fields
 end
 
@@ -373,6 +377,160 @@ local function callids(prefix, ids, suffix)
   return list or total
 end
 
+-- a < b for well-formed stream ids "ms-seq".
+local function idbefore(a, b)
+  local am, as = string.match(a, '^(%d+)%-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)%-(%d+)$')
+  if am ~= bm then return numless(am, bm) end
+  return numless(as, bs)
+end
+
+-- Deleting entries (the delete option of claim, ack, deadletter,
+-- lease_next and lease_release; since 1.3.0): an entry is deleted only
+-- once every consumer group of the stream is done with it, so a group that
+-- has not read it yet, or still holds it, keeps it. Redis 8.2 and later
+-- have XDELEX ... ACKED for exactly this. Elsewhere (older Redis; Valkey,
+-- which reports the Redis version it is compatible with, 7.2.4) each id is
+-- checked against every group: it must be at or below the group's
+-- last-delivered id and not in its PEL; a stream with one group deletes at
+-- once.
+local function hasxdelex()
+  return (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x080200
+end
+
+-- Adds the ACL checks of deleteacked to checks.
+local function deletechecks(checks, stream)
+  if hasxdelex() then
+    checks[#checks + 1] = {'XDELEX', stream, 'ACKED', 'IDS', '1', '0-0'}
+  else
+    checks[#checks + 1] = {'XDEL', stream, '0-0'}
+    checks[#checks + 1] = {'XINFO', 'GROUPS', stream}
+  end
+end
+
+function deleteacked(stream, ids)
+  if #ids == 0 then return end
+  if hasxdelex() then
+    for i = 1, #ids, ID_CHUNK do
+      local n = math.min(ID_CHUNK, #ids - i + 1)
+      local cmd = {'XDELEX', stream, 'ACKED', 'IDS', n}
+      for j = i, i + n - 1 do cmd[#cmd + 1] = ids[j] end
+      call(unpack(cmd))
+    end
+    return
+  end
+  local groups = call('XINFO', 'GROUPS', stream)
+  if #groups <= 1 then
+    callids({'XDEL', stream}, ids)
+    return
+  end
+  local gs = {}
+  for _, g in ipairs(groups) do
+    local name, last
+    for k = 1, #g, 2 do
+      if g[k] == 'name' then name = g[k + 1] elseif g[k] == 'last-delivered-id' then last = g[k + 1] end
+    end
+    gs[#gs + 1] = {name, last}
+  end
+  local del = {}
+  for _, id in ipairs(ids) do
+    local done = true
+    for _, g in ipairs(gs) do
+      if idbefore(g[2], id) or #call('XPENDING', stream, g[1], id, id, 1) > 0 then
+        done = false
+        break
+      end
+    end
+    if done then del[#del + 1] = id end
+  end
+  if #del > 0 then callids({'XDEL', stream}, del) end
+end
+
+-- Last errors (since 1.3.0): a hash beside the stream, its key passed by
+-- the caller (pelwarden.LastErrorsKeyFor), holding per pending entry of a
+-- group (field "<group> <id>") the error text of its last failed attempt,
+-- written by fail. A dead letter for max-deliveries takes its error from
+-- there and drops the field, as does an entry found deleted while pending.
+-- A success costs nothing: acks never touch the hash. Instead each fail
+-- call looks at ERROR_PRUNE random fields and drops those whose entry is no
+-- longer pending in its group (acked after a retry, or its group gone), so
+-- stale fields stay a bounded share of the hash (at most about a third of
+-- the entries failing now). A call without the key skips all of it.
+local ERROR_PRUNE = 4
+
+-- Adds the ACL checks of the last-errors steps (write: fail's HSET too).
+local function errorchecks(checks, errkey, write)
+  if errkey == nil then return end
+  checks[#checks + 1] = {'TYPE', errkey}
+  checks[#checks + 1] = {'EXISTS', errkey}
+  checks[#checks + 1] = {'HGET', errkey, 'f'}
+  checks[#checks + 1] = {'HDEL', errkey, 'f'}
+  if write then
+    checks[#checks + 1] = {'HSET', errkey, 'f', 'v'}
+    checks[#checks + 1] = {'HRANDFIELD', errkey, '1'}
+  end
+end
+
+-- Fails unless the last-errors key holds a hash or nothing: checked
+-- before any change, so a wrong key never leaves a call half done.
+local function errorhash(errkey)
+  if errkey == nil then return end
+  local t = call('TYPE', errkey)
+  if type(t) == 'table' then t = t.ok end
+  if t ~= 'hash' and t ~= 'none' then
+    fail(ERRORS.WRONGTYPE, 'the last-errors key ' .. errkey .. ' holds a ' .. tostring(t) .. ', not a hash')
+  end
+end
+
+-- The last error kept for id in group ('' when none, or without the key).
+local function lasterror(errkey, group, id)
+  if errkey == nil then return '' end
+  return call('HGET', errkey, group .. ' ' .. id) or ''
+end
+
+-- Drops the last errors of ids in group (after their dead letter).
+local function forgeterrors(errkey, group, ids)
+  if errkey == nil or #ids == 0 then return end
+  if call('EXISTS', errkey) == 0 then return end
+  local fields = {}
+  for i, id in ipairs(ids) do fields[i] = group .. ' ' .. id end
+  callids({'HDEL', errkey}, fields)
+end
+
+-- Drops up to ERROR_PRUNE random fields of the hash whose entry is no
+-- longer pending in its group (see above).
+local function pruneerrors(stream, errkey)
+  local fields = call('HRANDFIELD', errkey, ERROR_PRUNE)
+  for _, f in ipairs(fields) do
+    local group, id = string.match(f, '^(.*) (%d+%-%d+)$')
+    local stale = group == nil
+    if not stale then
+      local p = redis.pcall('XPENDING', stream, group, id, id, 1)
+      stale = (type(p) == 'table' and p.err ~= nil) or #p == 0
+    end
+    if stale then call('HDEL', errkey, f) end
+  end
+end
+
+-- The optional last-errors key at keys[i]: it must differ from the others.
+local function errorkey(keys, i, fn)
+  local k = keys[i]
+  if k == nil then return nil end
+  for j = 1, i - 1 do
+    if keys[j] == k then fail(ERRORS.BADARG, fn .. ': the last-errors key must differ from the other keys') end
+  end
+  return k
+end
+
+-- The retry delay of an entry delivered n times: backoff[min(n, #backoff)]
+-- (0 without backoff, or before its first delivery). The one rule of
+-- backoff: claim and lease_next compare it with the entry's idle time, and
+-- fail sets that idle time so that it counts from the failed attempt.
+local function retrydelay(backoff, deliveries)
+  if #backoff == 0 or deliveries <= 0 then return 0 end
+  return backoff[math.min(deliveries, #backoff)]
+end
+
 -- Reads the ids at ARGV[first..] and checks each.
 local function idlist(args, first)
   local ids = {}
@@ -388,6 +546,8 @@ end
 --
 -- KEYS[1] stream            the source stream
 -- KEYS[2] dead-letter stream  (same hash slot as KEYS[1])
+-- KEYS[3] last-errors hash  optional (since 1.3.0): a record for
+--                           max-deliveries keeps the entry's last error
 -- ARGV[1] group
 -- ARGV[2] consumer          the caller; live entries are transferred to it
 -- ARGV[3] min-idle ms       only entries idle at least this long are touched
@@ -396,7 +556,8 @@ end
 --                           1..10000; at most count*10 PEL entries are scanned
 -- ARGV[6] max-deliveries    0 = no limit; an entry already delivered this
 --                           many times is dead-lettered, not handed out
--- ARGV[7] delete            "1": also XDEL dead-lettered entries from KEYS[1]
+-- ARGV[7] delete            "1": also delete dead-lettered entries from
+--                           KEYS[1] once every group is done with them
 -- ARGV[8] claim-live        "0": dead-letter only, leave the others untouched
 --                           and owned by whoever holds them
 -- ARGV[9] max-bytes         0 = no limit; stop the page once the field bytes
@@ -421,6 +582,7 @@ end
 -- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
 local function claim(keys, args)
   local stream, dlq = streamanddlq(keys, 'claim')
+  local errkey = errorkey(keys, 3, 'claim')
   local group = argname(args, 1, 'group')
   local consumer = argname(args, 2, 'consumer')
   local minidle = argint(args, 3, 'min-idle', 0, 2 ^ 53)
@@ -440,12 +602,14 @@ local function claim(keys, args)
     checks[#checks + 1] = {'XRANGE', stream, '-', '+'}
     checks[#checks + 1] = {'XADD', dlq, '*', 'f', 'v'}
     checks[#checks + 1] = {'TIME'}
-    if delete then checks[#checks + 1] = {'XDEL', stream, '0-0'} end
+    if delete then deletechecks(checks, stream) end
   end
+  errorchecks(checks, errkey, false)
   if claimlive then checks[#checks + 1] = {'XCLAIM', stream, group, consumer, '0', '0-0'} end
   allow(checks)
   needgroup(stream, group)
   streamkey(dlq)
+  errorhash(errkey)
   if ismaxid(cursor) then return {'0-0', {}, {}, {}, 0, {}} end
 
   local budget = count * SCAN_FACTOR
@@ -477,18 +641,14 @@ local function claim(keys, args)
         break
       end
       last = id
-      local threshold = minidle
-      if #backoff > 0 and deliveries > 0 then
-        local delay = backoff[math.min(deliveries, #backoff)]
-        if delay > threshold then threshold = delay end
-      end
+      local threshold = math.max(minidle, retrydelay(backoff, deliveries))
       if idle >= minidle and idle < threshold then
         backedoff = backedoff + 1
       elseif idle >= threshold then
         if maxdeliveries > 0 and deliveries >= maxdeliveries then
           now = now or nowms()
           local done, fields = deadletterone(stream, dlq, group, id, owner, deliveries,
-            REASON_MAX_DELIVERIES, '', now, delete)
+            REASON_MAX_DELIVERIES, lasterror(errkey, group, id), now, delete)
           if done == 'deleted' then
             deleted[#deleted + 1] = id
           elseif done == 'toolarge' then
@@ -537,6 +697,8 @@ local function claim(keys, args)
     if #gone > 0 then callids({'XACK', stream, group}, gone) end
   end
 
+  forgeterrors(errkey, group, dead)
+  forgeterrors(errkey, group, deleted)
   local next = '0-0'
   if full or not exhausted then
     next = last or cursor
@@ -550,7 +712,9 @@ end
 -- KEYS[1] stream
 -- ARGV[1] group
 -- ARGV[2] consumer     only ids still owned by this consumer are acked
--- ARGV[3] delete       "1": also XDEL the acked entries from the stream
+-- ARGV[3] delete       "1": also delete the acked entries from the stream
+--                      once every group is done with them (since 1.3.0;
+--                      a plain XDEL before)
 -- ARGV[4..] ids        1..10000 ids, in any order; fastest with the lowest id
 --                      first and the highest last (one range read then
 --                      covers the batch without parsing every id)
@@ -570,7 +734,7 @@ local function ack(keys, args)
   checkidcount(count)
   local first, last = checkid(args[4], 'id'), checkid(args[#args], 'id')
   local checks = {{'TYPE', stream}, {'XPENDING', stream, group}, {'XACK', stream, group, '0-0'}}
-  if delete then checks[#checks + 1] = {'XDEL', stream, '0-0'} end
+  if delete then deletechecks(checks, stream) end
   allow(checks)
   needgroup(stream, group)
 
@@ -612,7 +776,7 @@ local function ack(keys, args)
   local n = 0
   if #owned > 0 then
     n = callids({'XACK', stream, group}, owned)
-    if delete then callids({'XDEL', stream}, owned) end
+    if delete then deleteacked(stream, owned) end
   end
   return {n, lost, gone}
 end
@@ -622,9 +786,12 @@ end
 --
 -- KEYS[1] stream
 -- KEYS[2] dead-letter stream  (same hash slot as KEYS[1])
+-- KEYS[3] last-errors hash  optional (since 1.3.0): with an empty error
+--                      text, each record keeps its entry's last error
 -- ARGV[1] group
 -- ARGV[2] consumer     only ids still owned by this consumer are moved
--- ARGV[3] delete       "1": also XDEL the entries from the stream
+-- ARGV[3] delete       "1": also delete the entries from the stream once
+--                      every group is done with them
 -- ARGV[4] reason       short machine-readable reason, e.g. "handler"
 -- ARGV[5] error text   stored bounded to 4096 bytes, with a marker when cut
 -- ARGV[6..] ids        1..10000 ids
@@ -643,6 +810,7 @@ end
 -- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
 local function deadletter(keys, args)
   local stream, dlq = streamanddlq(keys, 'deadletter')
+  local errkey = errorkey(keys, 3, 'deadletter')
   local group = argname(args, 1, 'group')
   local consumer = argname(args, 2, 'consumer')
   local delete = argbool(args, 3, 'delete')
@@ -652,10 +820,12 @@ local function deadletter(keys, args)
   local ids = idlist(args, 6)
   local checks = {{'TYPE', stream}, {'TYPE', dlq}, {'XPENDING', stream, group}, {'TIME'},
     {'XRANGE', stream, '-', '+'}, {'XACK', stream, group, '0-0'}, {'XADD', dlq, '*', 'f', 'v'}}
-  if delete then checks[#checks + 1] = {'XDEL', stream, '0-0'} end
+  if delete then deletechecks(checks, stream) end
+  errorchecks(checks, errkey, false)
   allow(checks)
   needgroup(stream, group)
   streamkey(dlq)
+  errorhash(errkey)
 
   local dead, lost, deleted, toolarge, gone = {}, {}, {}, {}, {}
   local now = nowms()
@@ -665,7 +835,9 @@ local function deadletter(keys, args)
       lost[#lost + 1] = id
       if owner == nil then gone[#gone + 1] = id end
     else
-      local done = deadletterone(stream, dlq, group, id, owner, deliveries, reason, errtext, now, delete)
+      local text = errtext
+      if text == '' then text = lasterror(errkey, group, id) end
+      local done = deadletterone(stream, dlq, group, id, owner, deliveries, reason, text, now, delete)
       if done == 'deleted' then
         deleted[#deleted + 1] = id
       elseif done == 'toolarge' then
@@ -675,37 +847,59 @@ local function deadletter(keys, args)
       end
     end
   end
+  forgeterrors(errkey, group, dead)
+  forgeterrors(errkey, group, deleted)
   return {dead, lost, deleted, toolarge, gone}
 end
 
--- XCLAIMs the ids still owned by consumer to itself with the given idle
--- time (JUSTID: the delivery count is not bumped). Shared by extend and
--- release. Reply: { n, not-owned ids, deleted ids }.
-local function reclaimowned(stream, group, consumer, ids, idle)
-  local owned, lost, deleted = {}, {}, {}
+-- XCLAIMs the ids still owned by consumer to itself, JUSTID (the
+-- delivery count is not bumped unless the options set it), with the
+-- options opts(deliveries) gives for each id's delivery count (e.g.
+-- {'IDLE', '0'}); ids that share their options go in one XCLAIM. An owned
+-- id XCLAIM does not return is gone from the stream: it is XACKed. Shared
+-- by extend, release, fail and giveback. Returns the count XCLAIMed, the
+-- not-owned ids, the deleted ids and the XCLAIMed ones.
+local function reclaimowned(stream, group, consumer, ids, opts)
+  local byopts, order, lost, kept, deleted = {}, {}, {}, {}, {}
+  local lasto, lastkey = nil, nil -- idleopts gives one table: one concat
   for _, id in ipairs(ids) do
-    if pendinginfo(stream, group, id) == consumer then
-      owned[#owned + 1] = id
-    else
+    local owner, deliveries = pendinginfo(stream, group, id)
+    if owner ~= consumer then
       lost[#lost + 1] = id
+    else
+      local o = opts(deliveries)
+      if o ~= lasto then lasto, lastkey = o, table.concat(o, ' ') end
+      local key = lastkey
+      if byopts[key] == nil then
+        byopts[key] = {o, {}}
+        order[#order + 1] = key
+      end
+      table.insert(byopts[key][2], id)
     end
   end
-  local n = 0
-  if #owned > 0 then
-    local got = callids({'XCLAIM', stream, group, consumer, 0}, owned, {'IDLE', string.format('%.0f', idle), 'JUSTID'})
-    n = #got
-    if n < #owned then
-      local seen = {}
-      for _, id in ipairs(got) do seen[id] = true end
-      for _, id in ipairs(owned) do
-        if not seen[id] then
-          redis.call('XACK', stream, group, id)
-          deleted[#deleted + 1] = id
-        end
+  for _, key in ipairs(order) do
+    local o, owned = byopts[key][1], byopts[key][2]
+    local suffix = {}
+    for _, x in ipairs(o) do suffix[#suffix + 1] = x end
+    suffix[#suffix + 1] = 'JUSTID'
+    local seen = {}
+    for _, id in ipairs(callids({'XCLAIM', stream, group, consumer, 0}, owned, suffix)) do seen[id] = true end
+    for _, id in ipairs(owned) do
+      if seen[id] then
+        kept[#kept + 1] = id
+      else
+        redis.call('XACK', stream, group, id)
+        deleted[#deleted + 1] = id
       end
     end
   end
-  return {n, lost, deleted}
+  return #kept, lost, deleted, kept
+end
+
+-- The options of reclaimowned for one idle time (ms) for every id.
+local function idleopts(idle)
+  local o = {'IDLE', string.format('%.0f', idle)}
+  return function() return o end
 end
 
 ------------------------------------------------------------------------------
@@ -729,7 +923,8 @@ local function extend(keys, args)
   allow({{'TYPE', stream}, {'XPENDING', stream, group},
     {'XCLAIM', stream, group, consumer, '0', '0-0'}, {'XACK', stream, group, '0-0'}})
   needgroup(stream, group)
-  return reclaimowned(stream, group, consumer, ids, 0)
+  local n, lost, deleted = reclaimowned(stream, group, consumer, ids, idleopts(0))
+  return {n, lost, deleted}
 end
 
 ------------------------------------------------------------------------------
@@ -759,9 +954,110 @@ local function release(keys, args)
   allow({{'TYPE', stream}, {'XPENDING', stream, group},
     {'XCLAIM', stream, group, consumer, '0', '0-0'}, {'XACK', stream, group, '0-0'}})
   needgroup(stream, group)
-  local idle = minidle - delay
-  if idle < 0 then idle = 0 end
-  return reclaimowned(stream, group, consumer, ids, idle)
+  local n, lost, deleted = reclaimowned(stream, group, consumer, ids, idleopts(math.max(0, minidle - delay)))
+  return {n, lost, deleted}
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_fail: a failed attempt (added in 1.3.0): give entries back
+-- for a retry after their backoff, and keep the attempt's error.
+--
+-- KEYS[1] stream
+-- KEYS[2] last-errors hash  optional (same hash slot;
+--                           pelwarden.LastErrorsKeyFor): without it no
+--                           error is kept
+-- ARGV[1] group
+-- ARGV[2] consumer     only ids still owned by this consumer are touched
+-- ARGV[3] min-idle ms  the min-idle that reclaimers use (0 for lease_next)
+-- ARGV[4] delay ms     the least delay before a retry (a RetryAfter's)
+-- ARGV[5] error text   the attempt's error, kept bounded to 4096 bytes
+--                      until the entry is acked or dead-lettered ('' keeps
+--                      nothing new)
+-- ARGV[6] n            how many backoff values follow, 0..MAX_COUNT
+-- ARGV[7..6+n]         backoff ms, as in claim
+-- ARGV[7+n..] ids      1..10000 ids
+-- Each owned id waits d = max(delay, the backoff for its delivery count)
+-- from now: its idle time is set to max(0, min-idle - d) without bumping
+-- its delivery count (XCLAIM ... IDLE ... JUSTID), and claim (threshold
+-- max(min-idle, backoff)) or lease_next (min-idle 0, threshold backoff)
+-- takes it again d after this call, as long as d <= min-idle or d is the
+-- backoff. So the backoff counts from the end of the failed attempt, in
+-- both modes.
+-- Reply: { failed (integer), { id, ... } not owned,
+--          { id, ... } deleted from the stream while pending (cleared) }
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
+local function failed(keys, args)
+  local stream = keys[1]
+  if stream == nil then fail(ERRORS.BADARG, 'fail needs a key: stream (and the last-errors hash)') end
+  local errkey = errorkey(keys, 2, 'fail')
+  local group = argname(args, 1, 'group')
+  local consumer = argname(args, 2, 'consumer')
+  local minidle = argint(args, 3, 'min-idle', 0, 2 ^ 53)
+  local delay = argint(args, 4, 'delay', 0, 2 ^ 53)
+  local errtext = bounded(argstr(args, 5, 'error'), MAX_ERROR_BYTES)
+  local nb = argint(args, 6, 'backoff count', 0, MAX_COUNT)
+  local backoff = {}
+  for i = 1, nb do backoff[i] = argint(args, 6 + i, 'backoff', 0, 2 ^ 53) end
+  local ids = idlist(args, 7 + nb)
+  local checks = {{'TYPE', stream}, {'XPENDING', stream, group},
+    {'XCLAIM', stream, group, consumer, '0', '0-0'}, {'XACK', stream, group, '0-0'}}
+  errorchecks(checks, errkey, true)
+  allow(checks)
+  needgroup(stream, group)
+  errorhash(errkey)
+
+  local n, lost, deleted, kept = reclaimowned(stream, group, consumer, ids, function(deliveries)
+    local d = math.max(delay, retrydelay(backoff, deliveries))
+    return {'IDLE', string.format('%.0f', math.max(0, minidle - d))}
+  end)
+  if errkey ~= nil and errtext ~= '' then
+    for _, id in ipairs(kept) do
+      local r = redis.pcall('HSET', errkey, group .. ' ' .. id, errtext)
+      if type(r) == 'table' and r.err then
+        -- Out of memory (only under EVALSHA, where scripts have no
+        -- flags): the retry matters more than its error text.
+        if not string.find(r.err, '^OOM') then call('HSET', errkey, group .. ' ' .. id, errtext) end
+        break
+      end
+    end
+  end
+  forgeterrors(errkey, group, deleted)
+  if errkey ~= nil then pruneerrors(stream, errkey) end
+  return {n, lost, deleted}
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_giveback: give back entries handed out but never started
+-- (added in 1.3.0), at a graceful stop.
+--
+-- KEYS[1] stream
+-- ARGV[1] group
+-- ARGV[2] consumer     only ids still owned by this consumer are given back
+-- ARGV[3] min-idle ms  the min-idle that reclaimers use
+-- ARGV[4..] ids        1..10000 ids
+-- Each owned id gets its delivery count less one (the delivery that handed
+-- it out, which started no attempt) and idle time min-idle, so a claim
+-- takes it at once and a delivery limit counts only attempts (XCLAIM ...
+-- IDLE ... RETRYCOUNT ... JUSTID).
+-- Reply: { given back (integer), { id, ... } not owned,
+--          { id, ... } deleted from the stream while pending (cleared) }
+-- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
+local function giveback(keys, args)
+  local stream = keys[1]
+  if stream == nil then fail(ERRORS.BADARG, 'giveback needs 1 key: stream') end
+  local group = argname(args, 1, 'group')
+  local consumer = argname(args, 2, 'consumer')
+  local minidle = argint(args, 3, 'min-idle', 0, 2 ^ 53)
+  local ids = idlist(args, 4)
+  allow({{'TYPE', stream}, {'XPENDING', stream, group},
+    {'XCLAIM', stream, group, consumer, '0', '0-0'}, {'XACK', stream, group, '0-0'}})
+  needgroup(stream, group)
+
+  local idle = string.format('%.0f', minidle)
+  local n, lost, deleted = reclaimowned(stream, group, consumer, ids, function(deliveries)
+    return {'IDLE', idle, 'RETRYCOUNT', string.format('%.0f', math.max(0, deliveries - 1))}
+  end)
+  return {n, lost, deleted}
 end
 
 ------------------------------------------------------------------------------
@@ -1218,7 +1514,7 @@ end
 local function leaseack(stream, group, ids, delete)
   if #ids == 0 then return 0 end
   local n = callids({'XACK', stream, group}, ids)
-  if delete then callids({'XDEL', stream}, ids) end
+  if delete then deleteacked(stream, ids) end
   return n
 end
 
@@ -1286,7 +1582,8 @@ end
 -- ARGV[1] group
 -- ARGV[2] consumer
 -- ARGV[3] token       the caller's token
--- ARGV[4] delete      "1": also XDEL the acked entries
+-- ARGV[4] delete      "1": also delete the acked entries once every group
+--                     is done with them
 -- ARGV[5] n           how many ack ids follow, 0..MAX_COUNT
 -- ARGV[6..5+n]        ids to ack first (as lease_next does): the
 --                     entries handled since the last lease_next
@@ -1307,7 +1604,7 @@ local function leaserelease(keys, args)
   local checks = {{'TYPE', stream}, {'XPENDING', stream, group}, {'HMGET', key, 'owner'}, {'HSET', key, 'owner', ''}}
   if #acks > 0 then
     checks[#checks + 1] = {'XACK', stream, group, '0-0'}
-    if delete then checks[#checks + 1] = {'XDEL', stream, '0-0'} end
+    if delete then deletechecks(checks, stream) end
   end
   if #gives > 0 then checks[#checks + 1] = {'XCLAIM', stream, group, consumer, '0', '0-0'} end
   allow(checks)
@@ -1327,12 +1624,15 @@ end
 -- KEYS[1] stream
 -- KEYS[2] dead-letter stream
 -- KEYS[3] lease
+-- KEYS[4] last-errors hash optional (since 1.3.0): a record for
+--                          max-deliveries keeps the entry's last error
 -- ARGV[1] group
 -- ARGV[2] consumer
 -- ARGV[3] token            the caller's token
 -- ARGV[4] ttl ms           the lease is renewed to last this long, 1..2^53
 -- ARGV[5] max-deliveries   0 = no limit
--- ARGV[6] delete           "1": XDEL acked and dead-lettered entries
+-- ARGV[6] delete           "1": delete acked and dead-lettered entries
+--                          once every group is done with them
 -- ARGV[7] count            0..MAX_COUNT: new entries handed out at most,
 --                          when nothing is pending (0: none; the caller
 --                          reads them itself, with XREADGROUP in the same
@@ -1394,6 +1694,7 @@ local function leasenext(keys, args)
   if stream == dlq or stream == key or dlq == key then
     fail(ERRORS.BADARG, 'the stream, dead-letter stream and lease keys must differ')
   end
+  local errkey = errorkey(keys, 4, 'lease_next')
   local group = argname(args, 1, 'group')
   local consumer = argname(args, 2, 'consumer')
   local token = argint(args, 3, 'token', 1, 2 ^ 53)
@@ -1415,10 +1716,12 @@ local function leasenext(keys, args)
     checks[#checks + 1] = {'XRANGE', stream, '-', '+'}
     checks[#checks + 1] = {'XADD', dlq, '*', 'f', 'v'}
   end
-  if delete then checks[#checks + 1] = {'XDEL', stream, '0-0'} end
+  if delete then deletechecks(checks, stream) end
+  errorchecks(checks, errkey, false)
   allow(checks)
   needgroup(stream, group)
   streamkey(dlq)
+  errorhash(errkey)
   local held, was = holds(key, consumer, token)
   if not held then return {0, 0, 0, {}, {}, {}, '', 0, 0, 0} end
   local now = nowms()
@@ -1427,25 +1730,31 @@ local function leasenext(keys, args)
   local given = leasegiveback(stream, group, consumer, gives)
 
   local dead, deleted = {}, {}
+  -- Every return below drops the last errors of what was dead-lettered
+  -- or cleared.
+  local function out(reply)
+    forgeterrors(errkey, group, dead)
+    forgeterrors(errkey, group, deleted)
+    return reply
+  end
   for _, p in ipairs(call('XPENDING', stream, group, '-', '+', LEASE_SCAN)) do
     local id, owner, idle, deliveries = p[1], p[2], tonumber(p[3]), tonumber(p[4])
     if maxdeliveries > 0 and deliveries >= maxdeliveries then
-      local done = deadletterone(stream, dlq, group, id, owner, deliveries, REASON_MAX_DELIVERIES, '', now, delete)
+      local done = deadletterone(stream, dlq, group, id, owner, deliveries, REASON_MAX_DELIVERIES,
+        lasterror(errkey, group, id), now, delete)
       if done == 'deleted' then
         deleted[#deleted + 1] = id
       elseif done == 'toolarge' then
         setblocked(key, was, id, deliveries, -1)
-        return {1, acked, given, {}, dead, deleted, id, -1, deliveries, 0}
+        return out({1, acked, given, {}, dead, deleted, id, -1, deliveries, 0})
       else
         dead[#dead + 1] = id
       end
     else
-      if #backoff > 0 and deliveries > 0 then
-        local delay = backoff[math.min(deliveries, #backoff)]
-        if idle < delay then
-          setblocked(key, was, id, deliveries, now - idle + delay)
-          return {1, acked, given, {}, dead, deleted, id, delay - idle, deliveries, 0}
-        end
+      local delay = retrydelay(backoff, deliveries)
+      if idle < delay then
+        setblocked(key, was, id, deliveries, now - idle + delay)
+        return out({1, acked, given, {}, dead, deleted, id, delay - idle, deliveries, 0})
       end
       local c = call('XCLAIM', stream, group, consumer, 0, id)
       if #c == 0 or type(c[1][2]) ~= 'table' then
@@ -1453,7 +1762,7 @@ local function leasenext(keys, args)
         deleted[#deleted + 1] = id
       else
         setblocked(key, was, '')
-        return {1, acked, given, {{id, c[1][2], deliveries + 1}}, dead, deleted, '', 0, 0, 0}
+        return out({1, acked, given, {{id, c[1][2], deliveries + 1}}, dead, deleted, '', 0, 0, 0})
       end
     end
   end
@@ -1461,15 +1770,15 @@ local function leasenext(keys, args)
   setblocked(key, was, '')
   if #dead + #deleted >= LEASE_SCAN then
     -- The scan budget is spent: the caller asks again.
-    return {1, acked, given, {}, dead, deleted, '', 0, 0, 0}
+    return out({1, acked, given, {}, dead, deleted, '', 0, 0, 0})
   end
   -- New entries go out as XREADGROUP returned them, {id, fields} (their
   -- delivery is the first), without a table built per entry.
   local live = {}
-  if count == 0 then return {1, acked, given, live, dead, deleted, '', 0, 0, 1} end
+  if count == 0 then return out({1, acked, given, live, dead, deleted, '', 0, 0, 1}) end
   local r = call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, '>')
   if type(r) == 'table' and r[1] ~= nil then live = r[1][2] end
-  return {1, acked, given, live, dead, deleted, '', 0, 0, 1}
+  return out({1, acked, given, live, dead, deleted, '', 0, 0, 1})
 end
 
 ------------------------------------------------------------------------------
@@ -1484,7 +1793,10 @@ end
 -- The function table, read by the registration below and, under EVALSHA,
 -- by lua/shim.lua (which replaces the registration).
 --
--- allow-oom (since 1.0.4): ack, extend, release, reap and trim (1.1.0)
+-- allow-oom (since 1.0.4): ack, extend, release, fail and giveback (1.3.0;
+-- fail's HSET of a bounded error text is the one write that may grow
+-- memory, kept so that a full server still takes failures back), reap and
+-- trim (1.1.0)
 -- only acknowledge, re-time or delete what is already there, so they run
 -- on a server at maxmemory (noeviction) too: a full server must not keep a
 -- consumer from settling the entries it holds, nor an operator from
@@ -1501,6 +1813,8 @@ local FUNCTIONS = {
   {name = 'pelwarden_v1_deadletter', fn = deadletter, flags = {}},
   {name = 'pelwarden_v1_extend', fn = extend, flags = {'allow-oom'}},
   {name = 'pelwarden_v1_release', fn = release, flags = {'allow-oom'}},
+  {name = 'pelwarden_v1_fail', fn = failed, flags = {'allow-oom'}},
+  {name = 'pelwarden_v1_giveback', fn = giveback, flags = {'allow-oom'}},
   {name = 'pelwarden_v1_reap', fn = reap, flags = {'allow-oom'}},
   {name = 'pelwarden_v1_redrive', fn = redrive, flags = {}},
   {name = 'pelwarden_v1_stats', fn = stats, flags = {'no-writes'}},

@@ -20,8 +20,16 @@
 // ("redis:8"); WithValkey and WithCluster choose Valkey and a
 // three-primary Redis Cluster. PELWARDEN_TEST_REDIS_URL (or
 // PELWARDEN_TEST_CLUSTER_URL with WithCluster) points Start at an existing
-// server instead, such as a CI service: nothing is started, and tests stay
-// apart through their keys. Use wraps a client you already have.
+// server instead, such as a CI service or a local redis-server: nothing is
+// started, tests stay apart through their keys, and each test's keys (those
+// under its fixture's hash tag, see NewKeys) are removed from that server
+// when the test ends; nothing else is touched (never FLUSHDB). Keys on a
+// container Start started stay until the container goes, for inspection.
+// When no container can be started (Docker unreachable, or an image it can
+// neither find nor pull), the test fails with a message saying how to go
+// on: set PELWARDEN_TEST_REDIS_URL, or make an image available (docker pull,
+// or a one-line docker build from Debian's package) and name it in
+// PELWARDEN_TEST_IMAGE. Use wraps a client you already have.
 //
 // A Fixture is one test's own hash-tagged stream, dead-letter stream and
 // group (so tests can run with t.Parallel()), with helpers to arrange

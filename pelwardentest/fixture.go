@@ -28,7 +28,9 @@ type Keys struct {
 	Group string
 }
 
-// NewKeys returns fresh Keys for t. It does no I/O.
+// NewKeys returns fresh Keys for t. It does no I/O. When t ends, the keys
+// under the tag are removed from the existing servers (PELWARDEN_TEST_REDIS_URL,
+// PELWARDEN_TEST_CLUSTER_URL) fixtures used them on (see NewFixture).
 func NewKeys(t T) Keys {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
@@ -37,6 +39,7 @@ func NewKeys(t T) Keys {
 		name = name[len(name)-200:]
 	}
 	tag := "{" + name + "." + hex.EncodeToString(b) + "}"
+	issueTag(t, tag)
 	return Keys{Stream: tag, DeadLetterStream: tag + ":dead", Group: DefaultGroup}
 }
 
@@ -64,8 +67,15 @@ type Fixture struct {
 
 // NewFixture returns a Fixture with fresh Keys for t and creates its group
 // at "0" (the stream is created empty if needed), so entries added before
-// a consumer starts are delivered to it. The keys are left in place after
-// the test, for inspection.
+// a consumer starts are delivered to it.
+//
+// On a server Start started (a container of this process), the keys are
+// left in place after the test, for inspection; the container goes at the
+// end of the run. On an existing server (PELWARDEN_TEST_REDIS_URL,
+// PELWARDEN_TEST_CLUSTER_URL) they are removed when t ends: every key
+// whose name starts with the fixture's hash tag (SCAN MATCH, then UNLINK),
+// after the consumers the test started have stopped. Nothing else on that
+// server is touched (never FLUSHDB).
 func (s *Server) NewFixture(t T) *Fixture {
 	t.Helper()
 	f := s.FixtureFor(t, NewKeys(t))
@@ -76,8 +86,11 @@ func (s *Server) NewFixture(t T) *Fixture {
 }
 
 // FixtureFor returns a Fixture on keys the caller chose; it creates
-// nothing (see NewFixture).
+// nothing (see NewFixture). Keys from NewKeys are removed from an existing
+// server when the test that made them ends, as NewFixture's are; keys
+// named otherwise are left alone.
 func (s *Server) FixtureFor(t T, k Keys) *Fixture {
+	s.removeKeysAtCleanup(k)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	return &Fixture{Keys: k, srv: s, t: t, ctx: ctx}

@@ -37,7 +37,8 @@ const (
 	// EnvValkeyImage names the image WithValkey runs.
 	EnvValkeyImage = "PELWARDEN_TEST_VALKEY_IMAGE"
 	// EnvRedisURL points Start at an existing server
-	// (redis://host:6379/0): nothing is started.
+	// (redis://host:6379/0): nothing is started, and the keys of each
+	// test's fixtures are removed when it ends (see NewFixture).
 	EnvRedisURL = "PELWARDEN_TEST_REDIS_URL"
 	// EnvClusterURL points Start(WithCluster()) at an existing cluster
 	// (redis://host1:6379?addr=host2:6379&addr=host3:6379).
@@ -90,7 +91,10 @@ type Server struct {
 	image   string
 	cluster bool
 	owned   bool // the client was opened here (closed by CloseShared)
-	close   func() error
+	// existing: a server named by EnvRedisURL or EnvClusterURL, not
+	// started here; fixtures remove their keys from it (cleanup.go).
+	existing bool
+	close    func() error
 }
 
 // Client returns the server's client: a *redis.Client, or a
@@ -112,6 +116,13 @@ type resolved struct {
 	url     string
 	image   string
 	cluster bool
+	// imageFrom is where image came from: the environment variable that
+	// names it (EnvImage, EnvValkeyImage), "WithImage", or "" for
+	// DefaultImage or DefaultValkeyImage.
+	imageFrom string
+	// imageEnv is the variable that names another image (EnvImage or
+	// EnvValkeyImage), "" when WithImage chose it.
+	imageEnv string
 }
 
 func (r resolved) key() string {
@@ -137,20 +148,24 @@ func resolve(opts []Option) (resolved, options) {
 	}
 	switch {
 	case o.image != "":
-		r.image = o.image
+		r.image, r.imageFrom = o.image, "WithImage"
 	case o.valkey:
-		r.image = envOr(EnvValkeyImage, DefaultValkeyImage)
+		r.image, r.imageFrom = envOr(EnvValkeyImage, DefaultValkeyImage)
+		r.imageEnv = EnvValkeyImage
 	default:
-		r.image = envOr(EnvImage, DefaultImage)
+		r.image, r.imageFrom = envOr(EnvImage, DefaultImage)
+		r.imageEnv = EnvImage
 	}
 	return r, o
 }
 
-func envOr(name, def string) string {
+// envOr returns the value of the environment variable name and name, or
+// def and "" when it is unset.
+func envOr(name, def string) (value, from string) {
 	if v := strings.TrimSpace(os.Getenv(name)); v != "" {
-		return v
+		return v, name
 	}
-	return def
+	return def, ""
 }
 
 // shared holds the process's servers, one per resolved key.
@@ -168,7 +183,9 @@ type sharedServer struct {
 // Start returns the process's shared server for opts, starting it on first
 // use (the first test waits; concurrent callers wait for the same start)
 // and loading the pelwarden library. A failed start is remembered: every
-// later test fails at once with the same message.
+// later test fails at once with the same message, which says how to go on
+// (EnvRedisURL for a server you run, or an image Docker has: EnvImage,
+// EnvValkeyImage, WithImage).
 //
 // The container stays up for the tests that follow; Main (or CloseShared)
 // removes it at the end. Without either, it is left to testcontainers'
@@ -209,26 +226,89 @@ func (e *unavailableError) Error() string {
 
 func (e *unavailableError) Unwrap() error { return e.err }
 
-func open(r resolved) (*Server, error) {
+// startError: Docker is there, but no server could be started from the
+// image (most often: the image is neither on the machine nor pullable).
+// Its message says how to go on without that image.
+type startError struct {
+	r   resolved
+	err error
+}
+
+func (e *startError) Error() string {
+	var b strings.Builder
+	what, url := "a server", EnvRedisURL
+	if e.r.cluster {
+		what, url = "a Redis Cluster", EnvClusterURL
+	}
+	fmt.Fprintf(&b, "pelwardentest: could not start %s from image %q", what, e.r.image)
+	switch e.r.imageFrom {
+	case "":
+		b.WriteString(" (the default)")
+	default:
+		fmt.Fprintf(&b, " (from %s)", e.r.imageFrom)
+	}
+	fmt.Fprintf(&b, ": %v. ", e.err)
+	fmt.Fprintf(&b, "To test against a server you already run, set %s=redis://host:6379/0 (nothing is started; each test's keys are removed when it ends). ", url)
+	fmt.Fprintf(&b, "To use Docker, make the image available (docker pull %s)", e.r.image)
+	if e.r.imageEnv != "" {
+		fmt.Fprintf(&b, " or set %s to an image you have", e.r.imageEnv)
+	} else {
+		b.WriteString(" or pass WithImage an image you have")
+	}
+	b.WriteString(", for instance one built from Debian's package: " + debianRecipe(e.r))
+	return b.String()
+}
+
+func (e *startError) Unwrap() error { return e.err }
+
+// debianRecipe is a one-line docker build of a server image from Debian's
+// package, for startError: its entrypoint is the server binary, which
+// takes the flags testserver passes.
+func debianRecipe(r resolved) string {
+	pkg, tag := "redis-server", "local/redis:8"
+	if strings.Contains(r.image, "valkey") {
+		pkg, tag = "valkey-server", "local/valkey:8"
+	}
+	env := r.imageEnv
+	if env == "" {
+		env = EnvImage
+	}
+	return fmt.Sprintf(`printf 'FROM debian:trixie-slim\nRUN apt-get update && apt-get install -y %s\nENTRYPOINT ["%s"]\n' | docker build -t %s - && export %s=%s`, pkg, pkg, tag, env, tag)
+}
+
+// starters are what open starts servers with; tests replace them to see
+// what a failure reports.
+type starters struct {
+	health  func(context.Context) error
+	single  func(context.Context, string, testserver.Options) (*testserver.Server, error)
+	cluster func(context.Context, string, testserver.ClusterOptions) (*testserver.Cluster, error)
+}
+
+// docker starts servers in containers.
+var docker = starters{health: dockerHealth, single: testserver.Start, cluster: testserver.StartCluster}
+
+func open(r resolved) (*Server, error) { return openWith(r, docker) }
+
+func openWith(r resolved, st starters) (*Server, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	if r.url != "" {
 		return openURL(ctx, r)
 	}
-	if err := dockerHealth(ctx); err != nil {
+	if err := st.health(ctx); err != nil {
 		return nil, &unavailableError{err: err}
 	}
 	if r.cluster {
-		c, err := testserver.StartCluster(ctx, r.image, testserver.ClusterOptions{})
+		c, err := st.cluster(ctx, r.image, testserver.ClusterOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("pelwardentest: start a Redis Cluster of %s: %w", r.image, err)
+			return nil, &startError{r: r, err: err}
 		}
 		srv := &Server{client: c.Client(), image: r.image, cluster: true, owned: true, close: c.Close}
 		return srv, srv.load(ctx)
 	}
-	s, err := testserver.Start(ctx, r.image, testserver.Options{})
+	s, err := st.single(ctx, r.image, testserver.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("pelwardentest: start %s (set %s to another image): %w", r.image, EnvImage, err)
+		return nil, &startError{r: r, err: err}
 	}
 	srv := &Server{client: s.Client(), image: r.image, owned: true, close: s.Close}
 	return srv, srv.load(ctx)
@@ -249,7 +329,7 @@ func openURL(ctx context.Context, r resolved) (*Server, error) {
 		}
 		rdb = redis.NewClient(o)
 	}
-	srv := &Server{client: rdb, cluster: r.cluster, owned: true}
+	srv := &Server{client: rdb, cluster: r.cluster, owned: true, existing: true}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
 		return nil, fmt.Errorf("pelwardentest: connect to %s: %w", redact.URL(r.url), err)

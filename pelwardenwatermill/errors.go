@@ -17,6 +17,9 @@ var (
 	// subscription closing (or that was still waiting for its turn on the
 	// channel): the entry is released for another consumer at once.
 	ErrNotAcked = errors.New("pelwarden/watermill: subscription closed before the message was acked")
+	// ErrDeadLettered is the error DeadLetter records when given a nil
+	// error.
+	ErrDeadLettered = errors.New("pelwarden/watermill: dead-lettered by the handler")
 	// ErrNotWatermill is the cause recorded in the dead-letter record of
 	// an entry that is in neither layout DefaultMarshaler reads: it has no
 	// FieldUUID and no watermill-redisstream UUID field.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -100,6 +101,40 @@ func ExampleSubscriber_Subscribe() {
 	// nack delivery 1
 	// nack delivery 2
 	// dead-lettered: poison max_deliveries
+}
+
+// A message that can never be processed goes to the dead-letter stream at
+// once, with the handler's error, instead of being retried MaxDeliveries
+// times. The record reads back with pelwarden.ParseDeadLetterMessage.
+func ExampleDeadLetter() {
+	rdb := servers[0].client()
+	defer rdb.Close()
+	topic := "invoices-" + watermill.NewShortUUID()
+
+	pub, _ := pelwardenwatermill.NewPublisher(rdb, pelwardenwatermill.PublisherConfig{})
+	defer pub.Close()
+	sub, _ := pelwardenwatermill.NewSubscriber(rdb, pelwardenwatermill.SubscriberConfig{Group: "invoicing"})
+	defer sub.Close()
+
+	_ = pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("forty-two")))
+	msgs, _ := sub.Subscribe(context.Background(), topic)
+	msg := <-msgs
+	if _, err := strconv.Atoi(string(msg.Payload)); err != nil {
+		pelwardenwatermill.DeadLetter(msg, fmt.Errorf("malformed amount %q", msg.Payload))
+	}
+
+	dead, _ := pelwardenwatermill.DeadLetterStream(topic)
+	for {
+		records, _ := rdb.XRange(context.Background(), dead, "-", "+").Result()
+		if len(records) > 0 {
+			d, _ := pelwarden.ParseDeadLetterMessage(records[0])
+			fmt.Println(d.Reason, "after", d.Deliveries, "delivery:", d.Error)
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Output:
+	// handler after 1 delivery: malformed amount "forty-two"
 }
 
 // The fields of a published message (DefaultMarshaler's layout).

@@ -38,7 +38,8 @@ type PublisherConfig struct {
 	// entries published to it (producer.Config.TrimEvery): only what every
 	// group has delivered and acknowledged. Off by default.
 	TrimEvery int
-	// ProducerID is producer.Config.ProducerID (defaults to host-pid).
+	// ProducerID is producer.Config.ProducerID (none by default: the
+	// publisher sends no idempotency ids).
 	ProducerID string
 }
 

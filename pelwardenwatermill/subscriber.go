@@ -77,11 +77,12 @@ type SubscriberConfig struct {
 	// (MaxDeliveries, MinIdle, Backoff, MaxInHand, AckMode, Metrics and
 	// the rest keep the driver's documented defaults). Stream, Streams,
 	// DeadLetterStream, Group, Consumer and Handler must be empty: the
-	// Subscriber sets them. Concurrency must be 0 or 1: watermill hands a
-	// subscription's messages out one at a time. ReclaimInterval defaults
-	// to DefaultReclaimInterval here, CreateGroup follows RequireGroup,
-	// and ShutdownTimeout defaults to CloseTimeout + DefaultFlushTimeout
-	// (it must exceed CloseTimeout). Logger defaults to Logger.
+	// Subscriber sets them. Concurrency must be 0 or 1 (NewSubscriber
+	// refuses any other value): watermill hands a subscription's messages
+	// out one at a time. ReclaimInterval defaults to
+	// DefaultReclaimInterval here, CreateGroup follows RequireGroup, and
+	// ShutdownTimeout defaults to CloseTimeout + DefaultFlushTimeout (it
+	// must exceed CloseTimeout). Logger defaults to Logger.
 	Driver driver.Config
 	// Logger receives the Subscriber's logs (a subscription that stops
 	// with an error). Defaults to slog.Default().
@@ -108,7 +109,9 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	if d.Logger == nil {
 		d.Logger = c.Logger
 	}
-	d.Concurrency = 1
+	if d.Concurrency == 0 {
+		d.Concurrency = 1
+	}
 	d.CreateGroup = !c.RequireGroup
 	d.Backoff = append([]time.Duration(nil), d.Backoff...)
 	return c
@@ -143,6 +146,9 @@ func (c SubscriberConfig) validate() error {
 		if f.set {
 			return bad("Driver."+f.name, "must be empty: the Subscriber sets it (use SubscriberConfig.Group, Consumer, Topics)")
 		}
+	}
+	if d.Concurrency != 1 {
+		return bad("Driver.Concurrency", "must be 0 or 1: watermill hands a subscription's messages out one at a time, so a handler never runs alongside another (subscribe more than once, or run more handlers, for parallel work); got %d", d.Concurrency)
 	}
 	if d.ShutdownTimeout <= c.CloseTimeout {
 		return bad("Driver.ShutdownTimeout", "must exceed CloseTimeout (%v), got %v", c.CloseTimeout, d.ShutdownTimeout)
@@ -229,6 +235,11 @@ func (s *Subscriber) driverConfig(topic string, h driver.Handler) (driver.Config
 //     claim call for every entry idle by then), and arrives at most
 //     NackDelay + ReclaimInterval later. Other consumers of the group may
 //     claim it too.
+//
+// DeadLetter(msg, err) instead of Nack dead-letters the entry at once with
+// err's text (reason "handler"), in the same atomic step as its ack,
+// without the MaxDeliveries round of retries; driver middleware
+// (WrapHandler) sees a *driver.DeadLetterError wrapping err.
 //
 // An entry that is not a watermill message (Unmarshaler fails) is
 // dead-lettered at once with the error's text (reason "handler") and never
@@ -384,6 +395,9 @@ func (sub *subscription) handle(ctx context.Context, m *driver.Message) error {
 	msgCtx, cancel := context.WithCancel(mergedContext{Context: ctx, values: sub.values})
 	defer cancel()
 	msg.SetContext(msgCtx)
+	d := &delivery{}
+	deliveries.Store(msg, d)
+	defer deliveries.Delete(msg)
 	select {
 	case sub.out <- msg:
 	case <-sub.closing:
@@ -404,6 +418,9 @@ func (sub *subscription) handle(ctx context.Context, m *driver.Message) error {
 		case <-msg.Acked():
 			return nil
 		case <-msg.Nacked():
+			if err := d.settle(); err != nil {
+				return driver.DeadLetter(err)
+			}
 			return driver.RetryAfter(sub.nackDelay, ErrNacked)
 		case <-closing:
 			// Tell the holder, then give it CloseTimeout to answer.
@@ -420,6 +437,72 @@ func (sub *subscription) handle(ctx context.Context, m *driver.Message) error {
 			cut = nil
 		}
 	}
+}
+
+// deliveries are the messages the subscriptions of this process have
+// handed out and wait on, for DeadLetter.
+var deliveries sync.Map // *message.Message -> *delivery
+
+// delivery is what DeadLetter tells the subscription waiting on a message.
+type delivery struct {
+	mu      sync.Mutex
+	err     error // DeadLetter's: dead-letter the entry with it
+	settled bool  // the subscription took the Nack
+}
+
+// deadLetter asks for the entry to be dead-lettered with err; false when
+// the subscription took the Nack already (a retry).
+func (d *delivery) deadLetter(err error) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		return false
+	}
+	d.err = err
+	return true
+}
+
+// settle takes the Nack: it returns DeadLetter's error, or nil for a plain
+// Nack, after which DeadLetter no longer changes the outcome.
+func (d *delivery) settle() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.settled = true
+	return d.err
+}
+
+// DeadLetter answers msg, a message a Subscriber handed out, with a
+// permanent failure: the subscription dead-letters its entry at once, with
+// err's text and reason "handler" (pelwarden.ReasonHandler), in the same
+// atomic step as its ack. It is Nack for a message that can never be
+// processed: a plain Nack retries the message until Driver.MaxDeliveries
+// and records no error text, while DeadLetter spends no more deliveries and
+// keeps the error in the dead-letter record (pelwarden.FieldError, bounded
+// to pelwarden.MaxErrorBytes). A nil err records ErrDeadLettered's text.
+//
+// It returns true when the entry will be dead-lettered. It returns false
+// when msg was answered already (an Ack stands; after a Nack the retry
+// does), or is not a message a Subscriber of this process is waiting on
+// (such as a copy, msg.Copy()): then it only Nacks msg, so a message meant
+// for the dead-letter stream is never acked.
+//
+// In a watermill Router handler, call DeadLetter and return nil: the
+// router's Ack after it does nothing, and no error reaches middleware such
+// as Retry or PoisonQueue (see the package documentation).
+//
+//	if err := json.Unmarshal(msg.Payload, &order); err != nil {
+//		pelwardenwatermill.DeadLetter(msg, fmt.Errorf("malformed order: %w", err))
+//		return nil
+//	}
+func DeadLetter(msg *message.Message, err error) bool {
+	if err == nil {
+		err = ErrDeadLettered
+	}
+	if v, ok := deliveries.Load(msg); ok && v.(*delivery).deadLetter(err) {
+		return msg.Nack()
+	}
+	msg.Nack()
+	return false
 }
 
 // mergedContext is the driver handler's context (cancellation, and the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,6 +235,117 @@ func TestForeignEntryIsDeadLettered(t *testing.T) {
 	})
 }
 
+// DeadLetter sends a message to the dead-letter stream at once: one
+// delivery, the handler's error text in the record, reason handler, and
+// the next message comes without waiting for a reclaim pass.
+func TestDeadLetterAtOnce(t *testing.T) {
+	eachParallel(t, func(t *testing.T, s *server) {
+		e := newEnv(t, s)
+		f := e.fixture()
+		sent := e.publish(e.publisher(pelwardenwatermill.PublisherConfig{}), 3)
+		outcomes := make(chan error, 3)
+		sub := e.subscriber(pelwardenwatermill.SubscriberConfig{
+			Driver: driver.Config{MaxDeliveries: 5},
+			WrapHandler: func(next driver.Handler) driver.Handler {
+				return driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
+					err := next.Handle(ctx, m)
+					outcomes <- err
+					return err
+				})
+			},
+		})
+		ch, err := sub.Subscribe(context.Background(), e.topic)
+		require.NoError(t, err)
+
+		poison := receive(t, ch)
+		require.Equal(t, sent[0].UUID, poison.UUID)
+		cause := errors.New(`malformed order "forty-two"`)
+		start := time.Now()
+		require.True(t, pelwardenwatermill.DeadLetter(poison, cause))
+		requireDone(t, poison.Context(), "after DeadLetter")
+		require.False(t, poison.Ack(), "DeadLetter nacked it")
+		var dl *driver.DeadLetterError
+		require.ErrorAs(t, <-outcomes, &dl, "driver middleware sees the dead-letter outcome")
+		require.ErrorIs(t, dl, cause)
+		id := poison.Metadata.Get(pelwardenwatermill.MetadataStreamID)
+		rec := f.RequireDeadLettered(id, pelwardentest.DeadLettered{Reason: pelwarden.ReasonHandler, Error: cause.Error()})
+		require.EqualValues(t, 1, rec.Deliveries, "no retries before it")
+		require.Less(t, time.Since(start), 3*pelwardenwatermill.DefaultReclaimInterval, "at once, not after MaxDeliveries reclaim passes")
+
+		// Too late once acked: the Ack stands, nothing is dead-lettered.
+		acked := receive(t, ch)
+		require.Equal(t, sent[1].UUID, acked.UUID)
+		require.True(t, acked.Ack())
+		require.False(t, pelwardenwatermill.DeadLetter(acked, cause))
+		require.NoError(t, <-outcomes)
+
+		// A nil error records ErrDeadLettered.
+		last := receive(t, ch)
+		require.True(t, pelwardenwatermill.DeadLetter(last, nil))
+		require.Error(t, <-outcomes)
+		f.RequireDeadLettered(last.Metadata.Get(pelwardenwatermill.MetadataStreamID),
+			pelwardentest.DeadLettered{Reason: pelwarden.ReasonHandler, Error: pelwardenwatermill.ErrDeadLettered.Error()})
+		f.RequireAcked(acked.Metadata.Get(pelwardenwatermill.MetadataStreamID))
+		f.RequireDeadLetterIDs(id, last.Metadata.Get(pelwardenwatermill.MetadataStreamID))
+		f.RequirePELEmpty()
+		requireNothing(t, ch, 2*pelwardenwatermill.DefaultReclaimInterval)
+	})
+}
+
+// In a Router, a handler that calls DeadLetter and returns nil has its
+// message dead-lettered, not acked (the router's Ack after it does
+// nothing), and never called again.
+func TestDeadLetterInRouter(t *testing.T) {
+	eachParallel(t, func(t *testing.T, s *server) {
+		e := newEnv(t, s)
+		f := e.fixture()
+		sent := e.publish(e.publisher(pelwardenwatermill.PublisherConfig{}), 2)
+		sub := e.subscriber(pelwardenwatermill.SubscriberConfig{})
+		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+		require.NoError(t, err)
+		var calls atomic.Int64
+		handled := make(chan string, 2)
+		router.AddConsumerHandler("h", e.topic, sub, func(msg *message.Message) error {
+			calls.Add(1)
+			if string(msg.Payload) == "0" {
+				require.True(t, pelwardenwatermill.DeadLetter(msg, errors.New("poison")))
+			}
+			handled <- msg.Metadata.Get(pelwardenwatermill.MetadataStreamID)
+			return nil
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- router.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			require.NoError(t, router.Close())
+			require.NoError(t, <-done)
+		})
+		<-router.Running()
+		poison, good := <-handled, <-handled
+		f.RequireDeadLettered(poison, pelwardentest.DeadLettered{Reason: pelwarden.ReasonHandler, Error: "poison"})
+		f.RequireAcked(good)
+		f.RequireDeadLetterIDs(poison)
+		f.RequirePELEmpty()
+		require.EqualValues(t, len(sent), calls.Load(), "one call each: no retry, no redelivery")
+	})
+}
+
+// DeadLetter on a message no Subscriber handed out (or a copy) nacks it and
+// says it dead-letters nothing: a message meant for the dead-letter stream
+// is never acked.
+func TestDeadLetterForeignMessage(t *testing.T) {
+	t.Parallel()
+	msg := message.NewMessage(watermill.NewUUID(), nil)
+	require.False(t, pelwardenwatermill.DeadLetter(msg, errors.New("x")))
+	select {
+	case <-msg.Nacked():
+	default:
+		t.Fatal("not nacked")
+	}
+	require.False(t, msg.Ack())
+}
+
 // A new group reads the stream from its first entry: messages consumed by
 // another group are delivered again to it.
 func TestNewGroupReadsFromStart(t *testing.T) {
@@ -339,12 +451,19 @@ func TestConfigErrors(t *testing.T) {
 		{"SubscriberConfig.Driver.Handler", pelwardenwatermill.SubscriberConfig{Group: "g", Driver: driver.Config{Handler: driver.HandlerFunc(nil)}}},
 		{"SubscriberConfig.Driver.ShutdownTimeout", pelwardenwatermill.SubscriberConfig{Group: "g", Driver: driver.Config{ShutdownTimeout: time.Second}}},
 		{"SubscriberConfig.Topics.Partitions", pelwardenwatermill.SubscriberConfig{Group: "g", Topics: pelwardenwatermill.Topics{Partitions: -1}}},
+		{"SubscriberConfig.Driver.Concurrency", pelwardenwatermill.SubscriberConfig{Group: "g", Driver: driver.Config{Concurrency: 4}}},
+		{"SubscriberConfig.Driver.Concurrency", pelwardenwatermill.SubscriberConfig{Group: "g", Driver: driver.Config{Concurrency: -1}}},
 	} {
 		_, err := pelwardenwatermill.NewSubscriber(rdb, c.cfg)
 		var ce *pelwarden.ArgumentError
 		require.ErrorAs(t, err, &ce, c.field)
 		require.Equal(t, c.field, ce.Field)
 		require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
+	}
+	for _, n := range []int{0, 1} {
+		sub, err := pelwardenwatermill.NewSubscriber(rdb, pelwardenwatermill.SubscriberConfig{Group: "g", Driver: driver.Config{Concurrency: n}})
+		require.NoError(t, err, "Concurrency %d", n)
+		require.NoError(t, sub.Close())
 	}
 	_, err := pelwardenwatermill.NewSubscriber(nil, pelwardenwatermill.SubscriberConfig{Group: "g"})
 	require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)

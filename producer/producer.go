@@ -15,12 +15,20 @@
 // separate entry (their idempotency by stream id does not catch it). Two
 // ways out:
 //
-//   - On Redis 8.6 and newer, give each Message an IdempotencyID: the
-//     producer sends XADD IDMP, and the server adds an entry once per
-//     (ProducerID, IdempotencyID), answering a retry with the first entry's
-//     id. Server-side deduplication keeps recent ids per producer for a
-//     bounded time and count (the server's stream-idmp settings), so retry
-//     promptly. Producer.Idempotent says whether the server does it.
+//   - On Redis 8.6.2 and newer, set Config.ProducerID and give each
+//     Message an IdempotencyID: the producer sends XADD IDMP, and the
+//     server adds an entry once per (stream, ProducerID, IdempotencyID),
+//     answering a retry with the first entry's id. The server keeps a
+//     bounded number of recent ids per producer for a bounded time, per
+//     stream: before its first publish with an IdempotencyID to a stream,
+//     the producer makes the stream keep at least
+//     Config.IdempotencyMaxSize ids (default: a batch, MaxBatch) for at
+//     least Config.IdempotencyDuration (default an hour), where the
+//     server's defaults keep 100 for 100 seconds. Retry within that
+//     window: the messages of a failed call whose Result.Err is set, or
+//     the whole call, in the same order. Producer.Idempotent says whether
+//     the server does it (Redis 8.6.0 and 8.6.1 lose the tracked ids on an
+//     AOF rewrite or an RDB load, so they are treated as not doing it).
 //   - Elsewhere (older Redis, Valkey), put an application key in the fields
 //     and make handlers idempotent on it.
 //
@@ -40,10 +48,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -68,6 +77,18 @@ func (f InjectorFunc) Inject(ctx context.Context, stream string, fields []pelwar
 // DefaultMaxBatch is the default Config.MaxBatch.
 const DefaultMaxBatch = 500
 
+// DefaultIdempotencyDuration is the default Config.IdempotencyDuration:
+// long enough for a retry after a restart or a failover, and cheap, since
+// Config.IdempotencyMaxSize bounds what the stream keeps whatever the
+// duration.
+const DefaultIdempotencyDuration = time.Hour
+
+// The server's bounds on a stream's IDMP settings (XCFGSET).
+const (
+	maxIdempotencyDuration = 24 * time.Hour
+	maxIdempotencyMaxSize  = 10000
+)
+
 // Config configures a Producer. The zero value of an optional field means
 // its default.
 type Config struct {
@@ -78,10 +99,54 @@ type Config struct {
 	// list in partition order; changing n moves keys to other partitions.
 	Partitions []string
 	// ProducerID names this producer for idempotent publishing (XADD IDMP
-	// producer-id). Keep it stable across restarts of the same producer,
-	// or a retry after a restart is not recognised. Defaults to
-	// host-pid, which is stable only for the life of the process.
+	// producer-id): the server recognises a retry by its IdempotencyID
+	// among the ids it keeps for this ProducerID on the stream. Required
+	// as soon as a Message has an IdempotencyID: PublishBatch refuses such
+	// a message without it, with a *pelwarden.ArgumentError naming
+	// Config.ProducerID, on every server (so that code tested on a server
+	// without IDMP does not fail on one with it).
+	//
+	// There is no default because none can be right: the id must be the
+	// same for a restarted producer (its retry comes after the restart)
+	// and differ between producers running at once (each has its own
+	// window of ids). Host and pid change on every start of a container;
+	// a host name alone is shared by two processes on one host, whose ids
+	// would then evict each other's. Take it from your deployment: a
+	// StatefulSet pod name, "billing-" + shard number. A new ProducerID on
+	// every start loses the retries across restarts and leaves the old
+	// ids tracked until IdempotencyDuration passes (XINFO STREAM's
+	// pids-tracked grows). Same rules as a stream name
+	// (pelwarden.CheckName).
 	ProducerID string
+	// IdempotencyDuration is how long a stream keeps an IdempotencyID
+	// (XCFGSET IDMP-DURATION, whole seconds, rounded up): a retry later
+	// than that adds a duplicate. Default DefaultIdempotencyDuration (one
+	// hour); 1 second to 24 hours.
+	IdempotencyDuration time.Duration
+	// IdempotencyMaxSize is how many of a ProducerID's most recent
+	// IdempotencyIDs a stream keeps (XCFGSET IDMP-MAXSIZE): a retried
+	// message is recognised only while fewer than that many newer ids of
+	// the same ProducerID went to its stream. Default MaxBatch, so that a
+	// batch retried whole after a lost reply is recognised whole; MaxBatch
+	// to 10000. Raise it when one ProducerID publishes from several
+	// goroutines at once (their calls share the window) or when a
+	// PublishBatch call sends more than MaxBatch messages to one stream
+	// and is retried whole. The stream keeps up to this many ids for each
+	// ProducerID that published to it.
+	//
+	// Before its first publish with an IdempotencyID to a stream, the
+	// producer reads the stream's settings (XINFO STREAM, once per stream
+	// in the life of the Producer) and raises them to these values if they
+	// are lower, never lowers them: producers with different settings on
+	// one stream end on the largest, without undoing each other. A missing
+	// stream is created empty with these settings (XCFGSET needs an
+	// existing stream, and XADD would create it with the server's
+	// defaults). Raising them (XCFGSET, atomic with the read in a script)
+	// clears the ids the stream tracked, for every producer: it happens
+	// once per stream and settings, and is logged on Logger. A stream
+	// deleted and created again after that has the server's defaults until
+	// the next start of the Producer.
+	IdempotencyMaxSize int
 	// Injector adds fields to every entry (see Injector). Optional.
 	Injector Injector
 	// MaxBatch bounds the entries of one pipeline (default 500, at most
@@ -107,10 +172,13 @@ type Message struct {
 	// Fields of the entry, in order. At least one; names in
 	// pelwarden's namespace ("pelwarden.") are refused.
 	Fields []pelwarden.Field
-	// IdempotencyID, when set on a server with XADD IDMP (Redis 8.6+),
+	// IdempotencyID, when set on a server with XADD IDMP (Redis 8.6.2+),
 	// makes a retried publish of the same message add nothing: the server
-	// answers with the first entry's id. Ignored elsewhere (see
-	// Producer.Idempotent).
+	// answers with the first entry's id (see Config.ProducerID,
+	// Config.IdempotencyMaxSize and Config.IdempotencyDuration for how long
+	// it remembers). Requires Config.ProducerID. Ignored elsewhere (see
+	// Producer.Idempotent). Same rules as a stream name
+	// (pelwarden.CheckName).
 	IdempotencyID string
 }
 
@@ -138,6 +206,13 @@ type Producer struct {
 	idmpMu    sync.Mutex
 	idmpKnown bool // the server was asked
 	idmp      bool
+
+	// idmpSize and idmpSeconds are the stream settings idempotent
+	// publishing needs (IDMP-MAXSIZE, IDMP-DURATION); windowed the streams
+	// known to have them.
+	idmpSize, idmpSeconds int64
+	windowMu              sync.Mutex
+	windowed              map[string]bool
 
 	lib       *pelwarden.Library
 	trimMu    sync.Mutex
@@ -179,11 +254,29 @@ func New(rdb redis.UniversalClient, cfg Config) (*Producer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.ProducerID == "" {
-		host, _ := os.Hostname()
-		cfg.ProducerID = host + "-" + strconv.Itoa(os.Getpid())
+	if cfg.ProducerID != "" {
+		if err := pelwarden.CheckName(cfg.ProducerID); err != nil {
+			return nil, argError("Config.ProducerID", err.Error())
+		}
 	}
-	return &Producer{rdb: rdb, cfg: cfg, lib: pelwarden.NewLibrary(rdb), sinceTrim: map[string]int{}}, nil
+	if cfg.IdempotencyDuration == 0 {
+		cfg.IdempotencyDuration = DefaultIdempotencyDuration
+	}
+	if cfg.IdempotencyDuration < 0 || cfg.IdempotencyDuration > maxIdempotencyDuration {
+		return nil, argError("Config.IdempotencyDuration", fmt.Sprintf("must be 1s to %v, got %v", maxIdempotencyDuration, cfg.IdempotencyDuration))
+	}
+	if cfg.IdempotencyMaxSize == 0 {
+		cfg.IdempotencyMaxSize = cfg.MaxBatch
+	}
+	if cfg.IdempotencyMaxSize < cfg.MaxBatch || cfg.IdempotencyMaxSize > maxIdempotencyMaxSize {
+		return nil, argError("Config.IdempotencyMaxSize", fmt.Sprintf("must be MaxBatch (%d) to %d, so that a retried batch is recognised whole; got %d", cfg.MaxBatch, maxIdempotencyMaxSize, cfg.IdempotencyMaxSize))
+	}
+	return &Producer{
+		rdb: rdb, cfg: cfg, lib: pelwarden.NewLibrary(rdb), sinceTrim: map[string]int{},
+		idmpSize:    int64(cfg.IdempotencyMaxSize),
+		idmpSeconds: int64((cfg.IdempotencyDuration + time.Second - 1) / time.Second),
+		windowed:    map[string]bool{},
+	}, nil
 }
 
 // StreamFor returns the stream a message with key goes to.
@@ -214,30 +307,42 @@ func (p *Producer) Publish(ctx context.Context, key string, fields ...string) (R
 // PublishBatch publishes msgs, pipelined in batches of MaxBatch (one round
 // trip per batch on a single server; per slot owner on a cluster). Results
 // are in the order of msgs. A bad message fails the whole call before
-// anything is sent (a *pelwarden.ArgumentError naming it); a Redis error
-// fails only the messages it hit, in their Result.Err, and is also
-// returned (the first one).
+// anything is sent (a *pelwarden.ArgumentError naming it; a message with
+// an IdempotencyID without Config.ProducerID names Config.ProducerID); a
+// Redis error fails only the messages it hit, in their Result.Err, and is
+// also returned (the first one). On a server with XADD IDMP, the first
+// call with IdempotencyIDs for a stream first sets the stream's window of
+// ids (see Config.IdempotencyMaxSize); if that fails, the messages with
+// IdempotencyIDs for that stream fail with its error and are not sent.
 func (p *Producer) PublishBatch(ctx context.Context, msgs []Message) ([]Result, error) {
+	withIDs := false
 	for i, m := range msgs {
 		if err := checkMessage(i, m); err != nil {
 			return nil, err
 		}
+		if m.IdempotencyID != "" {
+			if p.cfg.ProducerID == "" {
+				return nil, argError("Config.ProducerID", fmt.Sprintf("required with an IdempotencyID (Message[%d]): the server recognises a retry only under the ProducerID of the first attempt, which must survive a restart, so there is no default", i))
+			}
+			withIDs = true
+		}
 	}
 	idmp := false
-	for _, m := range msgs {
-		if m.IdempotencyID != "" {
-			var err error
-			if idmp, err = p.Idempotent(ctx); err != nil {
-				return nil, err
-			}
-			break
+	var unwindowed map[string]error
+	if withIDs {
+		var err error
+		if idmp, err = p.Idempotent(ctx); err != nil {
+			return nil, err
+		}
+		if idmp {
+			unwindowed = p.ensureWindows(ctx, msgs)
 		}
 	}
 	out := make([]Result, len(msgs))
 	var first error
 	for start := 0; start < len(msgs); start += p.cfg.MaxBatch {
 		end := min(len(msgs), start+p.cfg.MaxBatch)
-		if err := p.send(ctx, msgs[start:end], out[start:end], idmp); err != nil && first == nil {
+		if err := p.send(ctx, msgs[start:end], out[start:end], idmp, unwindowed); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -276,32 +381,48 @@ func (p *Producer) trimDue(ctx context.Context, published []Result) {
 	}
 }
 
-// send pipelines one batch.
-func (p *Producer) send(ctx context.Context, msgs []Message, out []Result, idmp bool) error {
+// send pipelines one batch. With idmp, a message with an IdempotencyID
+// for a stream in unwindowed is not sent: it fails with that stream's
+// error.
+func (p *Producer) send(ctx context.Context, msgs []Message, out []Result, idmp bool, unwindowed map[string]error) error {
 	pipe := p.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, len(msgs))
+	var first error
 	for i, m := range msgs {
 		stream := p.StreamFor(m.Key)
+		out[i].Stream = stream
+		withID := idmp && m.IdempotencyID != ""
+		if err := unwindowed[stream]; withID && err != nil {
+			out[i].Err = err
+			if first == nil {
+				first = err
+			}
+			continue
+		}
 		fields := m.Fields
 		if p.cfg.Injector != nil {
 			fields = p.cfg.Injector.Inject(ctx, stream, append([]pelwarden.Field(nil), fields...))
 		}
 		args := make([]any, 0, 6+2*len(fields))
 		args = append(args, "XADD", stream)
-		if idmp && m.IdempotencyID != "" {
+		if withID {
 			args = append(args, "IDMP", p.cfg.ProducerID, m.IdempotencyID)
 		}
 		args = append(args, "*")
 		for _, f := range fields {
 			args = append(args, f.Name, f.Value)
 		}
-		out[i].Stream = stream
 		cmds[i] = redis.NewStringCmd(ctx, args...)
 		_ = pipe.Process(ctx, cmds[i])
 	}
+	if pipe.Len() == 0 {
+		return first
+	}
 	_, err := pipe.Exec(ctx)
-	var first error
 	for i, c := range cmds {
+		if c == nil {
+			continue
+		}
 		if cerr := c.Err(); cerr != nil {
 			out[i].Err = fmt.Errorf("pelwarden/producer: XADD %s: %w", out[i].Stream, cerr)
 			if first == nil {
@@ -315,6 +436,114 @@ func (p *Producer) send(ctx context.Context, msgs []Message, out []Result, idmp 
 		first = fmt.Errorf("pelwarden/producer: %w", err)
 	}
 	return first
+}
+
+// windowGroup is the consumer group windowScript creates and destroys at
+// once to create an empty stream (XGROUP CREATE ... MKSTREAM): inside the
+// script, nobody sees it.
+const windowGroup = "pelwarden.producer-create"
+
+// windowScript makes the stream KEYS[1] keep at least ARGV[1] idempotency
+// ids per producer for at least ARGV[2] seconds (ARGV[3] is windowGroup),
+// atomically: it creates a missing stream empty with these settings, and
+// raises the settings of an existing one where they are lower, never
+// lowers them. XCFGSET clears the ids the stream tracks when it changes a
+// value, so it is called only for a change. It returns {maxsize,
+// duration, changed (0 or 1)}.
+var windowScript = redis.NewScript(`
+local key, size, dur = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
+if redis.call('EXISTS', key) == 0 then
+  redis.call('XGROUP', 'CREATE', key, ARGV[3], '$', 'MKSTREAM')
+  redis.call('XGROUP', 'DESTROY', key, ARGV[3])
+  redis.call('XCFGSET', key, 'IDMP-MAXSIZE', size, 'IDMP-DURATION', dur)
+  return {size, dur, 1}
+end
+local info = redis.call('XINFO', 'STREAM', key)
+local cur = {}
+for i = 1, #info, 2 do cur[info[i]] = info[i + 1] end
+local curSize, curDur = cur['idmp-maxsize'], cur['idmp-duration']
+if type(curSize) ~= 'number' or type(curDur) ~= 'number' then
+  return redis.error_reply('ERR XINFO STREAM reports no idmp-maxsize and idmp-duration')
+end
+if curSize >= size and curDur >= dur then
+  return {curSize, curDur, 0}
+end
+size, dur = math.max(size, curSize), math.max(dur, curDur)
+redis.call('XCFGSET', key, 'IDMP-MAXSIZE', size, 'IDMP-DURATION', dur)
+return {size, dur, 1}
+`)
+
+// ensureWindows makes sure that every stream msgs send an IdempotencyID
+// to keeps this producer's window of ids (Config.IdempotencyMaxSize). It
+// reads the settings of the streams not known yet in one pipelined round
+// trip (XINFO STREAM), runs windowScript for the streams missing or short,
+// and remembers the streams that are set. It returns the streams it could
+// not set, with why.
+func (p *Producer) ensureWindows(ctx context.Context, msgs []Message) map[string]error {
+	p.windowMu.Lock()
+	defer p.windowMu.Unlock()
+	var todo []string
+	for _, m := range msgs {
+		if m.IdempotencyID == "" {
+			continue
+		}
+		if s := p.StreamFor(m.Key); !p.windowed[s] && !slices.Contains(todo, s) {
+			todo = append(todo, s)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	pipe := p.rdb.Pipeline()
+	infos := make([]*redis.XInfoStreamCmd, len(todo))
+	for i, s := range todo {
+		infos[i] = pipe.XInfoStream(ctx, s)
+	}
+	// Errors are read per command: a missing stream fails XINFO STREAM and
+	// goes to the script, which creates it (and returns any other error
+	// with its own context).
+	_, _ = pipe.Exec(ctx)
+	var failed map[string]error
+	for i, s := range todo {
+		if info, err := infos[i].Result(); err == nil && info.IDMPMaxSize >= p.idmpSize && info.IDMPDuration >= p.idmpSeconds {
+			p.windowed[s] = true
+			continue
+		}
+		if err := p.setWindow(ctx, s); err != nil {
+			if failed == nil {
+				failed = map[string]error{}
+			}
+			failed[s] = err
+			continue
+		}
+		p.windowed[s] = true
+	}
+	return failed
+}
+
+// setWindow runs windowScript on stream.
+func (p *Producer) setWindow(ctx context.Context, stream string) error {
+	res, err := windowScript.Run(ctx, p.rdb, []string{stream}, p.idmpSize, p.idmpSeconds, windowGroup).Int64Slice()
+	if redis.HasErrorPrefix(err, "ACL failure in script") {
+		// The ACL refused a command of the script (the server names it):
+		// make it match pelwarden.ErrNoPermission as a refused command does.
+		err = fmt.Errorf("%w: %w", pelwarden.ErrNoPermission, err)
+	}
+	if err != nil {
+		hint := ""
+		if pelwarden.Matches(err, pelwarden.ErrNoPermission) {
+			hint = "; the user needs EVALSHA and EVAL, and for the script EXISTS, XINFO STREAM, XCFGSET, XGROUP CREATE and XGROUP DESTROY"
+		}
+		return fmt.Errorf("pelwarden/producer: set the idempotency window of %s (at least IDMP-MAXSIZE %d IDMP-DURATION %d%s): %w", stream, p.idmpSize, p.idmpSeconds, hint, err)
+	}
+	if len(res) != 3 {
+		return fmt.Errorf("pelwarden/producer: set the idempotency window of %s: unexpected reply %v", stream, res)
+	}
+	if res[2] == 1 {
+		p.cfg.Logger.Info("pelwarden producer: set the stream's idempotency window (XCFGSET; the ids it tracked are cleared)",
+			"stream", stream, "idmp_maxsize", res[0], "idmp_duration_s", res[1])
+	}
+	return nil
 }
 
 // checkMessage checks message i.
@@ -339,9 +568,12 @@ func checkMessage(i int, m Message) error {
 }
 
 // Idempotent reports whether the server deduplicates publishes with XADD
-// IDMP (Redis 8.6 and newer; not Valkey 9.1). It asks the server once (INFO
-// server) and remembers the answer. On a cluster it asks one node: keep
-// the nodes on one version.
+// IDMP: Redis 8.6.2 and newer. Not Valkey, and not Redis 8.6.0 and 8.6.1,
+// which lose the tracked ids on an AOF rewrite or an RDB load (a restart,
+// a new replica), so that a retry after one adds a duplicate: on those,
+// IdempotencyIDs are not sent, as on older servers, and handlers need an
+// application key. It asks the server once (INFO server) and remembers the
+// answer. On a cluster it asks one node: keep the nodes on one version.
 func (p *Producer) Idempotent(ctx context.Context) (bool, error) {
 	p.idmpMu.Lock()
 	defer p.idmpMu.Unlock()
@@ -357,8 +589,9 @@ func (p *Producer) Idempotent(ctx context.Context) (bool, error) {
 	return p.idmp, nil
 }
 
-// supportsIDMP reads an INFO server reply: Redis 8.6 or newer (Valkey
-// reports its own valkey_version and has no IDMP).
+// supportsIDMP reads an INFO server reply: Redis 8.6.2 or newer (Valkey
+// reports its own valkey_version and has no IDMP; 8.6.0 and 8.6.1 lose
+// the ids on AOF rewrite and RDB load).
 func supportsIDMP(info string) bool {
 	var version string
 	for _, line := range strings.Split(info, "\n") {
@@ -373,19 +606,35 @@ func supportsIDMP(info string) bool {
 			version = v
 		}
 	}
-	major, minor := versionParts(version)
-	return major > 8 || (major == 8 && minor >= 6)
+	v, ok := parseVersion(version)
+	return ok && !v.less(version3{8, 6, 2})
 }
 
-func versionParts(v string) (major, minor int) {
-	parts := strings.SplitN(v, ".", 3)
-	if len(parts) < 2 {
-		return 0, 0
+// version3 is a server version: major, minor, patch.
+type version3 [3]int
+
+func (v version3) less(w version3) bool {
+	for i := range v {
+		if v[i] != w[i] {
+			return v[i] < w[i]
+		}
 	}
-	major, err1 := strconv.Atoi(parts[0])
-	minor, err2 := strconv.Atoi(parts[1])
-	if errors.Join(err1, err2) != nil {
-		return 0, 0
+	return false
+}
+
+// parseVersion reads "major.minor.patch" (a missing patch reads 0).
+func parseVersion(s string) (version3, bool) {
+	var v version3
+	parts := strings.Split(s, ".")
+	if len(parts) < 2 || len(parts) > 3 {
+		return v, false
 	}
-	return major, minor
+	for i, part := range parts {
+		n, err := strconv.Atoi(part)
+		if err != nil || n < 0 {
+			return v, false
+		}
+		v[i] = n
+	}
+	return v, true
 }

@@ -138,7 +138,7 @@ func startLoopback(ctx context.Context, spec loopbackSpec) (*ClusterNode, []int,
 			if ctr != nil {
 				_ = ctr.Terminate(context.Background())
 			}
-			err = fmt.Errorf("testserver: start %s on ports %v: %w (build the images with scripts/images.sh)%s", spec.image, ports, err, logTail(log))
+			err = fmt.Errorf("testserver: start %s on ports %v: %w%s%s", spec.image, ports, err, imageHint(spec.image), logTail(log))
 			if portTaken(log) && ctx.Err() == nil {
 				errs = append(errs, err)
 				continue

@@ -122,13 +122,23 @@ func Start(ctx context.Context, image string, opts Options) (*Server, error) {
 		if c != nil {
 			_ = c.Terminate(context.Background())
 		}
-		return nil, fmt.Errorf("testserver: start %s: %w (build the images with scripts/images.sh)", image, err)
+		return nil, fmt.Errorf("testserver: start %s: %w%s", image, err, imageHint(image))
 	}
 	s := &Server{Image: image, Name: Label(image), container: c}
 	if opts.TLS != nil {
 		s.tls = opts.TLS.Client.Clone()
 	}
 	return s, nil
+}
+
+// imageHint is what an error starting image adds: for pelwarden's own
+// images (DefaultImages, "pelwarden/..."), where they come from; "" for any
+// other image (Docker pulls it from its registry).
+func imageHint(image string) string {
+	if strings.HasPrefix(image, "pelwarden/") {
+		return " (an image of pelwarden's test matrix, built by scripts/images.sh in pelwarden's repository)"
+	}
+	return ""
 }
 
 // Label turns an image name into a short test label:

@@ -35,6 +35,21 @@ type statusJSON struct {
 	// when there are none, or with --dlq).
 	LegacyDeadLetterStream string `json:"legacy_dead_letter_stream,omitempty"`
 	LegacyDeadLetterLength int64  `json:"legacy_dead_letter_length,omitempty"`
+	// Idempotency: the stream's idempotent publishing (XINFO STREAM on
+	// Redis 8.6+; omitted where the server does not report it or the user
+	// may not run XINFO STREAM).
+	Idempotency *idempotencyJSON `json:"idempotency,omitempty"`
+}
+
+// idempotencyJSON is ops.Idempotency: XINFO STREAM's iids-duplicates,
+// iids-added, pids-tracked, iids-tracked, idmp-maxsize and idmp-duration.
+type idempotencyJSON struct {
+	Duplicates int64 `json:"duplicates"`
+	Added      int64 `json:"added"`
+	Producers  int64 `json:"producers_tracked"`
+	IDs        int64 `json:"ids_tracked"`
+	MaxSize    int64 `json:"max_size"`
+	DurationS  int64 `json:"duration_s"`
 }
 
 type consumerJSON struct {
@@ -56,7 +71,10 @@ func (a *app) statusCommand() *cobra.Command {
 the size of the group's pending entries list (PEL) and the age of its oldest
 entry, each consumer's pending count and idle time (flagging consumers that
 own entries and have been idle past --min-idle: their entries are
-reclaimable), the group's lag and the dead-letter stream's length.`,
+reclaimable), the group's lag and the dead-letter stream's length. On Redis
+8.6 and newer it adds the stream's idempotent publishing (XADD IDMP): the
+publishes the server dropped as duplicates, and the ids it keeps per
+producer, for how long.`,
 		Example: `  pelwarden status '{orders}' billing
   pelwarden status '{orders}' billing --min-idle 30s --json`,
 		Args: exactArgs("STREAM", "GROUP"),
@@ -113,6 +131,14 @@ reclaimable), the group's lag and the dead-letter stream's length.`,
 			if v, err := pelwarden.NewLibrary(rdb).Version(ctx); err == nil {
 				out.LibraryVersion = v
 			}
+			idmp, err := ops.StreamIdempotency(ctx, rdb, stream)
+			if err != nil {
+				return err
+			}
+			if idmp != nil {
+				out.Idempotency = &idempotencyJSON{Duplicates: idmp.Duplicates, Added: idmp.Added, Producers: idmp.Producers,
+					IDs: idmp.IDs, MaxSize: idmp.MaxSize, DurationS: int64(idmp.Duration / time.Second)}
+			}
 			if !cmd.Flags().Changed("dlq") {
 				legacy, err := ops.FindLegacyDeadLetters(ctx, rdb, stream)
 				if err != nil {
@@ -155,6 +181,10 @@ func (a *app) printStatus(s statusJSON, minIdle time.Duration) {
 	if s.LegacyDeadLetterStream != "" {
 		legacy := ops.LegacyDeadLetters{Stream: s.LegacyDeadLetterStream, Length: s.LegacyDeadLetterLength}
 		_, _ = tw.Write([]byte("  former dead-letter\t" + legacy.Stream + ": " + plural(legacy.Length, "record", "records") + ", " + legacy.Advice() + "\n"))
+	}
+	if i := s.Idempotency; i != nil {
+		_, _ = tw.Write([]byte("  idempotency\t" + plural(i.Duplicates, "duplicate", "duplicates") + " dropped, " + fmtCount(i.Added) + " added; keeps " +
+			plural(i.MaxSize, "id", "ids") + " per producer for " + fmtDuration(time.Duration(i.DurationS)*time.Second) + " (" + plural(i.Producers, "producer", "producers") + " tracked)\n"))
 	}
 	_ = tw.Flush()
 	if len(s.Consumers) == 0 {

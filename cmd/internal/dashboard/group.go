@@ -39,13 +39,18 @@ type groupView struct {
 	// Legacy: records an older pelwarden wrote under the stream's former
 	// dead-letter stream name (nil when there are none).
 	Legacy *ops.LegacyDeadLetters
+	// Idempotency is the stream's idempotent publishing (nil where the
+	// server does not report it, before Redis 8.6 and on Valkey, or the
+	// user may not run XINFO STREAM).
+	Idempotency *ops.Idempotency
 }
 
 // loadGroup reads a group's summary in one pipelined round trip: TIME,
 // XINFO GROUPS (the group's row), XLEN of the stream and its dead-letter
 // stream (and of its former dead-letter stream, for a stream without a hash
 // tag), XPENDING's summary form, XINFO CONSUMERS (a row per consumer;
-// nothing per pending entry) and an HMGET of the stream's lease hash.
+// nothing per pending entry), XINFO STREAM (not FULL: its idempotent
+// publishing counters) and an HMGET of the stream's lease hash.
 func (s *Server) loadGroup(ctx context.Context, stream, group, dlq string) (*groupView, error) {
 	pipe := s.rdb.Pipeline()
 	tm := pipe.Time(ctx)
@@ -55,6 +60,7 @@ func (s *Server) loadGroup(ctx context.Context, stream, group, dlq string) (*gro
 	dlqLen := pipe.XLen(ctx, dlq)
 	pending := pipe.XPending(ctx, stream, group)
 	consumers := pipe.XInfoConsumers(ctx, stream, group)
+	info := pipe.XInfoStream(ctx, stream)
 	leaseKey := pelwarden.LeaseKeyFor(stream)
 	lease := pipe.HMGet(ctx, leaseKey, ops.LeaseFields...)
 	var legacyLen *redis.IntCmd
@@ -103,6 +109,13 @@ func (s *Server) loadGroup(ctx context.Context, stream, group, dlq string) (*gro
 	}
 	if v.Consumers, err = consumers.Result(); err != nil {
 		return nil, fmt.Errorf("XINFO CONSUMERS %s %s: %w", stream, group, err)
+	}
+	// Idempotent publishing is a fact beside the group's state: a user that
+	// may not run XINFO STREAM sees the rest of the page.
+	if si, err := info.Result(); err == nil {
+		v.Idempotency = ops.IdempotencyOf(si)
+	} else if !pelwarden.Matches(err, pelwarden.ErrNoPermission) {
+		return nil, fmt.Errorf("XINFO STREAM %s: %w", stream, err)
 	}
 	v.Lease, v.LeaseNote = leaseState(leaseKey, lease, now)
 	if legacyLen != nil {
