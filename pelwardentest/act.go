@@ -209,8 +209,10 @@ type ReclaimResult struct {
 	// lease until the retry is within MinIdle; the kit leaves it pending,
 	// owned by Consumer, without releasing it.
 	Held []string
-	// Failed ids: the Handler returned another error; they were released
-	// for the next pass (they stay pending).
+	// Failed ids: the Handler returned another error; the failure was
+	// recorded as a consumer records it (pelwarden's Fail: claimable again
+	// after their Backoff from now, at the next pass without one; the
+	// error kept for a dead letter at MaxDeliveries). They stay pending.
 	Failed []string
 	// Deleted ids were pending but gone from the stream.
 	Deleted []string
@@ -238,7 +240,7 @@ func (f *Fixture) Reclaim(a ReclaimArgs) ReclaimResult {
 		page, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream,
 			Group: f.Group, Consumer: a.Consumer, MinIdle: a.MinIdle, Cursor: cursor, Count: a.Count,
 			MaxDeliveries: a.MaxDeliveries, DeleteDeadLettered: a.DeleteDeadLettered, Backoff: a.Backoff,
-			MaxBytes: a.MaxBytes, DeadLetterOnly: a.DeadLetterOnly})
+			MaxBytes: a.MaxBytes, DeadLetterOnly: a.DeadLetterOnly, LastErrors: pelwarden.LastErrorsKeyFor(f.Stream)})
 		cancel()
 		if err != nil {
 			f.fatalf("Reclaim: claim on %s: %v", f, err)
@@ -286,7 +288,8 @@ func (f *Fixture) handle(a ReclaimArgs, e pelwarden.Entry, res *ReclaimResult) {
 		res.Acked = append(res.Acked, e.ID)
 	case driver.ActionDeadLetter:
 		r, err := f.srv.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream,
-			Group: f.Group, Consumer: a.Consumer, IDs: []string{e.ID}, Reason: pelwarden.ReasonHandler, Error: out.ErrText})
+			Group: f.Group, Consumer: a.Consumer, IDs: []string{e.ID}, Reason: pelwarden.ReasonHandler, Error: out.ErrText,
+			LastErrors: pelwarden.LastErrorsKeyFor(f.Stream)})
 		if err == nil {
 			err = r.Err()
 		}
@@ -297,8 +300,12 @@ func (f *Fixture) handle(a ReclaimArgs, e pelwarden.Entry, res *ReclaimResult) {
 	case driver.ActionHold:
 		res.Held = append(res.Held, e.ID)
 	case driver.ActionRelease:
-		_, err := f.srv.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: f.Stream, Group: f.Group, Consumer: a.Consumer,
-			IDs: []string{e.ID}, MinIdle: a.MinIdle, Delay: out.ReleaseDelay(false, 0, a.MinIdle)})
+		// As a driver consumer records a failed attempt: re-timed for its
+		// Backoff from now, its error kept for a dead letter at
+		// MaxDeliveries.
+		_, err := f.srv.lib.Fail(ctx, pelwarden.FailArgs{Stream: f.Stream, LastErrors: pelwarden.LastErrorsKeyFor(f.Stream),
+			Group: f.Group, Consumer: a.Consumer, IDs: []string{e.ID}, MinIdle: a.MinIdle,
+			Delay: out.ReleaseDelay(false, 0, a.MinIdle), Backoff: a.Backoff, Error: out.ErrText})
 		if err != nil {
 			f.fatalf("Reclaim: release %s for a retry: %v", e.ID, err)
 		}

@@ -22,7 +22,7 @@ const DefaultGroup = "group"
 type Keys struct {
 	// Stream is "{<test name>.<random>}".
 	Stream string
-	// DeadLetterStream is Stream + ":dead" (pelwarden.DeadLetterStreamFor).
+	// DeadLetterStream is pelwarden.DeadLetterStreamFor(Stream): Stream + ":dead".
 	DeadLetterStream string
 	// Group is DefaultGroup.
 	Group string
@@ -40,7 +40,7 @@ func NewKeys(t T) Keys {
 	}
 	tag := "{" + name + "." + hex.EncodeToString(b) + "}"
 	issueTag(t, tag)
-	return Keys{Stream: tag, DeadLetterStream: tag + ":dead", Group: DefaultGroup}
+	return Keys{Stream: tag, DeadLetterStream: pelwarden.DeadLetterStreamFor(tag), Group: DefaultGroup}
 }
 
 // DefaultWithin is how long a Fixture's waiting assertions poll when

@@ -82,6 +82,12 @@ func TestArrangeAndReclaim(t *testing.T) {
 	require.Equal(t, "reclaimer", rec.Consumer)
 	require.True(t, pelwardentest.IsPoison(rec.Fields))
 	f.RequireDeadLetterIDs(poison, ids[1], ids[0])
+
+	// ids[4] failed on delivery 2: the next pass, at MaxDeliveries 2,
+	// dead-letters it with that attempt's error, as a consumer would.
+	res = f.Reclaim(pelwardentest.ReclaimArgs{MaxDeliveries: 2})
+	require.Equal(t, []string{ids[4]}, res.DeadLettered)
+	f.RequireDeadLettered(ids[4], pelwardentest.DeadLettered{Reason: pelwarden.ReasonMaxDeliveries, Error: "try later"})
 }
 
 // The driver consumer of RunConsumer handles, dead-letters on request and

@@ -25,9 +25,13 @@ func TestDeadLetterStream(t *testing.T) {
 		require.Equal(t, want, got, stream)
 		require.Equal(t, pelwarden.Slot(stream), pelwarden.Slot(got), stream)
 	}
-	// No hash tag and a '}': no name hashes the whole stream name.
+	// No hash tag and a '}': the name gets a tag of its own chosen to land
+	// in the stream's slot (pelwarden.DeadLetterStreamFor), where the
+	// adapter's former rule failed.
 	for _, stream := range []string{"{}", "topic-{}-x", "x}"} {
-		_, err := pelwardenwatermill.DeadLetterStream(stream)
-		require.Error(t, err, stream)
+		got, err := pelwardenwatermill.DeadLetterStream(stream)
+		require.NoError(t, err, stream)
+		require.Equal(t, pelwarden.DeadLetterStreamFor(stream), got, stream)
+		require.Equal(t, pelwarden.Slot(stream), pelwarden.Slot(got), stream)
 	}
 }
