@@ -76,6 +76,9 @@ type chaosReport struct {
 	// processes; approximate for SIGKILLed ones).
 	Faults map[string]int64 `json:"faults"`
 	Driver map[string]int64 `json:"driver"`
+	// FaultMinimums: the least count of each fault the scenario's schedule
+	// guarantees (chaosInjector.minimums); a fault below it fails the run.
+	FaultMinimums map[string]int64 `json:"fault_minimums"`
 	// Seconds the scenario took, faults and drain included.
 	Seconds float64 `json:"seconds"`
 }
@@ -113,6 +116,7 @@ func (r *chaosReport) String() string {
 	fmt.Fprintf(&b, "  lost %d, vanished %d, duplicate dead-letters %d, bad dead-letters %d, poison succeeded %d, PEL %d\n",
 		len(r.Lost), len(r.Vanished), len(r.DuplicateDeadLetters), len(r.BadDeadLetters), len(r.PoisonSucceeded), r.PEL)
 	fmt.Fprintf(&b, "  faults %s\n", sortedCounts(r.Faults))
+	fmt.Fprintf(&b, "  fault minimums %s\n", sortedCounts(r.FaultMinimums))
 	fmt.Fprintf(&b, "  driver %s", sortedCounts(r.Driver))
 	return b.String()
 }

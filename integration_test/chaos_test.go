@@ -35,6 +35,14 @@ import (
 //	PELWARDEN_CHAOS_CONSUMERS  consumer processes (default 3)
 //	PELWARDEN_CHAOS_REPORT     file to append each scenario's report to (JSON lines)
 //	PELWARDEN_CHAOS_LOGS       directory to keep the consumers' logs in (default: a temporary one)
+//	PELWARDEN_CHAOS_DISABLE    fault kinds to leave out (kill, network, flush, restart,
+//	                           clientkill): the scenarios that schedule them then fail,
+//	                           which shows the fault checks work (chaosDisableEnv)
+//
+// Every scenario checks its faults too: each kind it schedules must have
+// been injected at least as often as its schedule guarantees over the run
+// (chaosInjector.minimums), and the handlers must have panicked; a
+// scenario whose injector did not fire fails, naming what fell short.
 //
 // `make chaos` runs every scenario; `make soak` runs the mixed one with
 // 200,000 entries (RELIABILITY.md).
@@ -112,6 +120,12 @@ func TestChaos(t *testing.T) {
 	}
 }
 
+// chaosMinFaultWindow is the least time a scenario injects faults: longer
+// than any injector's first injection takes to begin (a restart's, within
+// 4 s), so every scheduled fault is injected at least once whatever the
+// entries and the rate. The default sizes produce for 10 s anyway.
+const chaosMinFaultWindow = 10 * time.Second
+
 // chaosConsumerBase is the configuration of the consumer subprocesses: the
 // driver's timings are short, so reclaiming and dead-lettering happen within
 // seconds.
@@ -174,11 +188,13 @@ func runChaos(t *testing.T, set chaosSettings, image, name string, faults chaosF
 	in := &chaosInjector{srv: srv, admin: admin, proxy: proxy, fleet: fleet, keys: k, consumers: set.consumers, counts: map[string]int64{}}
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	defer stopFaults()
+	faultsFrom := time.Now()
 	injected := make(chan struct{})
 	go func() { defer close(injected); in.run(faultCtx, faults) }()
 
-	// Faults last while entries are produced, and until the consumers have
-	// read everything (at most a minute more); then the drain runs without.
+	// Faults last while entries are produced, at least chaosMinFaultWindow,
+	// and until the consumers have read everything (at most a minute more);
+	// then the drain runs without.
 	var produceErr error
 	select {
 	case produceErr = <-prodErr:
@@ -193,6 +209,9 @@ func runChaos(t *testing.T, set chaosSettings, image, name string, faults chaosF
 		if !ctxwait.Sleep(ctx, 100*time.Millisecond) {
 			break
 		}
+	}
+	if faults != 0 {
+		ctxwait.Sleep(ctx, time.Until(faultsFrom.Add(chaosMinFaultWindow)))
 	}
 	stopFaults()
 	select {
@@ -241,11 +260,17 @@ func runChaos(t *testing.T, set chaosSettings, image, name string, faults chaosF
 	rep.Image = image
 	rep.XAddErrors = xaddErrors
 	rep.Faults, _ = in.result()
-	started, killed := fleet.counts()
+	started, _ := fleet.counts()
 	rep.Faults["consumer_processes"] = int64(started)
-	rep.Faults["consumer_sigkill"] = int64(killed)
 	rep.Faults["handler_panic"] = rep.Panics
 	rep.Faults["poison_entries"] = int64(rep.PoisonEntries)
+	// What the scenario's schedule guarantees, and its workload: every
+	// hundredth seq is poison (kindOf), and one entry in a hundred panics
+	// on its first delivery (so at least one panics whatever the faults).
+	mins := append(in.minimums(faults),
+		faultMinimum{"handler_panic", 1, fmt.Sprintf("%d entries panic on their first delivery", (set.entries+62)/100)},
+		faultMinimum{"poison_entries", int64((set.entries + 99) / 100), "every seq divisible by 100 is poison"})
+	rep.FaultMinimums = minimumsMap(mins)
 	rep.Driver = fleet.metrics()
 	rep.Seconds = time.Since(began).Seconds()
 	t.Log("\n" + rep.String())
@@ -266,6 +291,10 @@ func runChaos(t *testing.T, set chaosSettings, image, name string, faults chaosF
 	}
 	if libErr != nil || library != pelwarden.LibraryVersion {
 		problems = append(problems, fmt.Sprintf("library not back at the end: version %q, %v", library, libErr))
+	}
+	if short := faultShortfalls(rep.Faults, mins); len(short) > 0 {
+		// Reported, and the invariant checked too.
+		t.Errorf("chaos %s injected fewer faults than its schedule guarantees:\n  %s", name, strings.Join(short, "\n  "))
 	}
 	require.Empty(t, problems, "chaos %s broke the invariant", name)
 }

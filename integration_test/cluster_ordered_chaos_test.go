@@ -25,33 +25,50 @@ import (
 // every 0.2-1 s on every primary (CLIENT KILL of each connection named
 // after the scenario, so the other tests sharing the cluster keep
 // theirs), which makes owners lose leases and retake them and cuts
-// lease_next and its MULTI/EXEC mid-flight.
+// lease_next and its MULTI/EXEC mid-flight. The run must show at least a
+// SIGKILL, a graceful stop, the cuts their schedule guarantees and a
+// connection cut (chaosDisableEnv's clientkill leaves the cuts out).
 func testClusterOrderedChaos(t *testing.T, ctx context.Context, c *testserver.Cluster, rdb *redis.ClusterClient) {
 	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
 	sc := newOrderedChaos(t, ctx, rdb, "cochaos")
 	sc.base.ClusterAddrs = c.Addrs()
-	sc.run(t, ctx, "cluster", func(ctx context.Context, fleet *chaosFleet) (map[string]int64, []string) {
+	sc.run(t, ctx, "cluster", func(ctx context.Context, fleet *chaosFleet) (map[string]int64, []faultMinimum, []string) {
 		in := &chaosInjector{fleet: fleet, keys: sc.keys, consumers: orderedChaosConsumers, counts: map[string]int64{}}
+		off, _ := chaosDisabled() // in.run reports a bad value
 		var wg sync.WaitGroup
 		wg.Go(func() { in.run(ctx, faultKill) })
-		wg.Go(func() {
-			for ctxwait.Sleep(ctx, 200*time.Millisecond+rand.N(800*time.Millisecond)) {
-				n, err := cutNamedClients(ctx, rdb, sc.base.ClientName)
-				if err != nil {
-					if ctx.Err() == nil {
-						in.fail("cut the consumers' connections: %v", err)
+		if off&faultClientKill == 0 {
+			wg.Go(func() {
+				for ctxwait.Sleep(ctx, clusterCutLo+rand.N(clusterCutHi-clusterCutLo)) {
+					n, err := cutNamedClients(ctx, rdb, sc.base.ClientName)
+					if err != nil {
+						if ctx.Err() == nil {
+							in.fail("cut the consumers' connections: %v", err)
+						}
+						continue
 					}
-					continue
+					in.count("client_kill", 1)
+					in.count("client_kill_connections", n)
 				}
-				in.count("client_kill", 1)
-				in.count("client_kill_connections", n)
-			}
-		})
+			})
+		}
 		wg.Wait()
-		return in.result()
+		counts, errs := in.result()
+		// A cut is a CLIENT LIST and CLIENT KILLs on each primary, at once:
+		// quick, and waiting for nothing else.
+		mins := append(in.minimums(faultKill),
+			periodicMinimum("client_kill", in.faultWindow(), clusterCutHi+chaosCallAllowance, "connection cuts"),
+			faultMinimum{"client_kill_connections", 1, "the consumers hold connections to every primary throughout"})
+		return counts, mins, errs
 	})
 }
+
+// The consumers' connections are cut every clusterCutLo to clusterCutHi.
+const (
+	clusterCutLo = 200 * time.Millisecond
+	clusterCutHi = time.Second
+)
 
 // cutNamedClients closes, on every primary, each connection named name
 // (CLIENT LIST, then one CLIENT KILL ID per connection, pipelined), and

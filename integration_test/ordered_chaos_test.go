@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,6 +98,9 @@ func (h *orderedChaosHandler) Handle(ctx context.Context, m *driver.Message) err
 // partitions drain, and the checker asserts, from the runs the handlers
 // recorded (start and end on the host's clock):
 //
+//   - the faults happened: at least one SIGKILL, one graceful stop and one
+//     round of toxics (what their schedules guarantee in the faults' 12 s
+//     or more: chaosInjector.minimums);
 //   - nothing is lost: every entry was handled successfully (and is no
 //     longer pending) or sits in its partition's dead-letter stream, the
 //     poison ones with reason max_deliveries;
@@ -116,10 +120,11 @@ func TestOrderedChaos(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(proxy.close)
 		sc.base.Addr = proxy.Addr()
-		sc.run(t, ctx, s.srv.Name, func(ctx context.Context, fleet *chaosFleet) (map[string]int64, []string) {
+		sc.run(t, ctx, s.srv.Name, func(ctx context.Context, fleet *chaosFleet) (map[string]int64, []faultMinimum, []string) {
 			in := &chaosInjector{srv: s.srv, admin: s.rdb, proxy: proxy, fleet: fleet, keys: sc.keys, consumers: orderedChaosConsumers, counts: map[string]int64{}}
 			in.run(ctx, faultKill|faultNetwork)
-			return in.result()
+			counts, errs := in.result()
+			return counts, in.minimums(faultKill | faultNetwork), errs
 		})
 	})
 }
@@ -167,9 +172,11 @@ func newOrderedChaos(t *testing.T, ctx context.Context, rdb redis.UniversalClien
 
 // run starts the consumer processes, produces the keyed entries while
 // inject injects faults (until its context ends; it returns the faults'
-// counts and its own failures), stops the faults two seconds after the
-// last entry, waits for the partitions to drain, and runs the checker.
-func (sc *orderedChaos) run(t *testing.T, ctx context.Context, server string, inject func(context.Context, *chaosFleet) (map[string]int64, []string)) {
+// counts, the least count of each that their schedules guarantee, and its
+// own failures), stops the faults two seconds after the last entry (so
+// they last at least 12 s: 40 rounds 250 ms apart, and the 2 s), waits for
+// the partitions to drain, and runs the checker.
+func (sc *orderedChaos) run(t *testing.T, ctx context.Context, server string, inject func(context.Context, *chaosFleet) (map[string]int64, []faultMinimum, []string)) {
 	t.Helper()
 	const parts, keys, perKey = orderedChaosParts, orderedChaosKeys, orderedChaosPerKey
 	names, orderLogKey := sc.names, sc.orderLog
@@ -208,9 +215,10 @@ func (sc *orderedChaos) run(t *testing.T, ctx context.Context, server string, in
 	}()
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	var faults map[string]int64
+	var mins []faultMinimum
 	var injectorErrs []string
 	injected := make(chan struct{})
-	go func() { defer close(injected); faults, injectorErrs = inject(faultCtx, fleet) }()
+	go func() { defer close(injected); faults, mins, injectorErrs = inject(faultCtx, fleet) }()
 	require.NoError(t, <-prodDone)
 	ctxwait.Sleep(ctx, 2*time.Second)
 	stopFaults()
@@ -310,8 +318,12 @@ func (sc *orderedChaos) run(t *testing.T, ctx context.Context, server string, in
 			}
 		}
 	}
-	t.Logf("%s: %d entries (%d poison) over %d partitions, %d runs recorded, %d repeats; %d consumer processes, %d SIGKILLs; faults %v",
-		server, len(produced), poison, parts, len(raw), repeats, started, killed, faults)
+	t.Logf("%s: %d entries (%d poison) over %d partitions, %d runs recorded, %d repeats; %d consumer processes, %d SIGKILLs; faults %v (minimums %v)",
+		server, len(produced), poison, parts, len(raw), repeats, started, killed, faults, minimumsMap(mins))
+	if short := faultShortfalls(faults, mins); len(short) > 0 {
+		// Reported, and the order checked too.
+		t.Errorf("%s: injected fewer faults than their schedules guarantee:\n  %s", server, strings.Join(short, "\n  "))
+	}
 	problems = append(problems, injectorErrs...)
 	problems = append(problems, fleet.failures()...)
 	problems = append(problems, stopFailures...)
