@@ -20,9 +20,11 @@ GO ?= go
 ## core module (the library, the driver and the producer: go-redis and
 ## nothing heavy), one module per heavy dependency a user chooses
 ## (prommetrics, pelwardenotel, pelwardentest with its test servers), the CLI
-## with its internals (cmd), and the integration tests (never published).
+## with its internals (cmd), and two never published: the integration tests
+## and the benchmarks whose comparisons need heavy peers (benchmarks: the
+## consume suite against watermill-redisstream, kept out of the CLI's build).
 CORE_MODULE := .
-MODULES := driver/prommetrics pelwardenotel pelwardentest pelwardenwatermill cmd integration_test
+MODULES := driver/prommetrics pelwardenotel pelwardentest pelwardenwatermill cmd benchmarks integration_test
 
 .PHONY: watermill-stress test tools release-check release tidy images lint deps unit integration chaos soak soak-model fuzz fuzz-lua bench bench-drain demo ui-scale ui-screenshots
 
@@ -148,25 +150,35 @@ soak-model:
 	PELWARDEN_MODEL_CHECKS=$(SOAK_MODEL_CHECKS) PELWARDEN_MODEL_STEPS=$(SOAK_MODEL_STEPS) \
 	  $(GO) test -race -count=1 -v -timeout 180m -run '^TestLibraryModel$$' ./integration_test
 
-## bench: the benchmarks of BENCHMARKS.md through `pelwarden bench`:
-## BENCH_SUITE reclaim (default: pelwarden vs the textbook client-side loop vs
-## a watermill-style loop vs the pipelined floor), consume (the driver with
-## its defaults vs a raw loop and watermill-redisstream; several minutes) or
-## all. BENCH_FLAGS adds flags. One image: pelwarden/redis:8.0.
+## bench: the benchmarks of BENCHMARKS.md: BENCH_SUITE reclaim (default:
+## `pelwarden bench`, pelwarden vs the textbook client-side loop vs a
+## watermill-style loop vs the pipelined floor), consume (`go run
+## ./benchmarks/cmd/consume`, the driver with its defaults vs a raw loop and
+## watermill-redisstream; several minutes) or all (both, one after the
+## other). BENCH_FLAGS adds flags to the one suite run (`pelwarden bench
+## --help`, `go run ./benchmarks/cmd/consume -help`). One image:
+## pelwarden/redis:8.0.
 BENCH_SUITE ?= reclaim
 BENCH_FLAGS ?=
 bench:
+	@case "$(BENCH_SUITE)" in \
+	  reclaim|consume) ;; \
+	  all) if [ -n "$(BENCH_FLAGS)" ]; then echo "bench: BENCH_FLAGS goes with one suite: BENCH_SUITE=reclaim or consume" >&2; exit 2; fi ;; \
+	  *) echo "bench: BENCH_SUITE must be reclaim, consume or all, got '$(BENCH_SUITE)'" >&2; exit 2 ;; \
+	esac
 	./scripts/images.sh pelwarden/redis:8.0
-	PELWARDEN_BENCH_IMAGE=pelwarden/redis:8.0 $(GO) run ./cmd/pelwarden bench --suite $(BENCH_SUITE) $(BENCH_FLAGS)
+	$(if $(filter reclaim all,$(BENCH_SUITE)),PELWARDEN_BENCH_IMAGE=pelwarden/redis:8.0 $(GO) run ./cmd/pelwarden bench $(BENCH_FLAGS))
+	$(if $(filter consume all,$(BENCH_SUITE)),PELWARDEN_BENCH_IMAGE=pelwarden/redis:8.0 $(GO) run ./benchmarks/cmd/consume $(BENCH_FLAGS))
 
 ## bench-drain: issue 5's memory check (RELIABILITY.md, "Resources"): the
 ## driver drains a PEL of 1,000,000 idle entries left by a dead consumer
 ## (beside the Claim+Ack loop on the same PEL) while the benchmark samples its
 ## heap every 50 ms; prints entries/s, peak and last heap, and the heap by
-## tenths of the run. Not part of `test`: it takes a few minutes.
+## tenths of the run (the reclaim part of the consume suite,
+## benchmarks/cmd/consume). Not part of `test`: it takes a few minutes.
 bench-drain:
 	./scripts/images.sh pelwarden/redis:8.0
-	PELWARDEN_BENCH_IMAGE=pelwarden/redis:8.0 $(GO) run ./cmd/pelwarden bench --suite consume --consume-parts reclaim --consume-rounds 1 --consume-reclaim-entries 1000000
+	PELWARDEN_BENCH_IMAGE=pelwarden/redis:8.0 $(GO) run ./benchmarks/cmd/consume --parts reclaim --rounds 1 --reclaim-entries 1000000
 
 ## fuzz: run each fuzz target for a while (FUZZTIME, default 30s).
 FUZZTIME ?= 30s

@@ -18,8 +18,10 @@ import (
 const projectPath = "github.com/pelwarden/pelwarden"
 
 // unpublished lists the modules that are never required by a user and so
-// never tagged (by directory): the integration tests.
-var unpublished = map[string]bool{"integration_test": true}
+// never tagged (by directory): the integration tests, and the benchmarks
+// whose comparisons need heavy peers (watermill-redisstream) that the CLI
+// must not build.
+var unpublished = map[string]bool{"integration_test": true, "benchmarks": true}
 
 // module is one go.mod of the repository.
 type module struct {

@@ -217,6 +217,42 @@ func TestProxyLayout(t *testing.T) {
 	}
 }
 
+// The benchmarks module (its comparisons need watermill-redisstream) is
+// neither served by the proxy nor tagged, and its files stay out of the
+// core module's zip.
+func TestBenchmarksUnpublished(t *testing.T) {
+	t.Parallel()
+	files := goodRepo()
+	files["benchmarks/go.mod"] = "module github.com/pelwarden/pelwarden/benchmarks\n\ngo 1.26.0\n\nrequire github.com/pelwarden/pelwarden v0.1.0\n"
+	files["benchmarks/cmd/consume/main.go"] = "package main\n"
+	root := writeRepo(t, files)
+	r, err := open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := writeProxy(root, dir, "v0.1.0", r.mods, r.files); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "github.com/pelwarden/pelwarden/benchmarks")); !os.IsNotExist(err) {
+		t.Errorf("the benchmarks module is served: %v", err)
+	}
+	zr, err := zip.OpenReader(filepath.Join(dir, "github.com/pelwarden/pelwarden/@v/v0.1.0.zip"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	for _, f := range zr.File {
+		if strings.Contains(f.Name, "/benchmarks/") {
+			t.Errorf("the core module's zip holds %s", f.Name)
+		}
+	}
+	code, out := release(t, root, "tags")
+	if code != 0 || strings.Contains(out, "benchmarks/") {
+		t.Errorf("tags: exit %d:\n%s", code, out)
+	}
+}
+
 // The repository itself follows the rules.
 func TestRepositoryLints(t *testing.T) {
 	t.Parallel()

@@ -2,30 +2,41 @@ package cli
 
 import (
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/pelwarden/pelwarden/cmd/internal/bench/consume"
 	"github.com/pelwarden/pelwarden/cmd/internal/bench/reclaim"
 	"github.com/pelwarden/pelwarden/internal/progress"
 )
 
-// maxBenchEntries bounds --entries, --proxied-entries, --consume-entries and
-// --consume-reclaim-entries: each entry is written to the server (about 200
-// bytes with its PEL entry), per method.
+// maxBenchEntries bounds --entries and --proxied-entries: each entry is
+// written to the server (about 200 bytes with its PEL entry), per method.
 const maxBenchEntries = 10_000_000
 
-// The benchmark suites of bench --suite.
-const (
-	suiteReclaim = "reclaim"
-	suiteConsume = "consume"
-	suiteAll     = "all"
-)
+// suiteReclaim is the one benchmark suite of bench --suite.
+const suiteReclaim = "reclaim"
 
-// benchJSON is the --json output of bench --suite reclaim (durations in
-// nanoseconds).
+// consumeSuiteMoved says where the consume suite went: it compares the
+// driver with watermill-redisstream, and the CLI, which every user installs,
+// must not build Watermill for it.
+const consumeSuiteMoved = "the consume suite (the driver against a raw loop and watermill-redisstream) is not part of the pelwarden binary; " +
+	"run it from pelwarden's repository: go run ./benchmarks/cmd/consume (or make bench BENCH_SUITE=consume; see BENCHMARKS.md)"
+
+// removedConsumeFlags are the flags of the consume suite: still accepted
+// (hidden) so that an old command line gets consumeSuiteMoved, not
+// "unknown flag". The value is the new program's flag.
+var removedConsumeFlags = []struct{ old, now string }{
+	{"consume-entries", "--entries"},
+	{"consume-parts", "--parts"},
+	{"consume-drivers", "--drivers"},
+	{"consume-rounds", "--rounds"},
+	{"consume-watermill", "--watermill"},
+	{"consume-reclaim-entries", "--reclaim-entries"},
+	{"consume-profile-dir", "--profile-dir"},
+}
+
+// benchJSON is the --json output of bench (durations in nanoseconds).
 type benchJSON struct {
 	Server  string               `json:"server"`
 	Target  string               `json:"target"`
@@ -37,43 +48,33 @@ type benchJSON struct {
 type benchOptions struct {
 	suite string
 
-	// The reclaim suite.
 	entries, proxiedEntries, pageSize int
 	methods, links                    string
 	latency                           time.Duration
-
-	// The consume suite.
-	consumeEntries, consumeReclaimEntries, consumeRounds int
-	consumeParts, consumeDrivers, consumeProfileDir      string
-	consumeWatermill                                     bool
 }
 
 func (a *app) benchCommand() *cobra.Command {
 	var o benchOptions
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure pelwarden against the textbook loop, watermill-redisstream and the raw limit",
-		Long: `bench runs pelwarden's benchmark suites (cmd/internal/bench) and prints their
-tables with ratios and targets. See BENCHMARKS.md.
+		Short: "Measure pelwarden's reclaim against the textbook loop, a watermill-style loop and the pipelined floor",
+		Long: `bench runs pelwarden's reclaim benchmark and prints its tables with ratios
+and targets. See BENCHMARKS.md.
 
---suite reclaim (the default) builds the same pending entries list (live,
-poison and deleted entries) for each method and reclaims it: pelwarden's claim
-function, the textbook client-side loop (XAUTOCLAIM, XPENDING per entry,
-XADD+XACK), a watermill-style loop and the pipelined floor, on loopback and
-through a proxy that adds latency. It verifies each end state.
-
---suite consume measures the driver with its defaults: new entries against a
-raw go-redis loop and watermill-redisstream, a dead consumer's PEL against
-the claim function's page loop and the textbook loop, two consumers with slow
-handlers, large entries against the slow log, acks, and memory as the PEL
-grows (several minutes). --suite all runs both.
+It builds the same pending entries list (live, poison and deleted entries)
+for each method and reclaims it: pelwarden's claim function, the textbook
+client-side loop (XAUTOCLAIM, XPENDING per entry, XADD+XACK), a
+watermill-style loop and the pipelined floor, on loopback and through a
+proxy that adds latency. It verifies each end state. --suite reclaim is the
+default and the only suite: the consume benchmark (the driver against a raw
+loop and watermill-redisstream) runs from pelwarden's repository with
+go run ./benchmarks/cmd/consume.
 
 Without --redis it starts a throwaway server like the demo does (image
 $PELWARDEN_BENCH_IMAGE, else $PELWARDEN_DEMO_IMAGE, else ` + defaultThrowawayImage + `). With --redis it
 creates keys {pwbench-…} and deletes them afterwards. A Redis Cluster is not
-supported. --json prints the reclaim suite's results as JSON.`,
+supported. --json prints the results as JSON.`,
 		Example: `  pelwarden bench --entries 20000 --links loopback
-  pelwarden bench --suite consume --consume-parts main,reclaim
   pelwarden bench --redis redis://10.0.0.5:6379 --latency 2ms`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
@@ -81,27 +82,34 @@ supported. --json prints the reclaim suite's results as JSON.`,
 		}),
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.suite, "suite", suiteReclaim, "benchmarks to run: reclaim, consume or all")
-	f.IntVar(&o.entries, "entries", reclaim.DefaultEntries, "reclaim suite: PEL size per method on loopback")
-	f.IntVar(&o.proxiedEntries, "proxied-entries", reclaim.DefaultProxiedEntries, "reclaim suite: PEL size per method through the latency proxy")
-	f.StringVar(&o.methods, "methods", "all", "reclaim suite: comma-separated methods: pelwarden, textbook, watermill, pipelined")
-	f.StringVar(&o.links, "links", "all", "reclaim suite: comma-separated links: loopback, proxied")
-	f.DurationVar(&o.latency, "latency", reclaim.DefaultRoundTripLatency, "reclaim suite: round-trip latency the proxy adds")
-	f.IntVar(&o.pageSize, "page-size", reclaim.DefaultPageSize, "reclaim suite: page size of pelwarden and the pipelined loop")
-	f.IntVar(&o.consumeEntries, "consume-entries", consume.DefaultEntries, "consume suite: stream size per method of the main path")
-	f.StringVar(&o.consumeParts, "consume-parts", "all", "consume suite: comma-separated parts: main, reclaim, pel, ack, slow, large")
-	f.StringVar(&o.consumeDrivers, "consume-drivers", consume.DefaultDriversSpec, "consume suite: driver configurations of the main path, comma-separated, each \"default\" (every field at its default) or options joined by /: c=N, p=N, r=N, plain or fenced, noreadclaim (Concurrency, Prefetch, ReadCount, AckMode, ReadClaim off; an option left out keeps the default)")
-	f.IntVar(&o.consumeRounds, "consume-rounds", 5, "consume suite: run the methods of the main and reclaim parts this many times, interleaved, and report the median of each (watermill runs once); the slow part runs this many times")
-	f.BoolVar(&o.consumeWatermill, "consume-watermill", true, "consume suite: include watermill-redisstream in the main path (over a minute)")
-	f.IntVar(&o.consumeReclaimEntries, "consume-reclaim-entries", consume.DefaultReclaimEntries, "consume suite: PEL size of the reclaim part (make bench-drain: 1000000)")
-	f.StringVar(&o.consumeProfileDir, "consume-profile-dir", "", "consume suite: write a CPU profile of each driver run of the main path to this directory")
+	f.StringVar(&o.suite, "suite", suiteReclaim, "benchmarks to run: reclaim (the consume suite runs from the repository: go run ./benchmarks/cmd/consume)")
+	f.IntVar(&o.entries, "entries", reclaim.DefaultEntries, "PEL size per method on loopback")
+	f.IntVar(&o.proxiedEntries, "proxied-entries", reclaim.DefaultProxiedEntries, "PEL size per method through the latency proxy")
+	f.StringVar(&o.methods, "methods", "all", "comma-separated methods: pelwarden, textbook, watermill, pipelined")
+	f.StringVar(&o.links, "links", "all", "comma-separated links: loopback, proxied")
+	f.DurationVar(&o.latency, "latency", reclaim.DefaultRoundTripLatency, "round-trip latency the proxy adds")
+	f.IntVar(&o.pageSize, "page-size", reclaim.DefaultPageSize, "page size of pelwarden and the pipelined loop")
+	for _, r := range removedConsumeFlags {
+		f.String(r.old, "", "")
+		_ = f.MarkHidden(r.old)
+	}
+	f.Lookup("consume-watermill").NoOptDefVal = "true" // a bool flag: given alone
 	return cmd
 }
 
-// runBench checks the flags, finds the server and runs the suites.
+// runBench checks the flags, finds the server and runs the suite.
 func (a *app) runBench(cmd *cobra.Command, o benchOptions) error {
-	if o.suite != suiteReclaim && o.suite != suiteConsume && o.suite != suiteAll {
-		return usageErrorf("--suite must be reclaim, consume or all, got %q", o.suite)
+	switch o.suite {
+	case suiteReclaim:
+	case "consume", "all":
+		return usageErrorf("--suite %s: %s", o.suite, consumeSuiteMoved)
+	default:
+		return usageErrorf("--suite must be reclaim, got %q (%s)", o.suite, consumeSuiteMoved)
+	}
+	for _, r := range removedConsumeFlags {
+		if cmd.Flags().Changed(r.old) {
+			return usageErrorf("--%s: %s, whose flag is %s", r.old, consumeSuiteMoved, r.now)
+		}
 	}
 	if a.clusterURL != "" {
 		return usageErrorf("bench runs against one server; --cluster is not supported")
@@ -109,21 +117,15 @@ func (a *app) runBench(cmd *cobra.Command, o benchOptions) error {
 	if a.sentinelURL != "" {
 		return usageErrorf("bench runs against one server; --sentinel is not supported")
 	}
-	if a.json && o.suite != suiteReclaim {
-		return usageErrorf("--json prints the reclaim suite only; the consume suite prints its table")
-	}
 	for _, n := range []struct {
 		name string
 		v    int
-	}{{"entries", o.entries}, {"proxied-entries", o.proxiedEntries}, {"consume-entries", o.consumeEntries}, {"consume-reclaim-entries", o.consumeReclaimEntries}} {
+	}{{"entries", o.entries}, {"proxied-entries", o.proxiedEntries}} {
 		if err := intInRange(n.name, n.v, 1, maxBenchEntries); err != nil {
 			return err
 		}
 	}
-	if err := intInRange("consume-rounds", o.consumeRounds, 1, 100); err != nil {
-		return err
-	}
-	for _, n := range []struct{ name, v string }{{"methods", o.methods}, {"links", o.links}, {"consume-parts", o.consumeParts}, {"consume-drivers", o.consumeDrivers}} {
+	for _, n := range []struct{ name, v string }{{"methods", o.methods}, {"links", o.links}} {
 		if err := nonEmptyFlag(cmd, n.name, n.v); err != nil {
 			return err
 		}
@@ -142,14 +144,6 @@ func (a *app) runBench(cmd *cobra.Command, o benchOptions) error {
 	if err != nil {
 		return usageErrorf("--links: %v", err)
 	}
-	parts, err := consume.ParseParts(o.consumeParts)
-	if err != nil {
-		return usageErrorf("--consume-parts: %v", err)
-	}
-	drivers, err := consume.ParseDrivers(o.consumeDrivers)
-	if err != nil {
-		return usageErrorf("--consume-drivers: %v", err)
-	}
 	e, err := a.resolve(true)
 	if err != nil {
 		return err
@@ -165,37 +159,17 @@ func (a *app) runBench(cmd *cobra.Command, o benchOptions) error {
 	}
 	defer srv.Close()
 
-	if o.suite != suiteConsume {
-		rep, err := reclaim.Run(ctx, reclaim.Config{
-			Options: srv.opts, ServerLabel: srv.label, Logf: logf,
-			Entries: o.entries, ProxiedEntries: o.proxiedEntries, Methods: ms, Links: ls,
-			RoundTripLatency: o.latency, PageSize: o.pageSize,
-		})
-		live.Close()
-		if a.json {
-			if jerr := a.printJSON(benchJSON{Server: rep.Server, Target: srv.label, IdleCPU: rep.IdleCPU, Links: rep.Links}); jerr != nil {
-				return jerr
-			}
-		} else if werr := reclaim.WriteTable(a.stdout, rep); werr != nil && err == nil {
-			err = werr
-		}
-		if err != nil {
-			return failuref("bench: %v", err)
-		}
-	}
-	if o.suite == suiteReclaim {
-		return nil
-	}
-	if o.suite == suiteAll {
-		_, _ = io.WriteString(a.stdout, "\n")
-	}
-	rep, err := consume.Run(ctx, consume.Config{
+	rep, err := reclaim.Run(ctx, reclaim.Config{
 		Options: srv.opts, ServerLabel: srv.label, Logf: logf,
-		Parts: parts, Drivers: drivers, Rounds: o.consumeRounds, Entries: o.consumeEntries,
-		SkipWatermill: !o.consumeWatermill, ReclaimEntries: o.consumeReclaimEntries, ProfileDir: o.consumeProfileDir,
+		Entries: o.entries, ProxiedEntries: o.proxiedEntries, Methods: ms, Links: ls,
+		RoundTripLatency: o.latency, PageSize: o.pageSize,
 	})
 	live.Close()
-	if werr := consume.WriteTable(a.stdout, rep); werr != nil && err == nil {
+	if a.json {
+		if jerr := a.printJSON(benchJSON{Server: rep.Server, Target: srv.label, IdleCPU: rep.IdleCPU, Links: rep.Links}); jerr != nil {
+			return jerr
+		}
+	} else if werr := reclaim.WriteTable(a.stdout, rep); werr != nil && err == nil {
 		err = werr
 	}
 	if err != nil {

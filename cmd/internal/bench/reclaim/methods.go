@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pelwarden/pelwarden"
-	"github.com/pelwarden/pelwarden/cmd/internal/bench/textbook"
+	"github.com/pelwarden/pelwarden/internal/textbook"
 )
 
 // outcome is what a method did to one scenario.

@@ -30,9 +30,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pelwarden/pelwarden/cmd/internal/bench/textbook"
 	"github.com/pelwarden/pelwarden/internal/ctxwait"
 	"github.com/pelwarden/pelwarden/internal/measure"
+	"github.com/pelwarden/pelwarden/internal/textbook"
 )
 
 // Method is one way of reclaiming a PEL.

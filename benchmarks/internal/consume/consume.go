@@ -21,7 +21,9 @@
 // MinIdle and ReclaimInterval, and says so.
 //
 // Run does the work; WriteTable prints a Report with ratios and the targets
-// of issue 11. `pelwarden bench --suite consume` (or all) runs it.
+// of the driver with its defaults. benchmarks/cmd/consume (make bench
+// BENCH_SUITE=consume) runs it; it lives in the benchmarks module, which is
+// never published, so the pelwarden CLI links no Watermill.
 package consume
 
 import (

@@ -3,18 +3,38 @@ package consume_test
 import (
 	"bytes"
 	"context"
+	"os"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pelwarden/pelwarden/cmd/internal/bench/benchtest"
-	"github.com/pelwarden/pelwarden/cmd/internal/bench/consume"
+	"github.com/pelwarden/pelwarden/benchmarks/internal/consume"
 	"github.com/pelwarden/pelwarden/pelwardentest"
+	"github.com/pelwarden/pelwarden/pelwardentest/testserver"
 )
 
 // TestMain removes the shared test server at the end (pelwardentest.Main).
 func TestMain(m *testing.M) { pelwardentest.Main(m) }
+
+// server is the shared test server (PELWARDEN_TEST_IMAGE, set by the
+// Makefile): its client's options, the client and the image. Without Docker
+// the test is skipped, unless PELWARDEN_REQUIRE_DOCKER is set (make test
+// sets it).
+func server(t *testing.T) (*redis.Options, *redis.Client, string) {
+	t.Helper()
+	var opts []pelwardentest.Option
+	if os.Getenv(testserver.EnvRequireDocker) == "" {
+		opts = append(opts, pelwardentest.SkipIfUnavailable())
+	}
+	s := pelwardentest.Start(t, opts...)
+	rdb, ok := s.Client().(*redis.Client)
+	if !ok {
+		t.Fatalf("want a standalone server, got %T", s.Client())
+	}
+	return rdb.Options(), rdb, s.Image()
+}
 
 // The consume benchmark runs every method of every part with tiny sizes and
 // verifies each end state (every entry acked or dead-lettered, the PEL
@@ -22,7 +42,7 @@ func TestMain(m *testing.M) { pelwardentest.Main(m) }
 // complete. Timings are not asserted.
 func TestConsumebenchSmoke(t *testing.T) {
 	t.Parallel()
-	options, rdb, image := benchtest.Server(t)
+	options, rdb, image := server(t)
 	// Every part runs (watermill alone takes seconds per thousand entries
 	// under the full suite's load): minutes, so a bound of its own.
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
@@ -120,7 +140,7 @@ func TestConsumebenchSmoke(t *testing.T) {
 	for _, want := range []string{
 		"== main path", "vs watermill", "== reclaim path", "vs textbook", "heap over time, driver defaults",
 		"== memory as the PEL grows", "fenced ack, ids shuffled", "== slow handlers", "== large entries", "slowest commands",
-		"targets (issues 11 and 25, the driver with its defaults):", "targets (issue 5, resources):",
+		"targets (the driver with its defaults):", "targets (client memory stays flat):",
 		"of the raw loop", "of the Claim+Ack loop", "log records at the default level", "each consumer handles",
 		"holds more than", "drains within", "no command takes",
 	} {
