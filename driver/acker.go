@@ -403,6 +403,9 @@ type ackQueue struct {
 	drained chan struct{}
 	room    chan struct{} // holds a token after the ack loop took ids
 	gone    chan struct{} // closed by close
+	// testBlocked, set by tests only (before any push), is called each
+	// time a push finds the queue full and is about to wait.
+	testBlocked func()
 }
 
 func newAckQueue(batch, limit int) *ackQueue {
@@ -445,6 +448,9 @@ func (q *ackQueue) push(id ackItem) bool {
 		}
 		q.mu.Unlock()
 		waited = true
+		if q.testBlocked != nil {
+			q.testBlocked()
+		}
 		select {
 		case <-q.room:
 		case <-q.gone:

@@ -15,6 +15,10 @@ import (
 func TestAckQueueWakesEveryBlockedPush(t *testing.T) {
 	t.Parallel()
 	q := newAckQueue(2, 4)
+	// Before the take nothing wakes a blocked push, so each push signals
+	// once: blocked signals mean that many pushes wait on the full queue.
+	waiting := make(chan struct{}, 16)
+	q.testBlocked = func() { waiting <- struct{}{} }
 	for i := range 4 {
 		require.True(t, q.push(ackItem{id: fmt.Sprint("full-", i)}))
 	}
@@ -23,14 +27,16 @@ func TestAckQueueWakesEveryBlockedPush(t *testing.T) {
 	for i := range blocked {
 		wg.Go(func() { require.True(t, q.push(ackItem{id: fmt.Sprint("late-", i)})) })
 	}
-	time.Sleep(50 * time.Millisecond) // let the pushes block on the full queue
+	for range blocked {
+		<-waiting // a push found the queue full and waits
+	}
 	// One take makes room for all of them.
 	require.Len(t, q.take(), 4)
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(10 * time.Second): // only turns a hang into a failure: nothing but the take can wake them
 		t.Fatal("blocked pushes still waiting after one take made room for all of them")
 	}
 	require.Len(t, q.take(), blocked)

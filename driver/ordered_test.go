@@ -154,16 +154,23 @@ func TestOrderedStopReleasesWithTheLastAck(t *testing.T) {
 	streams := testPartitions(t, 1)
 	w := newFakeWorld(streams...)
 	w.add(streams[0], 1)
-	started := make(chan struct{})
+	started, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	a := w.start(t, streams, "a", func(c *Config) {
 		c.Handler = HandlerFunc(func(context.Context, *Message) error {
 			once.Do(func() { close(started) })
-			time.Sleep(20 * time.Millisecond) // still running when the stop begins
+			<-release // still running when the stop begins
 			return nil
 		})
 	})
 	<-started
+	a.cancel()
+	// The shutdown's first step is leaving the membership: once the fake
+	// saw it, the stop has begun with the handler still running. (The
+	// bound only turns a hang into a failure; the condition is positive.)
+	require.Eventually(t, func() bool { return w.callCount("leave", "a", "") > 0 },
+		10*time.Second, time.Millisecond, "the stop began")
+	close(release)
 	a.stop(t)
 	require.Equal(t, []string{"1-0"}, w.releaseAcks("a", streams[0]), "the release carried the handled entry's ack")
 	require.Empty(t, w.pendingOf(streams[0]))

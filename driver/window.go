@@ -85,6 +85,10 @@ type window struct {
 	waiters  [numParties][]*waiter // per party, first come first served
 	paused   bool
 	resumed  chan struct{} // closed when a pause ends
+	// testWaiting, set by tests only (before any reserve), is called each
+	// time a reserve of p finds no room and is about to wait: tests wait
+	// for it instead of for a while.
+	testWaiting func(p party)
 
 	// Handler timings since the last resize, added by the workers without
 	// the lock: queue wait (dispatch to start) and handling time, in ns.
@@ -177,6 +181,9 @@ func (w *window) reserve(ctx context.Context, p party, want int) reservation {
 			wake = wt.wake
 		}
 		w.mu.Unlock()
+		if w.testWaiting != nil {
+			w.testWaiting(p)
+		}
 		// A waiter also looks again every recheckEvery: should a wake-up
 		// ever be missed (a taker that yielded its turn, a size that
 		// changed under it), the call is delayed, never stuck.

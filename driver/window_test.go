@@ -170,6 +170,7 @@ func TestWindowFollowsEntrySize(t *testing.T) {
 	ctx := t.Context()
 	const mib = 1 << 20
 	w := newWindow(16, 2000, false, 16*mib, time.Minute)
+	waiting := waitings(w)
 	require.EqualValues(t, 4*mib, w.pageBytes())
 	r := w.reserve(ctx, partyRead, 500)
 	require.Equal(t, 16, r.n)
@@ -190,11 +191,7 @@ func TestWindowFollowsEntrySize(t *testing.T) {
 
 	got := make(chan int)
 	go func() { got <- w.reserve(ctx, partyRead, 500).n }()
-	select {
-	case n := <-got:
-		t.Fatalf("reserved %d entries with the byte cap reached", n)
-	case <-time.After(20 * time.Millisecond):
-	}
+	requireWaits(t, waiting, partyRead, got, "with the byte cap reached")
 	w.free(mib)
 	require.Equal(t, 1, <-got, "room for one more MiB")
 }
@@ -254,6 +251,7 @@ func TestWindowCountsCallsInFlight(t *testing.T) {
 	ctx := t.Context()
 	const mib = 1 << 20
 	w := newWindow(16, 64, false, 8*mib, time.Minute)
+	waiting := waitings(w)
 	r := w.reserve(ctx, partyRead, 1)
 	w.fill(r, 1, mib, time.Millisecond, false) // 1 MiB entries
 	w.free(mib)
@@ -263,13 +261,35 @@ func TestWindowCountsCallsInFlight(t *testing.T) {
 	require.Equal(t, 4, b.n, "the second call gets the rest of the 8 MiB")
 	got := make(chan int)
 	go func() { got <- w.reserve(ctx, partyRead, 500).n }()
-	select {
-	case n := <-got:
-		t.Fatalf("reserved %d entries with 8 MiB in flight", n)
-	case <-time.After(20 * time.Millisecond):
-	}
+	requireWaits(t, waiting, partyRead, got, "with 8 MiB in flight")
 	w.fill(a, 0, 0, time.Millisecond, false)
 	require.Equal(t, 4, <-got)
+}
+
+// waitings makes w report each reserve that finds no room and waits; set
+// it before any reserve.
+func waitings(w *window) <-chan party {
+	ch := make(chan party, 64)
+	w.testWaiting = func(p party) {
+		select {
+		case ch <- p:
+		default: // a reserve that waits on reports again each recheck
+		}
+	}
+	return ch
+}
+
+// requireWaits asserts that the reserve running into got waits rather than
+// returns: it either returns (the failure) or reports that it found no room
+// and waits, whichever comes first; nothing else can end the select.
+func requireWaits(t *testing.T, waiting <-chan party, p party, got <-chan int, what string) {
+	t.Helper()
+	select {
+	case n := <-got:
+		t.Fatalf("reserved %d entries %s", n, what)
+	case q := <-waiting:
+		require.Equal(t, p, q)
+	}
 }
 
 func waitWaiters(t *testing.T, w *window, p party, n int) {
@@ -295,15 +315,12 @@ func waitWaiter(t *testing.T, w *window, p party) {
 func TestWindowPause(t *testing.T) {
 	t.Parallel()
 	w := newWindow(4, 8, false, 32<<20, time.Minute)
+	waiting := waitings(w)
 	require.True(t, w.pause())
 	require.False(t, w.pause(), "already paused")
 	got := make(chan int)
 	go func() { got <- w.reserve(t.Context(), partyRead, 4).n }()
-	select {
-	case n := <-got:
-		t.Fatalf("reserved %d while paused", n)
-	case <-time.After(20 * time.Millisecond):
-	}
+	requireWaits(t, waiting, partyRead, got, "while paused")
 	r := w.reserve(t.Context(), partyReclaim, 500)
 	require.Equal(t, 1, r.n, "the reclaim loop probes a paused window with one entry")
 	w.giveBack(r)
@@ -389,6 +406,7 @@ func TestWindowOfOneHandlerLeavesRoomForReclaim(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	w := newWindow(1, 2000, false, 32<<20, time.Minute)
+	waiting := waitings(w)
 	read := w.reserve(ctx, partyRead, 1) // the idle read, blocking
 	require.Equal(t, 1, read.n)
 	short, cancel := context.WithTimeout(ctx, time.Second)
@@ -401,13 +419,14 @@ func TestWindowOfOneHandlerLeavesRoomForReclaim(t *testing.T) {
 	select {
 	case r := <-got:
 		t.Fatalf("reclaim got %d places while the read and a handler hold the window", r.n)
-	case <-time.After(50 * time.Millisecond):
+	case p := <-waiting: // it found no room and waits
+		require.Equal(t, partyReclaim, p)
 	}
 	w.free(10)
 	select {
 	case r := <-got:
 		require.Equal(t, 1, r.n)
-	case <-time.After(time.Second):
+	case <-time.After(10 * time.Second): // only turns a hang into a failure: a missed wake-up still ends at the next recheck (recheckEvery)
 		t.Fatal("the settled entry's place did not reach the waiting reclaim pass")
 	}
 	w.giveBack(read)
