@@ -258,15 +258,8 @@ func (l *lane) releaseUnstarted(ctx context.Context) {
 	for len(ids) > 0 {
 		batch := ids[:min(len(ids), pelwarden.MaxCount)]
 		ids = ids[len(batch):]
-		l.withRetry(ctx, "release", func(ctx context.Context) error {
-			res, err := l.srv.giveBack(ctx, batch, l.cfg.MinIdle)
-			if err != nil {
-				return err
-			}
-			if len(res.NotOwned) > 0 {
-				l.m.Count(EventLostOwnership, len(res.NotOwned))
-			}
-			return nil
+		l.giveBack(ctx, func(ctx context.Context) (*pelwarden.ReleaseResult, error) {
+			return l.srv.giveBack(ctx, batch, l.cfg.MinIdle)
 		})
 	}
 }

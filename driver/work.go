@@ -143,15 +143,8 @@ func (l *lane) applyOutcome(m *Message, f *inflight, err error, panicked bool) b
 // again after max(delay, its Backoff) from now, a fenced call, its error
 // kept for the dead letter written if it reaches MaxDeliveries.
 func (l *lane) fail(ctx context.Context, id string, delay time.Duration, errText string) {
-	l.withRetry(ctx, "release", func(ctx context.Context) error {
-		res, err := l.srv.fail(ctx, id, l.cfg.MinIdle, delay, errText)
-		if err != nil {
-			return err
-		}
-		if len(res.NotOwned) > 0 {
-			l.m.Count(EventLostOwnership, len(res.NotOwned))
-		}
-		return nil
+	l.giveBack(ctx, func(ctx context.Context) (*pelwarden.ReleaseResult, error) {
+		return l.srv.fail(ctx, id, l.cfg.MinIdle, delay, errText)
 	})
 }
 
@@ -203,8 +196,16 @@ func (l *lane) deadLetter(ctx context.Context, m *Message, text string) {
 // release makes ids claimable again after delay (at the next reclaim pass
 // for 0), a fenced release: entries taken over meanwhile are left alone.
 func (l *lane) release(ctx context.Context, ids []string, delay time.Duration) {
+	l.giveBack(ctx, func(ctx context.Context) (*pelwarden.ReleaseResult, error) {
+		return l.srv.release(ctx, ids, l.cfg.MinIdle, delay)
+	})
+}
+
+// giveBack runs one of the calls that give owned entries back (release,
+// fail, giveback) with withRetry, counting the ids owned elsewhere by then.
+func (l *lane) giveBack(ctx context.Context, call func(context.Context) (*pelwarden.ReleaseResult, error)) {
 	l.withRetry(ctx, "release", func(ctx context.Context) error {
-		res, err := l.srv.release(ctx, ids, l.cfg.MinIdle, delay)
+		res, err := call(ctx)
 		if err != nil {
 			return err
 		}

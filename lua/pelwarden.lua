@@ -377,8 +377,8 @@ local function callids(prefix, ids, suffix)
   return list or total
 end
 
--- a < b for well-formed stream ids "ms-seq".
-local function idbefore(a, b)
+-- a < b for well-formed stream ids "ms-seq" (deleteacked, trim).
+local function idless(a, b)
   local am, as = string.match(a, '^(%d+)%-(%d+)$')
   local bm, bs = string.match(b, '^(%d+)%-(%d+)$')
   if am ~= bm then return numless(am, bm) end
@@ -436,7 +436,7 @@ function deleteacked(stream, ids)
   for _, id in ipairs(ids) do
     local done = true
     for _, g in ipairs(gs) do
-      if idbefore(g[2], id) or #call('XPENDING', stream, g[1], id, id, 1) > 0 then
+      if idless(g[2], id) or #call('XPENDING', stream, g[1], id, id, 1) > 0 then
         done = false
         break
       end
@@ -1285,13 +1285,6 @@ end
 --          { {name, pending, oldest pending id or "", last-delivered id,
 --             bound}, ... } one per group, in XINFO GROUPS order }
 -- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWNOPERM, PWSERVER
-local function idless(a, b)
-  local am, as = string.match(a, '^(%d+)%-(%d+)$')
-  local bm, bs = string.match(b, '^(%d+)%-(%d+)$')
-  if am ~= bm then return numless(am, bm) end
-  return numless(as, bs)
-end
-
 -- n + 1 for a decimal string without leading zeros (exact beyond 2^53).
 local function decinc(n)
   local digits, carry = {}, 1
