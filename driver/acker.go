@@ -5,7 +5,6 @@ package driver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"sync"
@@ -20,10 +19,10 @@ type faults interface {
 	// commandError counts and logs a failed call (attempt from 0), stops
 	// the consumer at a fatal error and pauses it at a full server.
 	commandError(what string, err error, attempt int)
-	// groupMissing handles a NOGROUP; it reports whether to go on.
-	groupMissing(ctx context.Context, err error) bool
-	// stop ends Run with err; stopping reports whether it was called.
-	stop(err error)
+	// failedForGood applies the policy for a call that will not be
+	// retried (see core.failedForGood); it reports whether to go on.
+	failedForGood(ctx context.Context, what string, err error) bool
+	// stopping reports whether the consumer is stopping.
 	stopping() bool
 }
 
@@ -222,12 +221,12 @@ func (a *acker) flush(ctx context.Context, pending []ackItem) ([]ackItem, bool) 
 			return pending, false
 		case errors.Is(err, pelwarden.ErrNoGroup):
 			// The group and its PEL are gone: nothing left to ack.
-			a.faults.groupMissing(ctx, err)
+			a.faults.failedForGood(ctx, "ack", err)
 			a.held.forget(itemIDs(batch)...)
 			pending = pending[len(batch):]
 			continue
-		default: // permanent
-			a.faults.stop(fmt.Errorf("pelwarden/driver: ack: %w", err))
+		default: // permanent: the consumer stops
+			a.faults.failedForGood(ctx, "ack", err)
 			return pending, false
 		}
 		a.m.Count(EventAcked, int(res.acked))

@@ -46,6 +46,12 @@
 //
 // # How it runs
 //
+// Both modes share the core of a Run (core.go): loading the library and
+// checking the groups, the stop and its error, the error policy for
+// failed Redis calls (fatal, permanent, missing group, stale topology)
+// and the pause while the server is out of memory, in which entries in
+// hand still settle and no new ones are taken.
+//
 // One Run is a session (session.go): one window and Concurrency handler
 // workers shared by all streams, and a lane per stream (lane.go). Each
 // lane has these goroutines; arrows are the queues between them:

@@ -32,6 +32,7 @@ type fakeWorld struct {
 	members map[string]time.Duration  // name -> heartbeat lasts until
 	cut     map[string]bool           // consumers whose calls fail, as if cut off
 	fails   map[string]error          // "op consumer" -> the error every such call returns
+	once    map[string][]error        // "op consumer" -> the errors of its next calls, in order
 	calls   map[string]int            // "op consumer stream" -> calls
 	acks    map[string][]string       // "releaseLease consumer stream" -> the ack-ids it carried
 	hook    func(op, consumer string) // called with mu held
@@ -113,7 +114,22 @@ func (w *fakeWorld) call(op, consumer, stream string) error {
 	if w.cut[consumer] {
 		return errCut
 	}
+	if errs := w.once[op+" "+consumer]; len(errs) > 0 {
+		w.once[op+" "+consumer] = errs[1:]
+		return errs[0]
+	}
 	return w.fails[op+" "+consumer]
+}
+
+// failNext makes the next calls of op by consumer fail with errs, in
+// order.
+func (w *fakeWorld) failNext(op, consumer string, errs ...error) {
+	w.mu.Lock()
+	if w.once == nil {
+		w.once = map[string][]error{}
+	}
+	w.once[op+" "+consumer] = append(w.once[op+" "+consumer], errs...)
+	w.mu.Unlock()
 }
 
 // failAlways makes every call of op by consumer fail with err.
@@ -198,9 +214,24 @@ type fakePartitionServer struct {
 
 var _ partitionServer = (*fakePartitionServer)(nil)
 
-func (s *fakePartitionServer) createGroup(context.Context, string) error { return nil }
-func (s *fakePartitionServer) checkGroup(context.Context) error          { return nil }
-func (s *fakePartitionServer) stale(error)                               {}
+func (s *fakePartitionServer) createGroup(context.Context, string) error {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	return s.w.call("createGroup", s.consumer, s.stream)
+}
+
+func (s *fakePartitionServer) checkGroup(context.Context) error {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	return s.w.call("checkGroup", s.consumer, s.stream)
+}
+
+// stale counts as a call of op "stale".
+func (s *fakePartitionServer) stale(error) {
+	s.w.mu.Lock()
+	s.w.calls["stale "+s.consumer+" "+s.stream]++
+	s.w.mu.Unlock()
+}
 
 // holds is the library's fence: the caller holds the lease with token (an
 // expired lease nobody took is still held). mu is held.
@@ -208,9 +239,9 @@ func (s *fakePartitionServer) holds(p *fakePartition, token int64) bool {
 	return p.owner == s.consumer && p.token == token && token > 0
 }
 
-// ack is the library's ack of ids by the lease holder (fenced by the
+// ackHeld is the library's ack of ids by the lease holder (fenced by the
 // token, not per id): each still pending is acked. mu is held.
-func (s *fakePartitionServer) ack(p *fakePartition, ids []string) (acked int64) {
+func (s *fakePartitionServer) ackHeld(p *fakePartition, ids []string) (acked int64) {
 	for _, id := range ids {
 		if _, ok := p.pel[id]; ok {
 			delete(p.pel, id)
@@ -268,6 +299,32 @@ func (s *fakePartitionServer) fail(_ context.Context, id, _ string) (*pelwarden.
 	return res, nil
 }
 
+// ack is the library's ack function: each id the caller owns is
+// acked.
+func (s *fakePartitionServer) ack(_ context.Context, ids []string) (*pelwarden.AckResult, error) {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	if err := s.w.call("ack", s.consumer, s.stream); err != nil {
+		return nil, err
+	}
+	p := s.w.parts[s.stream]
+	res := &pelwarden.AckResult{}
+	for _, id := range ids {
+		e, ok := p.pel[id]
+		switch {
+		case !ok:
+			res.NotOwned = append(res.NotOwned, id)
+			res.NotPending = append(res.NotPending, id)
+		case e.owner != s.consumer:
+			res.NotOwned = append(res.NotOwned, id)
+		default:
+			delete(p.pel, id)
+			res.Acked++
+		}
+	}
+	return res, nil
+}
+
 func (s *fakePartitionServer) releaseLease(_ context.Context, token int64, acks, giveBack []string) (*pelwarden.ReleaseLeaseResult, error) {
 	s.w.mu.Lock()
 	defer s.w.mu.Unlock()
@@ -280,7 +337,7 @@ func (s *fakePartitionServer) releaseLease(_ context.Context, token int64, acks,
 	if !s.holds(p, token) {
 		return &pelwarden.ReleaseLeaseResult{}, nil
 	}
-	res := &pelwarden.ReleaseLeaseResult{Released: true, Acked: s.ack(p, acks), GivenBack: s.giveBack(p, giveBack)}
+	res := &pelwarden.ReleaseLeaseResult{Released: true, Acked: s.ackHeld(p, acks), GivenBack: s.giveBack(p, giveBack)}
 	p.owner, p.expires = "", 0
 	return res, nil
 }
@@ -336,7 +393,7 @@ func (s *fakePartitionServer) leaseNext(token int64, ttl time.Duration, acks, gi
 		return &pelwarden.LeaseNextResult{}
 	}
 	p.expires = now + ttl
-	res := &pelwarden.LeaseNextResult{Held: true, Acked: s.ack(p, acks), GivenBack: s.giveBack(p, giveBack)}
+	res := &pelwarden.LeaseNextResult{Held: true, Acked: s.ackHeld(p, acks), GivenBack: s.giveBack(p, giveBack)}
 	ids := slices.SortedFunc(maps.Keys(p.pel), compareFakeIDs)
 	for _, id := range ids[:min(len(ids), leaseScan)] {
 		e := p.pel[id]

@@ -4,8 +4,6 @@ package driver
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"sync"
@@ -31,10 +29,10 @@ type lane struct {
 	srv   laneServer
 	clock clock
 
-	sess      *session    // the Run's stop and pause
-	flow      *window     // the session's
-	jobs      *jobQueue   // the session's
-	entryLogs *logLimiter // the session's
+	sess  *session     // the Run's core, shutdown and workers
+	scope *streamScope // the stream's configuration, log and server, for the core
+	flow  *window      // the session's
+	jobs  *jobQueue    // the session's
 
 	held *tracker // the entries of this stream in hand
 	acks *acker   // sends the acks of entries whose handler succeeded
@@ -85,13 +83,14 @@ func (l *lane) sweptSince(at time.Duration) bool {
 	return v != 0 && v-1 >= int64(at)
 }
 
-// newLane returns the lane of cfg.Stream in session s; its acker queues at
-// most ackLimit acks.
-func newLane(s *session, srv laneServer, clk clock, cfg Config, log *slog.Logger, single bool, ackLimit int) *lane {
+// newLane returns the lane of stream sc in session s, on srv (sc's
+// server); its acker queues at most ackLimit acks.
+func newLane(s *session, sc *streamScope, srv laneServer, clk clock, single bool, ackLimit int) *lane {
+	cfg, log := sc.cfg, sc.log
 	l := &lane{
 		cfg: cfg, log: log, m: cfg.Metrics, single: single,
 		srv: srv, clock: clk,
-		sess: s, flow: s.flow, jobs: s.jobs, entryLogs: s.entryLogs,
+		sess: s, scope: sc, flow: s.flow, jobs: s.jobs,
 		held: newTracker(clk), reclaimNow: make(chan struct{}, 1),
 	}
 	l.acks = newAcker(acker{
@@ -121,89 +120,20 @@ func (l *lane) startLoops(ctx, handlerCtx context.Context, loops *sync.WaitGroup
 	}
 }
 
-// stop ends Run with err (the first one wins).
-func (l *lane) stop(err error) { l.sess.stop(err) }
-
 // stopping reports whether stop was called.
 func (l *lane) stopping() bool { return l.sess.stopping() }
 
-// commandError counts and logs a failed Redis call. A fatal error (see
-// fatal) also stops the consumer: Run returns it. On a cluster client, an
-// error that suggests a failover refreshes the slot map (see
-// followTopology), so the retry reaches the promoted replica. A refusal
-// for lack of memory pauses the consumer instead (see outOfMemory).
+// commandError applies the core's error policy to a failed call of
+// the lane (see core.commandError).
 func (l *lane) commandError(what string, err error, attempt int) {
-	l.m.Count(EventCommandError, 1)
-	if endedByRun(l.sess.run, err) {
-		l.log.Debug("redis call ended by the run's end", "op", what, "err", err)
-		return
-	}
-	if outOfMemory(err) {
-		l.sess.memoryFull(what, err)
-		return
-	}
-	l.log.Error("redis call failed", "op", what, "attempt", attempt+1, "err", err)
-	if fatal(err) {
-		l.stop(fmt.Errorf("pelwarden/driver: %s: %w", what, err))
-		return
-	}
-	l.srv.stale(err)
+	l.sess.commandError(l.scope, what, err, attempt)
 }
 
-// groupMissing handles a NOGROUP seen while running: recreate the group with
-// CreateGroup, else stop with an error. It reports whether to go on.
-func (l *lane) groupMissing(ctx context.Context, err error) bool {
-	if !l.cfg.CreateGroup {
-		l.stop(fmt.Errorf("pelwarden/driver: group %q on stream %q disappeared: %w", l.cfg.Group, l.cfg.Stream, err))
-		return false
-	}
-	l.log.Warn("consumer group disappeared; creating it again", "err", err)
-	cerr := l.ensureGroup(ctx)
-	if cerr != nil && permanent(cerr) {
-		l.stop(cerr)
-		return false
-	}
-	if cerr == nil {
-		l.sess.memoryFreed("create group") // a write the server accepted
-	}
-	return true
-}
-
-// ensureGroup creates the lane's group when CreateGroup is set (one there
-// already, pelwarden.ErrGroupExists, is fine), and otherwise checks it
-// exists.
-func (l *lane) ensureGroup(ctx context.Context) error {
-	return ensureGroup(ctx, l.srv, l.cfg, l.log)
-}
-
-// ensureGroup creates the group of cfg.Stream on g when CreateGroup is
-// set (BUSYGROUP is fine), and otherwise checks it exists.
-func ensureGroup(ctx context.Context, g groupServer, cfg Config, log *slog.Logger) error {
-	if cfg.CreateGroup {
-		err := g.createGroup(ctx, cfg.GroupStartID)
-		switch {
-		case err == nil:
-			log.Info("created consumer group", "start_id", cfg.GroupStartID)
-			return nil
-		case pelwarden.Matches(err, pelwarden.ErrGroupExists):
-			return nil
-		case pelwarden.Matches(err, pelwarden.ErrWrongType):
-			return fmt.Errorf("pelwarden/driver: create group: %w: %v", pelwarden.ErrWrongType, err)
-		case pelwarden.Matches(err, pelwarden.ErrNoPermission):
-			return fmt.Errorf("pelwarden/driver: create group (XGROUP CREATE %s %s %s MKSTREAM; Config.CreateGroup needs +xgroup|create): %w: %w",
-				cfg.Stream, cfg.Group, cfg.GroupStartID, pelwarden.ErrNoPermission, err)
-		}
-		return fmt.Errorf("pelwarden/driver: create group: %w", err)
-	}
-	err := g.checkGroup(ctx)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, pelwarden.ErrNoGroup):
-		return fmt.Errorf("pelwarden/driver: group %q on stream %q does not exist; create it (XGROUP CREATE %s %s 0 MKSTREAM) or set Config.CreateGroup: %w",
-			cfg.Group, cfg.Stream, cfg.Stream, cfg.Group, err)
-	}
-	return fmt.Errorf("pelwarden/driver: check group: %w", err)
+// failedForGood applies the core's policy to a call of the lane that
+// will not be retried (see core.failedForGood). It reports whether to go
+// on.
+func (l *lane) failedForGood(ctx context.Context, what string, err error) bool {
+	return l.sess.failedForGood(ctx, l.scope, what, err)
 }
 
 // leaseFrom is the lease of entries whose idle time a call begun at began

@@ -141,7 +141,7 @@ func TestEnsureGroup(t *testing.T) {
 				op = "createGroup"
 			}
 			h.srv.failNext(op, c.err)
-			err := h.l.ensureGroup(t.Context())
+			err := ensureGroup(t.Context(), h.srv, h.l.cfg, h.l.log)
 			if c.is == nil {
 				require.NoError(t, err)
 				return

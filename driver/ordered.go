@@ -17,34 +17,26 @@ package driver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/pelwarden/pelwarden"
 )
 
-// partitionSlot is one partition of an ordered run: its stream, its
-// configuration (the consumer's with this Stream and DeadLetterStream),
-// its logger and its server.
-type partitionSlot struct {
+// partition is one partition of an ordered run: its stream's scope
+// (configuration, log) and its server, srv (the scope's server, as the
+// partition's owner uses it).
+type partition struct {
 	index int
-	cfg   Config
-	log   *slog.Logger
-	srv   partitionServer
+	*streamScope
+	srv partitionServer
 }
 
 // orderedRun is the state of one Run in ordered mode.
 type orderedRun struct {
-	cfg       Config
-	log       *slog.Logger
-	m         Metrics
-	lib       loader
-	clock     clock
-	members   memberServer
-	parts     []*partitionSlot
-	entryLogs *logLimiter
+	*core
+	clock   clock
+	members memberServer
+	parts   []*partition
 
 	// Real-time periods; the tests shorten them. Every decision about a
 	// lease reads clock, so they only say how often it is looked at.
@@ -56,9 +48,6 @@ type orderedRun struct {
 
 	// bg carries no cancellation: lease calls go on during the shutdown.
 	bg context.Context
-	// run is Run's context (set as serve starts): failures it caused are
-	// not errors (endedByRun).
-	run context.Context
 	// handlerCtx is the handlers' parent, cancelled at the end of the
 	// shutdown's first ShutdownTimeout.
 	handlerCtx context.Context
@@ -68,11 +57,6 @@ type orderedRun struct {
 	lastLive  []string       // the members the last heartbeat saw
 	seen      int            // heartbeats that landed
 	ownersRun sync.WaitGroup
-
-	stopOnce sync.Once
-	stopMu   sync.Mutex
-	stopErr  error
-	stopped  chan struct{}
 }
 
 // newOrderedRun returns the state of an ordered Run of cfg (defaults
@@ -80,26 +64,19 @@ type orderedRun struct {
 // slot's configuration, and the membership on members, reading clk.
 func newOrderedRun(cfg Config, log *slog.Logger, lib loader, partitionOf func(Config) partitionServer, members memberServer, clk clock) *orderedRun {
 	r := &orderedRun{
-		cfg: cfg, log: log, m: cfg.Metrics, lib: lib, clock: clk, members: members,
-		entryLogs:    newLogLimiter(entryLogBurst, entryLogRate),
+		core: newCore(cfg, log, lib, &intakeFlag{}), clock: clk, members: members,
 		balanceEvery: cfg.balanceInterval(),
 		tick:         cfg.PartitionLease / 20,
 		idleMax:      min(cfg.ReadBlock/4, cfg.PartitionLease/4),
 		places:       make(chan struct{}, cfg.Concurrency),
 		owners:       map[int]*owner{},
-		stopped:      make(chan struct{}),
 	}
 	for range cfg.Concurrency {
 		r.places <- struct{}{}
 	}
 	for i, stream := range cfg.Streams {
-		pcfg := cfg
-		pcfg.Stream, pcfg.DeadLetterStream = stream, cfg.deadLetterStreamOf(stream)
-		plog := log
-		if len(cfg.Streams) > 1 {
-			plog = log.With("stream", stream)
-		}
-		r.parts = append(r.parts, &partitionSlot{index: i, cfg: pcfg, log: plog, srv: partitionOf(pcfg)})
+		sc, srv := scopeOf(r.core, stream, partitionOf)
+		r.parts = append(r.parts, &partition{index: i, streamScope: sc, srv: srv})
 	}
 	return r
 }
@@ -109,27 +86,19 @@ func newOrderedRun(cfg Config, log *slog.Logger, lib loader, partitionOf func(Co
 // have returned (nil when none is), and Run's error.
 func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err error) {
 	cfg := r.cfg
-	r.run = ctx
 	r.bg = context.WithoutCancel(ctx)
-	if err := r.start(ctx); err != nil {
-		if ctx.Err() != nil && !permanent(err) {
-			r.log.Info("pelwarden consumer stopped before it started", "err", err)
-			return nil, nil
-		}
+	scopes := make([]*streamScope, len(r.parts))
+	for i, p := range r.parts {
+		scopes[i] = p.streamScope
+	}
+	if ok, err := r.begin(ctx, scopes); !ok {
 		return nil, err
 	}
 	r.log.Info("pelwarden consumer started in ordered mode", "partitions", len(r.parts), "concurrency", cfg.Concurrency,
 		"partition_lease", cfg.PartitionLease, "max_deliveries", cfg.MaxDeliveries, "library_mode", r.lib.Mode().String())
 
-	loopCtx, stopLoops := context.WithCancel(ctx)
+	loopCtx, stopLoops := r.loopContext(ctx)
 	defer stopLoops()
-	go func() {
-		select {
-		case <-r.stopped:
-			stopLoops()
-		case <-loopCtx.Done():
-		}
-	}()
 	handlerCtx, cancelHandlers := context.WithCancel(r.bg)
 	defer cancelHandlers()
 	r.handlerCtx = handlerCtx
@@ -176,48 +145,7 @@ func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err 
 			lingering = done
 		}
 	}
-	r.stopMu.Lock()
-	stopErr := r.stopErr
-	r.stopMu.Unlock()
-	if stopErr != nil {
-		return lingering, stopErr
-	}
-	r.log.Info("pelwarden consumer stopped")
-	return lingering, nil
-}
-
-// start loads the library and checks or creates the group of every
-// partition.
-func (r *orderedRun) start(ctx context.Context) error {
-	failed := func(what string) func(error, int) {
-		return func(err error, attempt int) {
-			if !permanent(err) {
-				r.commandError(nil, what, err, attempt)
-			}
-		}
-	}
-	err := retry(ctx, onPermanent, failed("load library"), func(ctx context.Context) error {
-		_, err := r.lib.Load(ctx)
-		return err
-	})
-	if err != nil {
-		if ctx.Err() != nil && !permanent(err) {
-			err = ctx.Err()
-		}
-		return fmt.Errorf("pelwarden/driver: load library: %w", err)
-	}
-	for _, p := range r.parts {
-		err := retry(ctx, onPermanent, failed("check group"), func(ctx context.Context) error {
-			return ensureGroup(ctx, p.srv, p.cfg, p.log)
-		})
-		if err != nil && ctx.Err() != nil && !permanent(err) {
-			return fmt.Errorf("pelwarden/driver: check group: %w", ctx.Err())
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return lingering, r.end()
 }
 
 // balance is one round of the balancer: a heartbeat, then this consumer's
@@ -272,7 +200,7 @@ func (r *orderedRun) balance(ctx context.Context) (next time.Duration) {
 		o.log.Info("handing the partition over: this consumer holds more than its share", "share", share, "members", len(live))
 		o.handOverSoon()
 	}
-	var free []*partitionSlot
+	var free []*partition
 	if kept < share {
 		start := rankOf(live, self) * n / max(len(live), 1)
 		for k := range n {
@@ -306,7 +234,7 @@ const expirySlack = 2 * time.Millisecond
 // acquire tries to take p's lease and, when it is taken, starts its
 // owner. It reports whether it did and, when another consumer holds the
 // lease, the time its lease has left.
-func (r *orderedRun) acquire(ctx context.Context, p *partitionSlot) (held bool, left time.Duration) {
+func (r *orderedRun) acquire(ctx context.Context, p *partition) (held bool, left time.Duration) {
 	ttl := r.cfg.PartitionLease
 	actx, cancel := context.WithTimeout(ctx, ttl-r.cfg.leaseMargin())
 	defer cancel()
@@ -314,7 +242,7 @@ func (r *orderedRun) acquire(ctx context.Context, p *partitionSlot) (held bool, 
 	l, err := p.srv.acquire(actx, ttl)
 	if err != nil {
 		if ctx.Err() == nil {
-			r.commandError(p, "acquire lease", err, 0)
+			r.commandError(p.streamScope, "acquire lease", err, 0)
 		}
 		return false, 0
 	}
@@ -350,66 +278,14 @@ func (r *orderedRun) ownedCount() int {
 	return len(r.owners)
 }
 
-// commandError counts and logs a failed Redis call of partition p (nil
-// for the membership and the start). A fatal error (see fatal) stops the
-// consumer: Run returns it. On a cluster client an error that suggests a
-// failover refreshes the slot map.
-func (r *orderedRun) commandError(p *partitionSlot, what string, err error, attempt int) {
-	r.m.Count(EventCommandError, 1)
-	log := r.log
-	if p != nil {
-		log = p.log
-	}
-	if endedByRun(r.run, err) {
-		log.Debug("redis call ended by the run's end", "op", what, "err", err)
-		return
-	}
-	log.Error("redis call failed", "op", what, "attempt", attempt+1, "err", err)
-	if fatal(err) {
-		r.stop(fmt.Errorf("pelwarden/driver: %s: %w", what, err))
-		return
-	}
-	if p != nil {
-		p.srv.stale(err)
-	}
-}
-
-// groupMissing handles a NOGROUP of partition p seen while running:
-// recreate the group with CreateGroup, else stop with an error.
-func (r *orderedRun) groupMissing(ctx context.Context, p *partitionSlot, err error) {
-	if !r.cfg.CreateGroup {
-		r.stop(fmt.Errorf("pelwarden/driver: group %q on stream %q disappeared: %w", r.cfg.Group, p.cfg.Stream, err))
-		return
-	}
-	p.log.Warn("consumer group disappeared; creating it again", "err", err)
-	if cerr := ensureGroup(ctx, p.srv, p.cfg, p.log); cerr != nil && permanent(cerr) {
-		r.stop(cerr)
-	}
-}
-
-// stop ends Run with err (the first one wins).
-func (r *orderedRun) stop(err error) {
-	r.stopOnce.Do(func() {
-		r.log.Error("pelwarden consumer stopping", "err", err)
-		r.stopMu.Lock()
-		r.stopErr = err
-		r.stopMu.Unlock()
-		close(r.stopped)
-	})
-}
-
 // errLeaseLapsed: the owner could not renew its lease before PartitionLease
 // less its margin had passed since it sent its last renewal.
 var errLeaseLapsed = errors.New("partition lease not renewed in time")
 
-// callFailed handles a call of p's owner that failed for good: a missing
-// group goes to groupMissing, and an error retrying cannot fix stops the
-// consumer (a lease that lapsed meanwhile only ends the owner).
-func (r *orderedRun) callFailed(p *partitionSlot, err error) {
-	switch {
-	case errors.Is(err, pelwarden.ErrNoGroup):
-		r.groupMissing(r.bg, p, err)
-	case permanent(err) && !errors.Is(err, errLeaseLapsed):
-		r.stop(fmt.Errorf("pelwarden/driver: partition %q: %w", p.cfg.Stream, err))
+// callFailed handles a call of p's owner that failed for good (see
+// core.failedForGood); a lease that lapsed meanwhile only ends the owner.
+func (r *orderedRun) callFailed(p *partition, what string, err error) {
+	if !errors.Is(err, errLeaseLapsed) {
+		r.failedForGood(r.bg, p.streamScope, what, err)
 	}
 }

@@ -39,6 +39,9 @@ type partitionServer interface {
 	// transaction (LeaseNextRead: Deferred lists what that read took and
 	// may not run yet), where the server allows it.
 	next(ctx context.Context, token int64, ttl time.Duration, acks, giveBack []string, readApart bool) (*pelwarden.LeaseNextResult, error)
+	// ack acks ids through the fenced ack function (only those this
+	// consumer owns), which runs on a server at maxmemory.
+	ack(ctx context.Context, ids []string) (*pelwarden.AckResult, error)
 	// releaseLease frees the lease held with token, acking acks and
 	// giving giveBack back first (pelwarden_v1_lease_release).
 	releaseLease(ctx context.Context, token int64, acks, giveBack []string) (*pelwarden.ReleaseLeaseResult, error)
@@ -154,6 +157,10 @@ func (s *redisPartition) fail(ctx context.Context, id, errText string) (*pelward
 		return err
 	})
 	return res, err
+}
+
+func (s *redisPartition) ack(ctx context.Context, ids []string) (*pelwarden.AckResult, error) {
+	return s.lib.Ack(ctx, pelwarden.AckArgs{Stream: s.stream, Group: s.group, Consumer: s.consumer, IDs: ids})
 }
 
 func (s *redisPartition) releaseLease(ctx context.Context, token int64, acks, giveBack []string) (*pelwarden.ReleaseLeaseResult, error) {

@@ -28,7 +28,7 @@ import (
 // shutdown only ask it to hand over.
 type owner struct {
 	run *orderedRun
-	p   *partitionSlot
+	p   *partition
 	srv partitionServer
 	log *slog.Logger
 
@@ -62,7 +62,7 @@ type owner struct {
 
 // newOwner returns the owner of p, holding its lease with token since a
 // renewing call sent at sent.
-func newOwner(r *orderedRun, p *partitionSlot, token int64, sent time.Duration) *owner {
+func newOwner(r *orderedRun, p *partition, token int64, sent time.Duration) *owner {
 	o := &owner{run: r, p: p, srv: p.srv, log: p.log.With("token", token), token: token,
 		validUntil: sent + r.cfg.PartitionLease - r.cfg.leaseMargin(), renewedAt: sent,
 		handOver: make(chan struct{})}
@@ -212,8 +212,8 @@ func (o *owner) keep() bool {
 	defer cancel()
 	l, err := o.srv.acquire(ctx, cfg.PartitionLease)
 	if err != nil {
-		o.run.commandError(o.p, "renew lease", err, 0)
-		o.run.callFailed(o.p, err)
+		o.run.commandError(o.p.streamScope, "renew lease", err, 0)
+		o.run.callFailed(o.p, "renew lease", err)
 		return true // tried again at the next tick, until validUntil
 	}
 	if !l.Held || l.Token != o.token {
@@ -256,11 +256,15 @@ func (o *owner) next() (*pelwarden.LeaseNextResult, bool) {
 		o.nonePending = false
 		var err error
 		res, err = o.srv.next(ctx, o.token, cfg.PartitionLease, o.acks, o.giveBack, readApart)
+		if outOfMemory(err) && len(o.acks) > 0 {
+			o.ackWhileFull(ctx)
+		}
 		return err
 	})
 	if !ok {
 		return nil, false
 	}
+	o.run.memoryFreed("lease next")
 	if !res.Held {
 		o.fenced = true
 		if n := len(o.acks); n > 0 {
@@ -302,6 +306,28 @@ func (o *owner) next() (*pelwarden.LeaseNextResult, bool) {
 	return res, true
 }
 
+// ackWhileFull acks the entries handled since the last next call through
+// the ack function, which runs on a server at maxmemory: the next call
+// that would carry them is refused there (it may dead-letter and read),
+// and the core's policy is the same in both modes: while the server is
+// full no new entries are taken, and those handled still settle. The ack
+// is fenced by the PEL's owner: an entry the partition's next owner took
+// over meanwhile is not acked. A failure leaves the acks to the next call.
+func (o *owner) ackWhileFull(ctx context.Context) {
+	res, err := o.srv.ack(ctx, o.acks)
+	if err != nil {
+		o.run.commandError(o.p.streamScope, "ack", err, 0)
+		return
+	}
+	o.acks = o.acks[:0]
+	if res.Acked > 0 {
+		o.run.m.Count(EventAcked, int(res.Acked))
+	}
+	if lost := res.OwnedElsewhere(); len(lost) > 0 {
+		o.run.m.Count(EventLostOwnership, len(lost))
+	}
+}
+
 // messages returns entries as the handlers' messages, in one allocation
 // (the handlers may keep them: nothing is reused).
 func (o *owner) messages(entries []pelwarden.Entry) []Message {
@@ -337,9 +363,9 @@ func (o *owner) call(what string, op func(context.Context) error) bool {
 		if err == nil {
 			return true
 		}
-		o.run.commandError(o.p, what, err, attempt)
+		o.run.commandError(o.p.streamScope, what, err, attempt)
 		if errors.Is(err, pelwarden.ErrNoGroup) || permanent(err) {
-			o.run.callFailed(o.p, err)
+			o.run.callFailed(o.p, what, err)
 			return false
 		}
 		if o.hold(nil, backoff(attempt), true) != holdTimedOut {
@@ -501,7 +527,7 @@ func (o *owner) releaseLease() {
 	stop := func(err error, _ int) bool {
 		return o.lapsed || errors.Is(err, pelwarden.ErrNoGroup) || permanent(err) || time.Now().After(deadline)
 	}
-	err := retry(r.bg, stop, func(err error, attempt int) { r.commandError(o.p, "release lease", err, attempt) },
+	err := retry(r.bg, stop, func(err error, attempt int) { r.commandError(o.p.streamScope, "release lease", err, attempt) },
 		func(ctx context.Context) error {
 			ctx, cancel := context.WithTimeout(ctx, r.cfg.ShutdownTimeout)
 			defer cancel()
@@ -530,16 +556,5 @@ func (o *owner) releaseLease() {
 // entryLog writes a per-entry record at level warn (or info),
 // rate-limited by the run's entryLogs.
 func (o *owner) entryLog(warn bool, msg string, args ...any) {
-	ok, suppressed := o.run.entryLogs.allow()
-	if !ok {
-		return
-	}
-	if suppressed > 0 {
-		args = append(args, "suppressed", suppressed)
-	}
-	if warn {
-		o.log.Warn(msg, args...)
-	} else {
-		o.log.Info(msg, args...)
-	}
+	o.run.entryLog(o.log, warn, msg, args...)
 }

@@ -92,7 +92,7 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 				first = true
 				continue
 			}
-			if errors.Is(err, pelwarden.ErrNoGroup) && !l.groupMissing(ctx, err) {
+			if !l.failedForGood(ctx, "read", err) {
 				return
 			}
 			continue
@@ -228,10 +228,11 @@ func (l *lane) idlePoll(ctx context.Context) bool {
 	return ctxwait.Sleep(ctx, d)
 }
 
-// readGiveUp stops retrying a read at a missing group and at a refused
-// CLAIM (both handled by the caller), and once the consumer is stopping.
+// readGiveUp stops retrying a read at an error retrying cannot fix (a
+// missing group among them) and at a refused CLAIM, both handled by the
+// caller, and once the consumer is stopping.
 func (l *lane) readGiveUp(err error, _ int) bool {
-	return errors.Is(err, pelwarden.ErrNoGroup) || errors.Is(err, errReadClaimRefused) || l.stopping()
+	return permanent(err) || errors.Is(err, errReadClaimRefused) || l.stopping()
 }
 
 func (l *lane) readFailed(err error, attempt int) {

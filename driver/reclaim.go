@@ -5,7 +5,6 @@ package driver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/pelwarden/pelwarden"
@@ -111,12 +110,10 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 			l.flow.giveBack(res)
 			switch {
 			case ctx.Err() != nil:
-			case errors.Is(err, pelwarden.ErrNoGroup):
-				if l.groupMissing(ctx, err) {
-					continue
-				}
 			case permanent(err):
-				l.stop(fmt.Errorf("pelwarden/driver: reclaim: %w", err))
+				if l.failedForGood(ctx, "reclaim", err) {
+					continue // the group was created again
+				}
 			}
 			return // the next pass starts over
 		}

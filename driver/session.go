@@ -2,52 +2,29 @@ package driver
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/pelwarden/pelwarden"
 )
 
-// session is the state of one Run that its lanes share: the window, the
-// handler workers' job queue, the shutdown and the pause. Everything one
-// Run creates lives in its session and lanes, so a Consumer run again
-// starts afresh (doc.go has the map of the goroutines).
+// session is the state of one unordered Run that its lanes share: the
+// core (start, stop, error policy), the window, the handler workers' job
+// queue and the shutdown. Everything one Run creates lives in its session
+// and lanes, so a Consumer run again starts afresh (doc.go has the map of
+// the goroutines).
 type session struct {
-	cfg Config          // the consumer's
-	run context.Context // Run's context (set as serve starts)
-	log *slog.Logger    // the consumer's, without a stream
-	m   Metrics
-	lib loader
+	*core
 
-	flow      *window     // how many more to fetch, for every stream
-	jobs      *jobQueue   // dispatched entries of every stream, to the handler workers
-	entryLogs *logLimiter // per-entry log records
+	flow *window   // how many more to fetch, for every stream
+	jobs *jobQueue // dispatched entries of every stream, to the handler workers
 
 	// closed: shutdown began (set with the trackers' close): the workers
 	// skip queued jobs.
 	closed atomic.Bool
 
-	// oom: the server refused a write for lack of memory; see outOfMemory.
-	oomMu sync.Mutex
-	oom   error
-
 	// handlersDone is closed when the shutdown cancels the handlers.
 	handlersDone <-chan struct{}
-
-	// stopped is closed by stop, with stopErr, the error Run returns.
-	stopOnce sync.Once
-	stopMu   sync.Mutex
-	stopErr  error
-	stopped  chan struct{}
-}
-
-// loader loads the function library (a *pelwarden.Library).
-type loader interface {
-	Load(ctx context.Context) (*pelwarden.LoadResult, error)
-	Mode() pelwarden.Mode
 }
 
 // newSession returns the state of a Run of cfg (defaults applied): its
@@ -58,28 +35,16 @@ func newSession(cfg Config, log *slog.Logger, lib loader, laneOf func(Config) la
 	if cfg.Prefetch > 0 {
 		ceil = cfg.Concurrency + cfg.Prefetch
 	}
-	s := &session{
-		cfg:       cfg,
-		log:       log,
-		m:         cfg.Metrics,
-		lib:       lib,
-		flow:      newWindow(min(cfg.Concurrency, ceil), ceil, cfg.Prefetch > 0, cfg.MaxInHandBytes, cfg.MinIdle),
-		entryLogs: newLogLimiter(entryLogBurst, entryLogRate),
-		stopped:   make(chan struct{}),
-	}
+	flow := newWindow(min(cfg.Concurrency, ceil), ceil, cfg.Prefetch > 0, cfg.MaxInHandBytes, cfg.MinIdle)
+	s := &session{core: newCore(cfg, log, lib, flow), flow: flow}
 	s.jobs = newJobQueue(cfg.Concurrency, &s.flow.starved)
 	lanes := make([]*lane, len(cfg.Streams))
 	for i, stream := range cfg.Streams {
-		lcfg := cfg
-		lcfg.Stream, lcfg.DeadLetterStream = stream, cfg.deadLetterStreamOf(stream)
-		llog := log
-		if len(cfg.Streams) > 1 {
-			llog = log.With("stream", stream)
-		}
+		sc, srv := scopeOf(s.core, stream, laneOf)
 		// Room for every held entry's ack plus two batches: a finished
 		// handler hands its ack over and frees its place at once, even
 		// while the ack loop waits for a call in flight.
-		lanes[i] = newLane(s, laneOf(lcfg), clk, lcfg, llog, len(cfg.Streams) == 1, 2*cfg.AckBatch+ceil)
+		lanes[i] = newLane(s, sc, srv, clk, len(cfg.Streams) == 1, 2*cfg.AckBatch+ceil)
 	}
 	return s, lanes
 }
@@ -89,16 +54,15 @@ func newSession(cfg Config, log *slog.Logger, lib loader, laneOf func(Config) la
 // none is), and Run's error.
 func (s *session) serve(ctx context.Context, lanes []*lane) (lingering <-chan struct{}, err error) {
 	cfg := s.cfg
-	s.run = ctx
-	if err := s.start(ctx, lanes); err != nil {
-		if ctx.Err() != nil && !permanent(err) {
-			// Stopped while still starting (loading the library or checking
-			// the group, retried while the server is unreachable): nothing
-			// ran, and a requested stop is not a failure.
-			s.log.Info("pelwarden consumer stopped before it started", "err", err)
-			return nil, nil
-		}
+	scopes := make([]*streamScope, len(lanes))
+	for i, l := range lanes {
+		scopes[i] = l.scope
+	}
+	if ok, err := s.begin(ctx, scopes); !ok {
 		return nil, err
+	}
+	for _, l := range lanes {
+		l.detectReadClaim()
 	}
 	s.log.Info("pelwarden consumer started", "streams", len(lanes), "concurrency", cfg.Concurrency, "max_in_hand", s.flow.ceil,
 		"min_idle", cfg.MinIdle, "max_deliveries", cfg.MaxDeliveries, "library_mode", s.lib.Mode().String(),
@@ -106,15 +70,8 @@ func (s *session) serve(ctx context.Context, lanes []*lane) (lingering <-chan st
 
 	// loopCtx stops the readers, reclaimers and lease loops; handlerCtx is
 	// independent of ctx so handlers can finish during the shutdown.
-	loopCtx, stopLoops := context.WithCancel(ctx)
+	loopCtx, stopLoops := s.loopContext(ctx)
 	defer stopLoops()
-	go func() {
-		select {
-		case <-s.stopped:
-			stopLoops()
-		case <-loopCtx.Done():
-		}
-	}()
 	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 	s.handlersDone = handlerCtx.Done()
@@ -186,47 +143,7 @@ func (s *session) serve(ctx context.Context, lanes []*lane) (lingering <-chan st
 		lingering = ch
 	}
 
-	s.stopMu.Lock()
-	stopErr := s.stopErr // a lingering Redis call may still report one
-	s.stopMu.Unlock()
-	if stopErr != nil {
-		return lingering, stopErr
-	}
-	s.log.Info("pelwarden consumer stopped")
-	return lingering, nil
-}
-
-// start loads the library and checks or creates the group of every
-// stream.
-func (s *session) start(ctx context.Context, lanes []*lane) error {
-	failed := func(l *lane, what string) func(error, int) {
-		return func(err error, attempt int) {
-			if !permanent(err) {
-				l.commandError(what, err, attempt)
-			}
-		}
-	}
-	err := retry(ctx, onPermanent, failed(lanes[0], "load library"), func(ctx context.Context) error {
-		_, err := s.lib.Load(ctx)
-		return err
-	})
-	if err != nil {
-		if ctx.Err() != nil && !permanent(err) {
-			err = ctx.Err()
-		}
-		return fmt.Errorf("pelwarden/driver: load library: %w", err)
-	}
-	for _, l := range lanes {
-		err = retry(ctx, onPermanent, failed(l, "check group"), l.ensureGroup)
-		if err != nil && ctx.Err() != nil && !permanent(err) {
-			return fmt.Errorf("pelwarden/driver: check group: %w", ctx.Err())
-		}
-		if err != nil {
-			return err
-		}
-		l.detectReadClaim()
-	}
-	return nil
+	return lingering, s.end()
 }
 
 // readClaimCount is how many of the lanes' reads take idle entries over.
@@ -248,62 +165,6 @@ func heldCount(lanes []*lane) int {
 	}
 	return n
 }
-
-// stopping reports whether stop was called.
-func (s *session) stopping() bool { return closedNow(s.stopped) }
-
-// stop ends Run with err (the first one wins).
-func (s *session) stop(err error) {
-	s.stopOnce.Do(func() {
-		s.log.Error("pelwarden consumer stopping", "err", err)
-		s.stopMu.Lock()
-		s.stopErr = err
-		s.stopMu.Unlock()
-		close(s.stopped)
-	})
-}
-
-// memoryFull pauses the taking of new entries: the server refused a write
-// (a claim that may dead-letter, a handler's dead-letter) because it is at
-// maxmemory. Acks, lease extensions and releases still land (their
-// functions may run when the server is full), so the entries in hand
-// settle; reading more would only grow the PEL of a full server. It logs
-// once per pause, with the server's message.
-func (s *session) memoryFull(what string, err error) {
-	if s.flow.pause() {
-		s.m.Count(EventPaused, 1)
-		s.oomMu.Lock()
-		s.oom = err
-		s.oomMu.Unlock()
-		s.log.Error("server out of memory: stopped taking new entries until a refused call succeeds; entries in hand are still handled and acked",
-			"op", what, "err", err)
-	}
-}
-
-// memoryFreed ends a pause of memoryFull: a call the full server refused
-// has succeeded.
-func (s *session) memoryFreed(what string) {
-	if s.flow.resume() {
-		s.oomMu.Lock()
-		err := s.oom
-		s.oom = nil
-		s.oomMu.Unlock()
-		s.log.Warn("server accepts writes again: taking new entries", "op", what, "refused_with", err)
-	}
-}
-
-// The driver's readings of pelwarden.Classify:
-//   - outOfMemory: the server refused a write at maxmemory; the consumer
-//     pauses its taking (session.memoryFull);
-//   - permanent: retrying cannot fix it;
-//   - fatal: an error of the deployment, not of one entry or one moment,
-//     which stops the consumer wherever it happens: the ACL refuses a
-//     command or key the consumer needs (running on would leave work half
-//     done: acks refused, poison entries never parked), the credentials
-//     are refused, or the server's TLS certificate does not verify.
-func outOfMemory(err error) bool { return pelwarden.Classify(err) == pelwarden.ClassOutOfMemory }
-func permanent(err error) bool   { return pelwarden.Classify(err).Permanent() }
-func fatal(err error) bool       { return pelwarden.Classify(err) == pelwarden.ClassNoPermission }
 
 // closedNow reports whether ch is closed, without waiting.
 func closedNow(ch <-chan struct{}) bool {

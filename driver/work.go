@@ -47,7 +47,7 @@ func (l *lane) runJob(j job) {
 }
 
 func (l *lane) runHandler(ctx context.Context, m *Message) (err error, panicked bool) {
-	return runHandler(ctx, l.cfg.Handler, m, l.m, l.entryLogs, l.log)
+	return runHandler(ctx, l.cfg.Handler, m, l.m, l.sess.entryLogs, l.log)
 }
 
 // runHandler calls h on m, recovering a panic: it is logged with its stack
@@ -67,21 +67,10 @@ func runHandler(ctx context.Context, h Handler, m *Message, metrics Metrics, log
 	return h.Handle(ctx, m), false
 }
 
-// entryLog writes a per-entry record at level warn (or info), rate-limited
-// by entryLogs.
+// entryLog writes a per-entry record at level warn (or info) on the
+// lane's log, rate-limited for the whole Run.
 func (l *lane) entryLog(warn bool, msg string, args ...any) {
-	ok, suppressed := l.entryLogs.allow()
-	if !ok {
-		return
-	}
-	if suppressed > 0 {
-		args = append(args, "suppressed", suppressed)
-	}
-	if warn {
-		l.log.Warn(msg, args...)
-	} else {
-		l.log.Info(msg, args...)
-	}
+	l.sess.entryLog(l.log, warn, msg, args...)
 }
 
 // applyOutcome applies a handler's outcome.
@@ -240,8 +229,8 @@ func (l *lane) withRetry(ctx context.Context, what string, op func(context.Conte
 	})
 	switch {
 	case err == nil:
-	case errors.Is(err, pelwarden.ErrNoGroup):
-		l.groupMissing(ctx, err)
+	case permanent(err):
+		l.failedForGood(ctx, what, err)
 	default:
 		l.log.Error(what+" gave up; the entry stays pending", "err", err)
 	}

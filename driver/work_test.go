@@ -112,8 +112,8 @@ func TestRunJobAfterAckerStopped(t *testing.T) {
 	require.Contains(t, h.logs.String(), "after the ack loop stopped")
 }
 
-// The dead-letter and release calls retry transient errors, end at a
-// missing group (handled by groupMissing), and keep trying while the
+// The dead-letter and release calls retry transient errors, end at an
+// error retrying cannot fix (core.failedForGood), and keep trying while the
 // server is out of memory until the handlers are cancelled.
 func TestDeadLetterAndReleaseRetry(t *testing.T) {
 	t.Parallel()
@@ -139,8 +139,8 @@ func TestDeadLetterAndReleaseRetry(t *testing.T) {
 			errs: []error{errNoGroup}, calls: 1, pending: true, stopped: true},
 		{name: "release: the group is gone and created again", op: "release", outcome: errHandler, createGroup: true,
 			errs: []error{errNoGroup}, calls: 1, pending: true},
-		{name: "release: a wrong type gives up", op: "release", outcome: errHandler,
-			errs: []error{&pelwarden.Error{Kind: pelwarden.ErrWrongType}}, calls: 1, pending: true},
+		{name: "release: a wrong type stops the consumer", op: "release", outcome: errHandler,
+			errs: []error{&pelwarden.Error{Kind: pelwarden.ErrWrongType}}, calls: 1, pending: true, stopped: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

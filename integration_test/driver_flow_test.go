@@ -419,6 +419,90 @@ func TestDriverFullServer(t *testing.T) {
 	})
 }
 
+// A server at maxmemory under an ordered consumer, which the core's
+// policy treats as it does an unordered one: the owner's next call (it
+// may dead-letter and read) is refused, so the consumer pauses, once, and
+// says so once; the entries handled meanwhile are acked through the ack
+// function, which runs on a full server, rather than waiting for the next
+// call; nothing runs twice, and consumption resumes by itself once memory
+// is freed.
+func TestOrderedFullServer(t *testing.T) {
+	eachDedicated(t, testserver.Options{}, func(t *testing.T, srv *testserver.Server) {
+		ctx := t.Context()
+		rdb := srv.Client()
+		defer rdb.Close()
+		f := pelwardentest.Use(t, rdb).NewFixture(t).Within(time.Minute)
+		ids := f.Produce(300, order) // three batches of the owner
+		var mu sync.Mutex
+		runs := map[string]int{}
+		release := make(chan struct{})
+		var gate atomic.Bool
+		gate.Store(true)
+		var logBuf bytes.Buffer
+		var logMu sync.Mutex
+		m := &pelwardentest.Metrics{}
+		cfg := driver.Config{Consumer: "full", Metrics: m,
+			Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logBuf}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+				if gate.Load() {
+					<-release
+				}
+				mu.Lock()
+				runs[msg.ID]++
+				mu.Unlock()
+				return nil
+			})}
+		orderedOn(&cfg, true, f.Stream)
+		r := f.WithClient(rdb).RunConsumer(cfg)
+		// The owner holds its first batch, its handler blocked. Fill the
+		// server, then let the handlers run.
+		f.Eventually("entries in hand", func() bool { return f.PendingCount() >= 1 })
+		require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", "1").Err())
+		full := func() bool {
+			return redis.HasErrorPrefix(rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream + ":probe", Values: []string{"a", "b"}}).Err(), "OOM")
+		}
+		require.True(t, full(), "the server is full")
+		gate.Store(false)
+		close(release)
+
+		// The batch in hand is handled and acked on the full server; its
+		// next call is refused, so nothing more is taken.
+		f.Eventually("paused, the handled entries acked", func() bool {
+			if m.Total(driver.EventPaused) != 1 {
+				return false
+			}
+			handled := mustRuns(&mu, runs)
+			if len(handled) == 0 {
+				return false
+			}
+			pending, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: f.Stream, Group: f.Group, Start: "-", End: "+", Count: 1000}).Result()
+			require.NoError(t, err)
+			for _, p := range pending {
+				if handled[p.ID] > 0 {
+					return false
+				}
+			}
+			return true
+		})
+		require.True(t, full(), "the server is still full")
+		handledWhileFull := len(mustRuns(&mu, runs))
+		require.Less(t, handledWhileFull, len(ids), "the full server held consumption back")
+
+		require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", "0").Err())
+		f.Eventually("consumption resumed", func() bool { return f.PendingCount() == 0 && len(mustRuns(&mu, runs)) == len(ids) })
+		require.NoError(t, r.Stop())
+		for _, id := range ids {
+			require.Equal(t, 1, runs[id], "entry %s", id)
+		}
+		require.Equal(t, 1, m.Total(driver.EventPaused))
+		logMu.Lock()
+		defer logMu.Unlock()
+		require.Equal(t, 1, strings.Count(logBuf.String(), "server out of memory"), "said once: %s", logBuf.String())
+		require.Contains(t, logBuf.String(), "server accepts writes again")
+		t.Logf("%d of %d handled and acked while the server was full", handledWhileFull, len(ids))
+	})
+}
+
 func mustRuns(mu *sync.Mutex, runs map[string]int) map[string]int {
 	mu.Lock()
 	defer mu.Unlock()
