@@ -111,7 +111,7 @@ func TestArgumentsCheckedBeforeRoundTrip(t *testing.T) {
 	defer rdb.Close()
 	lib := NewLibrary(rdb)
 	ctx := context.Background()
-	ok := ClaimArgs{Stream: "{s}", DeadLetterStream: "{s}:dead", Group: "g", Consumer: "c"}
+	ok := ClaimArgs{MaxDeliveries: NoDeliveryLimit, Stream: "{s}", DeadLetterStream: "{s}:dead", Group: "g", Consumer: "c"}
 	long := strings.Repeat("x", MaxNameBytes+1)
 	cases := []struct {
 		name string
@@ -123,7 +123,7 @@ func TestArgumentsCheckedBeforeRoundTrip(t *testing.T) {
 		{"negative count", "Count", func() error { a := ok; a.Count = -1; _, err := lib.Claim(ctx, a); return err }},
 		{"huge count", "Count", func() error { a := ok; a.Count = MaxCount + 1; _, err := lib.Claim(ctx, a); return err }},
 		{"negative min idle", "MinIdle", func() error { a := ok; a.MinIdle = -time.Second; _, err := lib.Claim(ctx, a); return err }},
-		{"negative max deliveries", "MaxDeliveries", func() error { a := ok; a.MaxDeliveries = -1; _, err := lib.Claim(ctx, a); return err }},
+		{"max deliveries below NoDeliveryLimit", "MaxDeliveries", func() error { a := ok; a.MaxDeliveries = -2; _, err := lib.Claim(ctx, a); return err }},
 		{"dead-letter only without limit", "MaxDeliveries", func() error { a := ok; a.DeadLetterOnly = true; _, err := lib.Claim(ctx, a); return err }},
 		{"negative backoff", "Backoff[1]", func() error {
 			a := ok
@@ -194,7 +194,7 @@ func TestCrossSlotCheckedOnClusterClient(t *testing.T) {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, MaxRetries: -1, DialTimeout: 50 * time.Millisecond})
 	defer rdb.Close()
 	lib := NewLibrary(rdb)
-	_, err := lib.Claim(context.Background(), ClaimArgs{Stream: "{a}", DeadLetterStream: "{b}:dead", Group: "g", Consumer: "c"})
+	_, err := lib.Claim(context.Background(), ClaimArgs{MaxDeliveries: NoDeliveryLimit, Stream: "{a}", DeadLetterStream: "{b}:dead", Group: "g", Consumer: "c"})
 	require.ErrorIs(t, err, ErrCrossSlot)
 	require.Contains(t, err.Error(), "hash tag")
 }

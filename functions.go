@@ -58,14 +58,14 @@ type ClaimArgs struct {
 	// scanned per call, so work per call is bounded whatever the PEL size.
 	Count int
 	// MaxDeliveries: an entry already delivered this many times is
-	// dead-lettered instead of handed out. Zero means no limit (a driver
-	// Config differs: see driver.NoDeliveryLimit).
+	// dead-lettered instead of handed out. 0 means DefaultMaxDeliveries
+	// and NoDeliveryLimit no limit, as everywhere (see DeliveryLimit).
 	MaxDeliveries int
 	// DeleteDeadLettered also XDELs dead-lettered entries from Stream.
 	DeleteDeadLettered bool
 	// DeadLetterOnly moves entries at MaxDeliveries to the dead-letter
 	// stream and leaves every other entry untouched, owned by whoever holds
-	// it. Requires MaxDeliveries > 0.
+	// it. Requires a limit (MaxDeliveries not NoDeliveryLimit).
 	DeadLetterOnly bool
 	// MaxBytes bounds the field bytes of the live and dead-lettered entries
 	// of one page (at least one entry is taken), so a PEL of large entries
@@ -135,16 +135,17 @@ func (l *Library) Claim(ctx context.Context, a ClaimArgs) (*ClaimPage, error) {
 	if err := checkDuration(fn, "MinIdle", a.MinIdle); err != nil {
 		return nil, err
 	}
-	if a.MaxDeliveries < 0 {
-		return nil, argError(fn, "MaxDeliveries", "must be 0 (no limit) or positive, got %d", a.MaxDeliveries)
+	maxDeliveries, err := wireDeliveries(fn, a.MaxDeliveries)
+	if err != nil {
+		return nil, err
 	}
-	if a.DeadLetterOnly && a.MaxDeliveries == 0 {
-		return nil, argError(fn, "MaxDeliveries", "must be positive with DeadLetterOnly")
+	if a.DeadLetterOnly && maxDeliveries == 0 {
+		return nil, argError(fn, "MaxDeliveries", "must not be NoDeliveryLimit with DeadLetterOnly")
 	}
 	if a.MaxBytes < 0 {
 		return nil, argError(fn, "MaxBytes", "must be 0 (no limit) or positive, got %d", a.MaxBytes)
 	}
-	args := []any{a.Group, a.Consumer, ms(a.MinIdle), cursor, count, a.MaxDeliveries,
+	args := []any{a.Group, a.Consumer, ms(a.MinIdle), cursor, count, maxDeliveries,
 		flag(a.DeleteDeadLettered), flag(!a.DeadLetterOnly), a.MaxBytes}
 	for i, d := range a.Backoff {
 		if err := checkDuration(fn, fmt.Sprintf("Backoff[%d]", i), d); err != nil {
@@ -1258,7 +1259,8 @@ type LeaseNextArgs struct {
 	// TTL renews the lease to last this long from the call; at least 1 ms.
 	TTL time.Duration
 	// MaxDeliveries: a pending head already delivered this many times is
-	// dead-lettered. Zero means no limit.
+	// dead-lettered. 0 means DefaultMaxDeliveries and NoDeliveryLimit no
+	// limit, as everywhere (see DeliveryLimit).
 	MaxDeliveries int
 	// Delete also deletes acked and dead-lettered entries once every
 	// consumer group is done with them (see AckArgs.Delete).
@@ -1380,8 +1382,10 @@ func (l *Library) leaseNextArgs(a LeaseNextArgs) ([]string, []any, error) {
 		return nil, nil, argError(fn, "Token", "must be at least 1, got %d", a.Token)
 	case a.TTL < time.Millisecond:
 		return nil, nil, argError(fn, "TTL", "must be at least 1ms, got %v", a.TTL)
-	case a.MaxDeliveries < 0:
-		return nil, nil, argError(fn, "MaxDeliveries", "must not be negative, got %d", a.MaxDeliveries)
+	}
+	maxDeliveries, err := wireDeliveries(fn, a.MaxDeliveries)
+	if err != nil {
+		return nil, nil, err
 	}
 	count := a.Count
 	if count == 0 {
@@ -1390,7 +1394,7 @@ func (l *Library) leaseNextArgs(a LeaseNextArgs) ([]string, []any, error) {
 	if count < 1 || count > MaxCount {
 		return nil, nil, argError(fn, "Count", "must be between 1 and %d, got %d", MaxCount, a.Count)
 	}
-	args := []any{a.Group, a.Consumer, a.Token, ms(a.TTL), a.MaxDeliveries, flag(a.Delete), count}
+	args := []any{a.Group, a.Consumer, a.Token, ms(a.TTL), maxDeliveries, flag(a.Delete), count}
 	args, err = appendLeaseIDs(fn, args, a.AckIDs, a.GiveBack)
 	if err != nil {
 		return nil, nil, err

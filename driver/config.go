@@ -13,7 +13,7 @@ import (
 
 // Defaults of Config's fields.
 const (
-	DefaultMaxDeliveries   = 5
+	DefaultMaxDeliveries   = pelwarden.DefaultMaxDeliveries
 	DefaultMinIdle         = time.Minute
 	DefaultReclaimInterval = 30 * time.Second
 	DefaultConcurrency     = 16
@@ -117,16 +117,9 @@ const NoStallCheck = -1
 const stallPasses = 3
 
 // NoDeliveryLimit as Config.MaxDeliveries disables dead-lettering by
-// delivery count.
-//
-// MaxDeliveries across the layers, in this one place: in a driver Config, 0
-// means DefaultMaxDeliveries and NoDeliveryLimit no limit, so the zero
-// Config dead-letters poison entries; the library
-// (pelwarden.ClaimArgs.MaxDeliveries), the test kit
-// (pelwardentest.ReclaimArgs) and the CLI take the count as it is, 0
-// meaning no limit. Config.claimMaxDeliveries converts the one to the
-// other.
-const NoDeliveryLimit = -1
+// delivery count. MaxDeliveries has one meaning in the driver, the library,
+// the test kit and the CLI: pelwarden.DeliveryLimit.
+const NoDeliveryLimit = pelwarden.NoDeliveryLimit
 
 // Config configures a Consumer. The zero value of every optional field means
 // its documented default. New never modifies the caller's Config.
@@ -447,13 +440,12 @@ func (c Config) claimableAfter() time.Duration {
 	return d
 }
 
-// claimMaxDeliveries is MaxDeliveries (defaults applied) as the library's
-// claim takes it: 0 for no limit (see NoDeliveryLimit).
-func (c Config) claimMaxDeliveries() int {
-	if c.MaxDeliveries == NoDeliveryLimit {
-		return 0
-	}
-	return c.MaxDeliveries
+// deliveryLimit is the delivery count at which the consumer's entries
+// are dead-lettered, 0 for none: MaxDeliveries as pelwarden.DeliveryLimit
+// reads it (the library's arguments take MaxDeliveries as it is).
+func (c Config) deliveryLimit() int {
+	limit, _, _ := pelwarden.DeliveryLimit("Config.MaxDeliveries", c.MaxDeliveries)
+	return limit
 }
 
 // MaxStreams bounds Config.Streams: one Consumer runs a lane per stream,
@@ -554,8 +546,8 @@ func (c Config) validate() error {
 	if c.Handler == nil {
 		return bad("Handler", "required")
 	}
-	if c.MaxDeliveries < NoDeliveryLimit {
-		return bad("MaxDeliveries", "must be positive, 0 (default) or NoDeliveryLimit, got %d", c.MaxDeliveries)
+	if _, _, err := pelwarden.DeliveryLimit("MaxDeliveries", c.MaxDeliveries); err != nil {
+		return bad("MaxDeliveries", "must be positive, 0 (DefaultMaxDeliveries) or NoDeliveryLimit, got %d", c.MaxDeliveries)
 	}
 	if c.MinIdle < 10*time.Millisecond {
 		return bad("MinIdle", "must be at least 10ms, got %v", c.MinIdle)

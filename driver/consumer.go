@@ -108,7 +108,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 func (c *Consumer) partitionServer(cfg Config, tx *txProbe) partitionServer {
 	return &redisPartition{rdb: c.rdb, lib: c.lib, tx: tx, stream: cfg.Stream, deadLetterStream: cfg.DeadLetterStream,
 		lease: pelwarden.LeaseKeyFor(cfg.Stream), lastErrors: newLastErrors(cfg.Stream, c.log), group: cfg.Group, consumer: cfg.Consumer,
-		backoff: cfg.Backoff, maxDeliveries: cfg.claimMaxDeliveries()}
+		backoff: cfg.Backoff, maxDeliveries: cfg.MaxDeliveries}
 }
 
 // laneServer is the server of the lane of cfg.Stream.

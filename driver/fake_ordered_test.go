@@ -529,7 +529,7 @@ func (w *fakeWorld) start(t *testing.T, streams []string, name string, change fu
 	cfg = cfg.withDefaults()
 	require.NoError(t, cfg.validate())
 	partitionOf := func(pcfg Config) partitionServer {
-		return &fakePartitionServer{w: w, stream: pcfg.Stream, consumer: name, maxDeliveries: pcfg.claimMaxDeliveries(), backoff: pcfg.Backoff, count: orderedBatch}
+		return &fakePartitionServer{w: w, stream: pcfg.Stream, consumer: name, maxDeliveries: pcfg.deliveryLimit(), backoff: pcfg.Backoff, count: orderedBatch}
 	}
 	c.run = newOrderedRun(cfg, consumerLogger(cfg), &fakeLoader{}, partitionOf, &fakeMembers{w: w, consumer: name}, w.clock)
 	c.run.balanceEvery, c.run.tick, c.run.idleMax = 2*time.Millisecond, time.Millisecond, 2*time.Millisecond

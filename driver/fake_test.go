@@ -266,6 +266,10 @@ func (f *fakeServer) claim(_ context.Context, a pelwarden.ClaimArgs) (*pelwarden
 	if err := f.call("claim"); err != nil {
 		return nil, err
 	}
+	limit, _, err := pelwarden.DeliveryLimit("MaxDeliveries", a.MaxDeliveries)
+	if err != nil {
+		return nil, err
+	}
 	ids := make([]string, 0, len(f.pel))
 	for id := range f.pel {
 		if a.Cursor == "0-0" || compareFakeIDs(id, a.Cursor) >= 0 {
@@ -290,7 +294,7 @@ func (f *fakeServer) claim(_ context.Context, a pelwarden.ClaimArgs) (*pelwarden
 		case !ok:
 			delete(f.pel, id)
 			page.Deleted = append(page.Deleted, id)
-		case a.MaxDeliveries > 0 && p.deliveries >= int64(a.MaxDeliveries):
+		case limit > 0 && p.deliveries >= int64(limit):
 			delete(f.pel, id)
 			f.dead = append(f.dead, id)
 			page.DeadLettered = append(page.DeadLettered, id)

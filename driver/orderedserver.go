@@ -76,7 +76,7 @@ type redisPartition struct {
 	lastErrors                      *lastErrors
 	group, consumer                 string
 	backoff                         []time.Duration
-	maxDeliveries                   int // as the library takes it: 0 for no limit
+	maxDeliveries                   int // Config.MaxDeliveries
 }
 
 var _ partitionServer = (*redisPartition)(nil)

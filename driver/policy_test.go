@@ -150,7 +150,7 @@ func orderedRig(t *testing.T, h Handler, createGroup bool) *policyRig {
 	cfg = cfg.withDefaults()
 	require.NoError(t, cfg.validate())
 	partitionOf := func(pcfg Config) partitionServer {
-		return &fakePartitionServer{w: w, stream: pcfg.Stream, consumer: me, maxDeliveries: pcfg.claimMaxDeliveries(), count: orderedBatch}
+		return &fakePartitionServer{w: w, stream: pcfg.Stream, consumer: me, maxDeliveries: pcfg.deliveryLimit(), count: orderedBatch}
 	}
 	run := newOrderedRun(cfg, consumerLogger(cfg), &fakeLoader{}, partitionOf, &fakeMembers{w: w, consumer: me}, w.clock)
 	run.balanceEvery, run.tick, run.idleMax = 2*time.Millisecond, time.Millisecond, 2*time.Millisecond

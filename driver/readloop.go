@@ -151,7 +151,7 @@ func (l *lane) detectReadClaim() {
 // dead-lettered here instead, before any handler sees it (unless this
 // consumer still holds it: see dispatch).
 func (l *lane) takenOver(ctx context.Context, msgs []*Message) []*Message {
-	limit := int64(l.cfg.claimMaxDeliveries())
+	limit := int64(l.cfg.deliveryLimit())
 	var claimed int
 	var spent []string
 	deliveries := map[string]int64{}
@@ -197,7 +197,7 @@ func (l *lane) deadLetterSpent(ctx context.Context, ids []string, deliveries map
 		if len(res.DeadLettered) > 0 {
 			l.m.DeadLettered(pelwarden.ReasonMaxDeliveries, len(res.DeadLettered))
 			l.entryLog(true, "dead-lettered entries delivered too often", "count", len(res.DeadLettered),
-				"max_deliveries", l.cfg.claimMaxDeliveries(), "first_ids", firstIDs(res.DeadLettered))
+				"max_deliveries", l.cfg.deliveryLimit(), "first_ids", firstIDs(res.DeadLettered))
 		}
 		if lost := res.OwnedElsewhere(); len(lost) > 0 {
 			l.m.Count(EventLostOwnership, len(lost))

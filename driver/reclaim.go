@@ -76,8 +76,7 @@ func (l *lane) anythingIdle(ctx context.Context) bool {
 // dead-lettered, found deleted or could not dead-letter is logged once at
 // its end.
 func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
-	maxDeliveries := l.cfg.claimMaxDeliveries()
-	rep := passReport{maxDeliveries: maxDeliveries}
+	rep := passReport{maxDeliveries: l.cfg.deliveryLimit()}
 	defer rep.log(l)
 	cursor := "0-0"
 	passBegan := l.clock.now()
@@ -101,7 +100,7 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 			began = l.clock.now()
 			var err error
 			page, err = l.srv.claim(ctx, pelwarden.ClaimArgs{MinIdle: l.cfg.MinIdle, Cursor: cursor, Count: n,
-				MaxDeliveries: maxDeliveries, Backoff: l.cfg.Backoff, MaxBytes: int(l.flow.pageBytes())})
+				MaxDeliveries: l.cfg.MaxDeliveries, Backoff: l.cfg.Backoff, MaxBytes: int(l.flow.pageBytes())})
 			rtt = l.clock.now() - began
 			return err
 		})

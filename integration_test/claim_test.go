@@ -149,7 +149,7 @@ func TestClaimBackoff(t *testing.T) {
 		f.LeavePending("c1", 2)
 		// ids[1] has been delivered twice.
 		require.NoError(t, s.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: f.Stream, Group: f.Group, Consumer: "c1", Messages: ids[1:2]}).Err())
-		args := pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c2",
+		args := pelwarden.ClaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c2",
 			Backoff: []time.Duration{0, time.Hour}}
 		p, err := s.lib.Claim(ctx, args)
 		require.NoError(t, err)
@@ -192,11 +192,11 @@ func TestClaimBoundedScan(t *testing.T) {
 		f := s.fixture(t)
 		f.Produce(5000, order)
 		f.LeavePending("c1", 5000)
-		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group,
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group,
 			Consumer: "c2", MinIdle: time.Hour, Count: 10})
 		require.NoError(t, err)
 		require.False(t, p.Done(), "one call stops after 100 PEL entries")
-		calls := f.Reclaim(pelwardentest.ReclaimArgs{Consumer: "c2", MinIdle: time.Hour, Count: 10}).Pages
+		calls := f.Reclaim(pelwardentest.ReclaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Consumer: "c2", MinIdle: time.Hour, Count: 10}).Pages
 		require.Equal(t, 51, calls, "5000 entries / 100 per call, plus the empty last page")
 	})
 }
@@ -211,12 +211,12 @@ func TestClaimPageBounds(t *testing.T) {
 			require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: []string{"v", big}}).Err())
 		}
 		f.LeavePending("c1", 10)
-		args := pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c2", MaxBytes: 2500}
+		args := pelwarden.ClaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c2", MaxBytes: 2500}
 		p, err := s.lib.Claim(ctx, args)
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 3, "stops once 2500 bytes are reached")
 		require.False(t, p.Done())
-		all := f.Reclaim(pelwardentest.ReclaimArgs{Consumer: "c2", MaxBytes: 2500})
+		all := f.Reclaim(pelwardentest.ReclaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Consumer: "c2", MaxBytes: 2500})
 		require.Len(t, all.Claimed, 10, "a fresh pass reaches every entry (the 3 above are idle again at MinIdle 0)")
 	})
 }

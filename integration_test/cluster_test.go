@@ -261,7 +261,7 @@ func testClusterCrossSlot(t *testing.T, ctx context.Context, c *testserver.Clust
 	var cmds atomic.Int64
 	counted.AddHook(countHook{&cmds})
 	lib := pelwarden.NewLibrary(counted)
-	_, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: "{a}", DeadLetterStream: "{b}", Group: "g", Consumer: "c"})
+	_, err := lib.Claim(ctx, pelwarden.ClaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: "{a}", DeadLetterStream: "{b}", Group: "g", Consumer: "c"})
 	require.ErrorIs(t, err, pelwarden.ErrCrossSlot)
 	require.ErrorContains(t, err, "{orders}:dead", "the message suggests a hash tag")
 	_, err = lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: "{a}", DeadLetterStream: "{b}", Group: "g", Consumer: "c", IDs: []string{"1-0"}})
@@ -281,7 +281,7 @@ func testClusterCrossSlot(t *testing.T, ctx context.Context, c *testserver.Clust
 
 	// A plain client to one node cannot check slots; the server's CROSSSLOT
 	// comes back as ErrCrossSlot.
-	_, err = pelwarden.NewLibrary(nodeClient(t, s.Primary)).Claim(ctx, pelwarden.ClaimArgs{Stream: "{a}", DeadLetterStream: "{b}", Group: "g", Consumer: "c"})
+	_, err = pelwarden.NewLibrary(nodeClient(t, s.Primary)).Claim(ctx, pelwarden.ClaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: "{a}", DeadLetterStream: "{b}", Group: "g", Consumer: "c"})
 	require.ErrorIs(t, err, pelwarden.ErrCrossSlot)
 	var perr *pelwarden.Error
 	require.ErrorAs(t, err, &perr)
@@ -306,7 +306,7 @@ func testClusterSelfHeal(t *testing.T, ctx context.Context, rdb *redis.ClusterCl
 		require.ErrorContains(t, node.FCallRO(ctx, pelwarden.FunctionVersion, nil).Err(), "Function not found", s.Primary.Addr())
 	}
 
-	page, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "rescuer"})
+	page, err := lib.Claim(ctx, pelwarden.ClaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "rescuer"})
 	require.NoError(t, err)
 	require.True(t, page.Done())
 	var got []string
@@ -397,7 +397,7 @@ func testClusterNewPrimary(t *testing.T, ctx context.Context, c *testserver.Clus
 	})
 	ids := f.Produce(2, order)
 	f.LeavePending("dead-consumer", 2)
-	page, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "rescuer"})
+	page, err := lib.Claim(ctx, pelwarden.ClaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "rescuer"})
 	require.NoError(t, err)
 	require.Len(t, page.Entries, 2)
 	ack, err := lib.Ack(ctx, pelwarden.AckArgs{Stream: f.Stream, Group: f.Group, Consumer: "rescuer", IDs: ids})

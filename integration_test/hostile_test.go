@@ -257,13 +257,13 @@ func TestHostileAbsurdValid(t *testing.T) {
 		before := snap(t, ctx, s.rdb, f.Keys)
 
 		// The largest cursor: nothing after it, the pass is done.
-		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c",
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c",
 			Cursor: "18446744073709551615-18446744073709551615"})
 		require.NoError(t, err)
 		require.True(t, p.Done())
 		require.Empty(t, p.Entries)
 		// Idle longer than any entry: nothing is touched.
-		p, err = s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c",
+		p, err = s.lib.Claim(ctx, pelwarden.ClaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c",
 			MinIdle: time.Duration(math.MaxInt64), Backoff: []time.Duration{time.Duration(math.MaxInt64)}})
 		require.NoError(t, err)
 		require.Empty(t, p.Entries)
@@ -365,7 +365,7 @@ func TestHostileBinaryRoundTrip(t *testing.T) {
 
 		want := toFields(binaryFields)
 		// Claim hands them out unchanged.
-		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b"})
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b"})
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 2)
 		for _, e := range p.Entries {
@@ -413,7 +413,7 @@ func TestHostileLargeValues(t *testing.T) {
 		}
 		f.LeavePending("a", 4)
 
-		a := pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b", Count: 100, MaxBytes: 64 << 10}
+		a := pelwarden.ClaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b", Count: 100, MaxBytes: 64 << 10}
 		var got []string
 		for pages := 0; ; pages++ {
 			require.Less(t, pages, 10)
@@ -465,7 +465,7 @@ func TestHostileManyFields(t *testing.T) {
 		f.LeavePending("a", 2)
 
 		// Claimed whole.
-		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b"})
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b"})
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 2)
 		require.Equal(t, toFields(huge), p.Entries[0].Fields)

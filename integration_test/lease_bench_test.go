@@ -74,7 +74,7 @@ func benchLeaseNext(b *testing.B, count int, apart bool) {
 				if apart && len(giveBack) == 0 {
 					next = s.lib.LeaseNextRead
 				}
-				n, err := next(ctx, pelwarden.LeaseNextArgs{Stream: p, DeadLetterStream: pelwarden.DeadLetterStreamFor(p), Lease: pelwarden.LeaseKeyFor(p),
+				n, err := next(ctx, pelwarden.LeaseNextArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: p, DeadLetterStream: pelwarden.DeadLetterStreamFor(p), Lease: pelwarden.LeaseKeyFor(p),
 					Group: "g", Consumer: "c", Token: tokens[i], TTL: time.Hour, Count: count, AckIDs: acks, GiveBack: giveBack})
 				if err != nil {
 					errs[i] = err

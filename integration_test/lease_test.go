@@ -20,7 +20,7 @@ func leaseOf(f *pelwardentest.Fixture, c string, ttl time.Duration) pelwarden.Le
 }
 
 func nextOf(f *pelwardentest.Fixture, c string, token int64, ack string) pelwarden.LeaseNextArgs {
-	return pelwarden.LeaseNextArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Lease: pelwarden.LeaseKeyFor(f.Stream),
+	return pelwarden.LeaseNextArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Lease: pelwarden.LeaseKeyFor(f.Stream),
 		Group: f.Group, Consumer: c, Token: token, TTL: time.Minute, AckIDs: idList(ack)}
 }
 
@@ -109,7 +109,7 @@ func TestLeaseNextBatch(t *testing.T) {
 		_, err = s.rdb.XAck(ctx, f.Stream, f.Group, ids[5]).Result()
 		require.NoError(t, err)
 		args.AckIDs, args.GiveBack = nil, nil
-		_, err = lib.LeaseNext(ctx, pelwarden.LeaseNextArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Lease: args.Lease,
+		_, err = lib.LeaseNext(ctx, pelwarden.LeaseNextArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Lease: args.Lease,
 			Group: f.Group, Consumer: "a", Token: 1, TTL: time.Minute, AckIDs: []string{ids[4]}, Count: 10})
 		require.NoError(t, err)
 		rel, err := lib.ReleaseLease(ctx, pelwarden.ReleaseLeaseArgs{Stream: f.Stream, Lease: args.Lease, Group: f.Group, Consumer: "a", Token: 1,
@@ -539,12 +539,12 @@ func TestLeaseArguments(t *testing.T) {
 	_, err = lib.AcquireLease(ctx, pelwarden.LeaseArgs{Stream: "{s}", Lease: "{s}:lease", Group: "g", Consumer: "c"})
 	require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
 	require.ErrorContains(t, err, "TTL")
-	_, err = lib.LeaseNext(ctx, pelwarden.LeaseNextArgs{Stream: "{s}", DeadLetterStream: "{s}:lease", Lease: "{s}:lease", Group: "g", Consumer: "c", Token: 1, TTL: time.Second})
+	_, err = lib.LeaseNext(ctx, pelwarden.LeaseNextArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: "{s}", DeadLetterStream: "{s}:lease", Lease: "{s}:lease", Group: "g", Consumer: "c", Token: 1, TTL: time.Second})
 	require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
 	_, err = lib.ReleaseLease(ctx, pelwarden.ReleaseLeaseArgs{Stream: "{s}", Lease: "{s}:lease", Group: "g", Consumer: "c"})
 	require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
 	require.ErrorContains(t, err, "Token")
-	next := pelwarden.LeaseNextArgs{Stream: "{s}", DeadLetterStream: "{s}:dlq", Lease: "{s}:lease", Group: "g", Consumer: "c", Token: 1, TTL: time.Second}
+	next := pelwarden.LeaseNextArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: "{s}", DeadLetterStream: "{s}:dlq", Lease: "{s}:lease", Group: "g", Consumer: "c", Token: 1, TTL: time.Second}
 	for field, mod := range map[string]func(*pelwarden.LeaseNextArgs){
 		"Count":       func(a *pelwarden.LeaseNextArgs) { a.Count = pelwarden.MaxCount + 1 },
 		"AckIDs[1]":   func(a *pelwarden.LeaseNextArgs) { a.AckIDs = []string{"1-0", "x"} },

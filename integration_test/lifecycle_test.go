@@ -86,7 +86,7 @@ func TestLoadLifecycle(t *testing.T) {
 		f.Produce(3, order)
 		f.LeavePending("a", 3)
 		lib := pelwarden.NewLibrary(rdb)
-		p, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b"})
+		p, err := lib.Claim(ctx, pelwarden.ClaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b"})
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 3)
 
@@ -176,7 +176,7 @@ func TestSelfHealAfterRestart(t *testing.T) {
 		f := pelwardentest.Use(t, rdb).NewFixture(t)
 		f.Produce(2, order)
 		f.LeavePending("a", 2)
-		p, err := lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b"})
+		p, err := lib.Claim(ctx, pelwarden.ClaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "b"})
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 2)
 	})
@@ -241,7 +241,7 @@ func TestEvalFallbackForRestrictedUser(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, st.Pending)
 		require.EqualValues(t, 5, st.DeadLetterLength)
-		_, err = lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: "nope", Consumer: "c"})
+		_, err = lib.Claim(ctx, pelwarden.ClaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: "nope", Consumer: "c"})
 		require.ErrorIs(t, err, pelwarden.ErrNoGroup, "library errors come through the shim unchanged")
 		// SCRIPT FLUSH is survived too (EVALSHA falls back to EVAL).
 		require.NoError(t, s.rdb.ScriptFlush(ctx).Err())

@@ -280,6 +280,10 @@ func fieldBytes(fields []string) int {
 // claim is pelwarden_v1_claim. timeLo and timeHi bound the server's clock
 // during the call.
 func (m *model) claim(a modelClaimArgs, timeLo, timeHi int64) modelClaimReply {
+	limit, limited, err := pelwarden.DeliveryLimit("maxDeliveries", a.maxDeliveries)
+	if err != nil {
+		panic(err)
+	}
 	var after []string
 	for _, id := range m.pendingIDs() {
 		if idLess(a.cursor, id) {
@@ -308,7 +312,7 @@ func (m *model) claim(a modelClaimArgs, timeLo, timeHi int64) modelClaimReply {
 		case idle >= a.minIdle && idle < threshold:
 			r.backedOff++
 		case idle < threshold:
-		case a.maxDeliveries > 0 && p.deliveries >= int64(a.maxDeliveries):
+		case limited && p.deliveries >= int64(limit):
 			taken++
 			if !m.inStream(id) {
 				m.clear(id)

@@ -315,11 +315,12 @@ var modelBackoffs = [][]int64{nil, {modelBackoff}, {0, modelBackoffXL}, {modelBa
 
 func (r *modelRun) claim(t *rapid.T) {
 	a := modelClaimArgs{
-		consumer:      r.drawConsumer(),
-		minIdle:       rapid.SampledFrom([]int64{0, modelMinIdle}).Draw(t, "min-idle ms"),
-		cursor:        "0-0",
-		count:         rapid.IntRange(1, 4).Draw(t, "count"),
-		maxDeliveries: rapid.SampledFrom([]int{0, 2, 3}).Draw(t, "max-deliveries"),
+		consumer: r.drawConsumer(),
+		minIdle:  rapid.SampledFrom([]int64{0, modelMinIdle}).Draw(t, "min-idle ms"),
+		cursor:   "0-0",
+		count:    rapid.IntRange(1, 4).Draw(t, "count"),
+		// The setting: 0 is the default limit (5), NoDeliveryLimit none.
+		maxDeliveries: rapid.SampledFrom([]int{pelwarden.NoDeliveryLimit, 0, 2, 3}).Draw(t, "max-deliveries"),
 		maxBytes:      rapid.SampledFrom([]int{0, 1, 30}).Draw(t, "max-bytes"),
 		deleteDead:    rapid.Bool().Draw(t, "delete dead-lettered"),
 		backoff:       modelBackoffs[rapid.IntRange(0, len(modelBackoffs)-1).Draw(t, "backoff schedule")],
@@ -327,7 +328,7 @@ func (r *modelRun) claim(t *rapid.T) {
 	if rapid.Bool().Draw(t, "continue the pass") {
 		a.cursor = r.claimCursor
 	}
-	if a.maxDeliveries > 0 {
+	if a.maxDeliveries != pelwarden.NoDeliveryLimit {
 		a.deadLetterOnly = rapid.Bool().Draw(t, "dead-letter only")
 	}
 	ca := pelwarden.ClaimArgs{Stream: r.f.Stream, DeadLetterStream: r.f.DeadLetterStream, Group: r.f.Group,

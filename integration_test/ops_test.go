@@ -406,7 +406,7 @@ func TestRelease(t *testing.T) {
 		require.EqualValues(t, 1, r.Released)
 		require.Equal(t, []string{ids[2]}, r.NotOwned)
 
-		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c", MinIdle: minIdle})
+		p, err := s.lib.Claim(ctx, pelwarden.ClaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c", MinIdle: minIdle})
 		require.NoError(t, err)
 		require.Len(t, p.Entries, 1, "delay 0: claimable at once; delay 10m: not yet")
 		require.Equal(t, ids[0], p.Entries[0].ID)

@@ -164,8 +164,9 @@ type ReclaimArgs struct {
 	// pending entry.
 	MinIdle time.Duration
 	// MaxDeliveries: entries already delivered this many times are
-	// dead-lettered instead (reason max_deliveries). Zero means no limit,
-	// as in the library (see driver.NoDeliveryLimit).
+	// dead-lettered instead (reason max_deliveries). 0 means
+	// pelwarden.DefaultMaxDeliveries and pelwarden.NoDeliveryLimit no
+	// limit, as in the driver and the library (pelwarden.DeliveryLimit).
 	MaxDeliveries int
 	// Count is the page size. Defaults to pelwarden.DefaultCount.
 	Count int

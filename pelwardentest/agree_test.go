@@ -42,7 +42,7 @@ func TestKitAgreesWithDriver(t *testing.T) {
 			// Idle long enough for a reclaim pass with MinIdle.
 			require.NoError(t, kit.Client().Do(kit.Context(), "XCLAIM", kit.Stream, kit.Group, "crashed", 0, id,
 				"IDLE", (2*minIdle).Milliseconds(), "JUSTID").Err())
-			kit.Reclaim(pelwardentest.ReclaimArgs{Consumer: "c", MinIdle: minIdle, Handler: h})
+			kit.Reclaim(pelwardentest.ReclaimArgs{Consumer: "c", MinIdle: minIdle, Handler: h}) // the default limit, as the driver's
 			byKit := settledState(t, kit, id, minIdle)
 
 			drv := srv.NewFixture(t)

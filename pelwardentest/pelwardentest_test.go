@@ -268,7 +268,7 @@ func TestReclaimRetryAfterAndPanic(t *testing.T) {
 	f := pelwardentest.Start(t).NewFixture(t)
 	ids := f.Produce(2, nil)
 	f.LeavePending("crashed", 2)
-	res := f.Reclaim(pelwardentest.ReclaimArgs{MinIdle: time.Hour, Count: 10,
+	res := f.Reclaim(pelwardentest.ReclaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, MinIdle: time.Hour, Count: 10,
 		Handler: driver.HandlerFunc(func(_ context.Context, m *driver.Message) error {
 			if m.ID == ids[0] {
 				return driver.RetryAfter(time.Minute, errors.New("busy"))
@@ -276,7 +276,7 @@ func TestReclaimRetryAfterAndPanic(t *testing.T) {
 			return nil
 		})})
 	require.Empty(t, res.Claimed, "nothing idle for an hour")
-	res = f.Reclaim(pelwardentest.ReclaimArgs{MinIdle: 0, Count: 10,
+	res = f.Reclaim(pelwardentest.ReclaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, MinIdle: 0, Count: 10,
 		Handler: driver.HandlerFunc(func(_ context.Context, m *driver.Message) error {
 			if m.ID == ids[0] {
 				return driver.RetryAfter(time.Minute, errors.New("busy"))
@@ -287,7 +287,7 @@ func TestReclaimRetryAfterAndPanic(t *testing.T) {
 	require.Empty(t, res.Retried)
 	require.Equal(t, []string{ids[1]}, res.Acked)
 	f.RequirePending(ids[0], pelwardentest.Pending{Consumer: "reclaimer", Deliveries: 2})
-	res = f.Reclaim(pelwardentest.ReclaimArgs{MinIdle: 0, Count: 10,
+	res = f.Reclaim(pelwardentest.ReclaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, MinIdle: 0, Count: 10,
 		Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error {
 			return driver.RetryAfter(0, errors.New("busy"))
 		})})
@@ -298,7 +298,7 @@ func TestReclaimRetryAfterAndPanic(t *testing.T) {
 	defer rec.finish()
 	g := f.WithT(rec)
 	msg := rec.run(func() {
-		g.Reclaim(pelwardentest.ReclaimArgs{MinIdle: 0, Count: 10,
+		g.Reclaim(pelwardentest.ReclaimArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, MinIdle: 0, Count: 10,
 			Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { panic("handler bug") })})
 	})
 	require.Contains(t, msg, "panicked")

@@ -68,8 +68,8 @@ func TestErrors(t *testing.T) {
 		t.Fatal("a negative rate is refused before anything runs")
 	}
 	var ae *pelwarden.ArgumentError
-	if _, err := Poison(t.Context(), nil, PoisonOptions{}); !errors.As(err, &ae) || ae.Field != "MaxDeliveries" {
-		t.Fatalf("Poison without MaxDeliveries: %v", err)
+	if _, err := Poison(t.Context(), nil, PoisonOptions{MaxDeliveries: pelwarden.NoDeliveryLimit}); !errors.As(err, &ae) || ae.Field != "MaxDeliveries" {
+		t.Fatalf("Poison without a delivery limit: %v", err)
 	}
 	if _, err := Reap(t.Context(), nil, ReapOptions{}); !errors.As(err, &ae) || ae.Field != "Idle" {
 		t.Fatalf("Reap without Idle: %v", err)

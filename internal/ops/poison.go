@@ -21,7 +21,8 @@ type PoisonOptions struct {
 	// Stream, Group and DeadLetterStream are required.
 	Stream, Group, DeadLetterStream string
 	// MaxDeliveries: entries delivered at least this many times are
-	// dead-lettered. Required, positive.
+	// dead-lettered, as pelwarden.DeliveryLimit reads it (0 is
+	// pelwarden.DefaultMaxDeliveries); NoDeliveryLimit is refused.
 	MaxDeliveries int
 	// MinIdle spares entries idle less than this (0: every entry).
 	MinIdle time.Duration
@@ -54,8 +55,8 @@ type PoisonResult struct {
 // other entries stay with their owners. It returns what it did so far
 // beside any error (the library's, sentinels kept).
 func Poison(ctx context.Context, rdb redis.UniversalClient, o PoisonOptions) (*PoisonResult, error) {
-	if o.MaxDeliveries < 1 {
-		return nil, argumentError("MaxDeliveries", "must be positive, got %d", o.MaxDeliveries)
+	if _, limited, err := pelwarden.DeliveryLimit("MaxDeliveries", o.MaxDeliveries); err != nil || !limited {
+		return nil, argumentError("MaxDeliveries", "must be positive or 0 (pelwarden.DefaultMaxDeliveries), got %d", o.MaxDeliveries)
 	}
 	lib := pelwarden.NewLibrary(rdb)
 	out := &PoisonResult{DeadLettered: []string{}, Deleted: []string{}}
@@ -94,6 +95,10 @@ type PoisonCount struct {
 // after limit entries: on a large PEL the count covers its first limit
 // entries only (Complete false).
 func CountPoison(ctx context.Context, rdb redis.UniversalClient, stream, group string, maxDeliveries int, minIdle time.Duration, limit int64) (PoisonCount, error) {
+	deliveries, limited, err := pelwarden.DeliveryLimit("MaxDeliveries", maxDeliveries)
+	if err != nil || !limited {
+		return PoisonCount{}, argumentError("MaxDeliveries", "must be positive or 0 (pelwarden.DefaultMaxDeliveries), got %d", maxDeliveries)
+	}
 	sum, err := rdb.XPending(ctx, stream, group).Result()
 	if err != nil {
 		return PoisonCount{}, commandError("XPENDING", stream, err)
@@ -107,7 +112,7 @@ func CountPoison(ctx context.Context, rdb redis.UniversalClient, stream, group s
 			return out, commandError("XPENDING", stream, err)
 		}
 		for _, p := range page {
-			if p.RetryCount >= int64(maxDeliveries) && p.Idle >= minIdle {
+			if p.RetryCount >= int64(deliveries) && p.Idle >= minIdle {
 				out.Poison++
 			}
 		}

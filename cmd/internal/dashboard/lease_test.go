@@ -107,7 +107,7 @@ func TestLeaseOnPages(t *testing.T) {
 	l, err := lib.AcquireLease(ctx, pelwarden.LeaseArgs{Stream: sc.Stream, Lease: key, Group: sc.Group, Consumer: "owner-1", TTL: time.Hour})
 	require.NoError(t, err)
 	require.True(t, l.Held)
-	args := pelwarden.LeaseNextArgs{Stream: sc.Stream, DeadLetterStream: sc.DLQ, Lease: key, Group: sc.Group,
+	args := pelwarden.LeaseNextArgs{MaxDeliveries: pelwarden.NoDeliveryLimit, Stream: sc.Stream, DeadLetterStream: sc.DLQ, Lease: key, Group: sc.Group,
 		Consumer: "owner-1", Token: l.Token, TTL: time.Hour, Backoff: []time.Duration{time.Hour}}
 	n, err := lib.LeaseNext(ctx, args)
 	require.NoError(t, err)

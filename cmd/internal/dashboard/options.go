@@ -28,7 +28,7 @@ const (
 	DefaultStuckAfter = driver.DefaultMinIdle + 3*driver.DefaultReclaimInterval
 	// DefaultMaxDeliveries highlights pending entries delivered this many
 	// times as poison (the group page can set another).
-	DefaultMaxDeliveries = 5
+	DefaultMaxDeliveries = pelwarden.DefaultMaxDeliveries
 	// DefaultPageSize is the rows of a PEL or dead-letter page.
 	DefaultPageSize = 50
 	// DefaultFilterScan bounds the dead-letter records one filtered page

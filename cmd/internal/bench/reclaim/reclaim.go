@@ -30,6 +30,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/internal/ctxwait"
 	"github.com/pelwarden/pelwarden/internal/measure"
 	"github.com/pelwarden/pelwarden/internal/textbook"
@@ -135,7 +136,7 @@ const (
 	// DefaultRoundTripLatency is the default Config.RoundTripLatency.
 	DefaultRoundTripLatency = time.Millisecond
 	// DefaultMaxDeliveries is the default Config.MaxDeliveries.
-	DefaultMaxDeliveries = 5
+	DefaultMaxDeliveries = pelwarden.DefaultMaxDeliveries
 	// DefaultPoisonEvery is the default Config.PoisonEvery (5%).
 	DefaultPoisonEvery = 20
 	// DefaultDeletedEvery is the default Config.DeletedEvery (1%).
