@@ -141,33 +141,6 @@ type Config struct {
 	// which stream an entry came from. The group is the same on every
 	// stream.
 	Streams []string
-	// Ordered consumes Stream or Streams in ordered mode (the package
-	// doc's "Ordered mode", the README's "Ordered consumption"): each
-	// stream (a partition) is owned by at most one consumer of the group at a time,
-	// through a lease with a fencing token kept next to it
-	// (pelwarden.LeaseKeyFor), and its entries are handled one at a time
-	// in stream order. The consumers of the group find each other through
-	// a heartbeat (MembersKey) and share the partitions evenly. Every
-	// consumer of the group must list the same Streams and set Ordered.
-	// Concurrency bounds the handlers running at once over the partitions
-	// it owns (one per partition).
-	// Not available with AckPlain, Prefetch, TrimInterval, ReapIdle,
-	// DeadLetterMaxAge or DeadLetterMaxLen; ReadClaim, MinIdle (beyond its
-	// check), LeaseInterval, ReclaimInterval, StallAfter, MaxInHand,
-	// MaxInHandBytes, ReadCount, ClaimCount, AckBatch and AckInterval do
-	// not apply.
-	Ordered bool
-	// PartitionLease is how long a partition's lease lasts from the call
-	// that took or renewed it, in ordered mode: the owner renews it every
-	// PartitionLease/3 (with every entry, and while a handler runs), and
-	// a crashed owner's partitions run again elsewhere PartitionLease
-	// after its last renewal (plus at most one rebalancing round,
-	// PartitionLease/5 capped at one second). An owner that could not
-	// renew stops handling the partition, cancelling its handler with
-	// ErrLostOwnership, once PartitionLease minus a quarter of it has
-	// passed since it sent its last successful renewal. Defaults to
-	// DefaultPartitionLease; at least 100ms; only with Ordered.
-	PartitionLease time.Duration
 
 	// Group is the consumer group. Required.
 	Group string
@@ -193,25 +166,11 @@ type Config struct {
 	// extends in-flight entries every MinIdle/3. Defaults to DefaultMinIdle;
 	// at least 10ms.
 	MinIdle time.Duration
-	// LeaseInterval: in-flight entries whose handler has run this long get
-	// their lease extended, and again every LeaseInterval, so a slow but
-	// healthy handler is not reclaimed by another consumer. Defaults to
-	// MinIdle/3; must be below MinIdle. NoLease disables the heartbeat;
-	// an entry held past MinIdle may then be taken over by whichever
-	// consumer claims it first, this one included (its own reclaim pass,
-	// or its own read where reads claim, takes it back from itself).
-	LeaseInterval time.Duration
-	// ReclaimInterval between reclaim passes (the first runs at start).
-	// Defaults to DefaultReclaimInterval.
-	ReclaimInterval time.Duration
 	// Backoff is an optional delay per attempt for reclaimed entries: an
 	// entry delivered n times is not retried before it has been idle
 	// Backoff[min(n, len(Backoff))-1] (and at least MinIdle). With
 	// Backoff, reads never claim (see ReadClaimAuto).
 	Backoff []time.Duration
-	// ReadClaim: whether reads also take over idle entries where the
-	// server can (ReadClaimAuto, the default) or never (ReadClaimOff).
-	ReadClaim ReadClaimMode
 	// StallAfter: a pending entry of the group idle longer than this, which
 	// a completed sweep of the PEL (a reclaim pass that reached its end, or
 	// a read that claims and found nothing more) left although it was
@@ -234,61 +193,6 @@ type Config struct {
 	// Concurrency is the number of handlers run at once. Defaults to
 	// DefaultConcurrency.
 	Concurrency int
-	// MaxInHand bounds the entries the consumer holds: queued for a handler
-	// or running. Within it the consumer sizes its window by itself,
-	// starting at Concurrency (and never below 2 where MaxInHand allows,
-	// so a blocking read of an idle stream leaves room for a reclaim
-	// pass): the window grows while handlers run out of
-	// work before the next read arrives (fast handlers: reads of hundreds
-	// go out while the handlers work on the last batch), and shrinks when
-	// queued entries wait longer than they take to handle (slow handlers:
-	// it holds little more than it runs, leaving the rest to other
-	// consumers). Queued entries are leased like running ones, and at
-	// shutdown those not yet started are released at once for other
-	// consumers. Defaults to DefaultMaxInHand; at least Concurrency.
-	MaxInHand int
-	// MaxInHandBytes bounds the field data (names and values) of the
-	// entries in hand; reads and claim pages also follow the observed entry
-	// size, each fetching a few MiB at most (min(4 MiB, MaxInHandBytes/2)),
-	// so large entries are read a few at a time. The first read takes at
-	// most Concurrency entries. An entry larger than the bound is still
-	// taken, alone. Defaults to DefaultMaxInHandBytes.
-	MaxInHandBytes int64
-	// Prefetch, when set, fixes the window at Concurrency + Prefetch
-	// entries instead of sizing it automatically (MaxInHand is then
-	// ignored): the consumer holds up to Prefetch entries queued beyond its
-	// running handlers. Leave it 0 unless measurements say otherwise.
-	// Concurrency + Prefetch is at most pelwarden.MaxCount.
-	Prefetch int
-	// ReadBlock is how long one XREADGROUP waits for new entries. Keep it
-	// below the client's ReadTimeout (go-redis default 3s). Defaults to
-	// DefaultReadBlock.
-	ReadBlock time.Duration
-	// ReadCount is the most entries one XREADGROUP asks for; a read takes
-	// fewer when the window has less room or the entries are large.
-	// Defaults to DefaultReadCount; at most pelwarden.MaxCount.
-	ReadCount int
-	// ClaimCount is the most entries one reclaim call claims; a page takes
-	// fewer when the window has less room, the entries are large, or a
-	// page that large would take more than MinIdle/8 (by the time the
-	// calls took per entry so far: with a MinIdle of 10 ms about a hundred
-	// entries, so they arrive with their lease to spare). Defaults to
-	// DefaultClaimCount; at most pelwarden.MaxCount.
-	ClaimCount int
-	// AckBatch: acks are sent in one call per batch of this many, or every
-	// AckInterval, whichever comes first, and at once when the consumer has
-	// drained what it held (its last read found nothing new and no handler
-	// is queued or running: no more acks are coming soon). A batch also
-	// goes out early enough for its acks to be plain XACKs, before the
-	// first of them reaches MinIdle/2 since its delivery (less the time an
-	// ack call takes): only with a short MinIdle does that come before
-	// AckInterval. Defaults to DefaultAckBatch.
-	AckBatch int
-	// AckInterval: see AckBatch. Defaults to DefaultAckInterval; a MinIdle
-	// below 4 x AckInterval shortens it to MinIdle/4.
-	AckInterval time.Duration
-	// AckMode is how those calls ack: AckFenced (the default) or AckPlain.
-	AckMode AckMode
 
 	// CreateGroup creates the group (and the stream) at start if missing,
 	// and again if it disappears while running. Without it a missing group
@@ -354,6 +258,90 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics receives counters. Defaults to none.
 	Metrics Metrics
+
+	// Tuning holds the knobs the defaults are measured for (BENCHMARKS.md):
+	// leave it unset unless a measurement of your own says otherwise.
+	Tuning
+
+	// ordered and partitionLease come from an OrderedConfig (NewOrdered).
+	ordered        bool
+	partitionLease time.Duration
+}
+
+// Tuning holds a Consumer's flow-control and batching knobs: the window,
+// the reads, claim pages and acks, the lease heartbeat and the reclaim
+// interval. The defaults are the fast configuration, measured side by side
+// with the alternatives (BENCHMARKS.md); a zero field means its default.
+type Tuning struct {
+	// LeaseInterval: in-flight entries whose handler has run this long get
+	// their lease extended, and again every LeaseInterval, so a slow but
+	// healthy handler is not reclaimed by another consumer. Defaults to
+	// MinIdle/3; must be below MinIdle. NoLease disables the heartbeat;
+	// an entry held past MinIdle may then be taken over by whichever
+	// consumer claims it first, this one included (its own reclaim pass,
+	// or its own read where reads claim, takes it back from itself).
+	LeaseInterval time.Duration
+	// ReclaimInterval between reclaim passes (the first runs at start).
+	// Defaults to DefaultReclaimInterval.
+	ReclaimInterval time.Duration
+	// ReadClaim: whether reads also take over idle entries where the
+	// server can (ReadClaimAuto, the default) or never (ReadClaimOff).
+	ReadClaim ReadClaimMode
+	// MaxInHand bounds the entries the consumer holds: queued for a handler
+	// or running. Within it the consumer sizes its window by itself,
+	// starting at Concurrency (and never below 2 where MaxInHand allows,
+	// so a blocking read of an idle stream leaves room for a reclaim
+	// pass): the window grows while handlers run out of
+	// work before the next read arrives (fast handlers: reads of hundreds
+	// go out while the handlers work on the last batch), and shrinks when
+	// queued entries wait longer than they take to handle (slow handlers:
+	// it holds little more than it runs, leaving the rest to other
+	// consumers). Queued entries are leased like running ones, and at
+	// shutdown those not yet started are released at once for other
+	// consumers. Defaults to DefaultMaxInHand; at least Concurrency.
+	MaxInHand int
+	// MaxInHandBytes bounds the field data (names and values) of the
+	// entries in hand; reads and claim pages also follow the observed entry
+	// size, each fetching a few MiB at most (min(4 MiB, MaxInHandBytes/2)),
+	// so large entries are read a few at a time. The first read takes at
+	// most Concurrency entries. An entry larger than the bound is still
+	// taken, alone. Defaults to DefaultMaxInHandBytes.
+	MaxInHandBytes int64
+	// Prefetch, when set, fixes the window at Concurrency + Prefetch
+	// entries instead of sizing it automatically (MaxInHand is then
+	// ignored): the consumer holds up to Prefetch entries queued beyond its
+	// running handlers. Leave it 0 unless measurements say otherwise.
+	// Concurrency + Prefetch is at most pelwarden.MaxCount.
+	Prefetch int
+	// ReadBlock is how long one XREADGROUP waits for new entries. Keep it
+	// below the client's ReadTimeout (go-redis default 3s). Defaults to
+	// DefaultReadBlock.
+	ReadBlock time.Duration
+	// ReadCount is the most entries one XREADGROUP asks for; a read takes
+	// fewer when the window has less room or the entries are large.
+	// Defaults to DefaultReadCount; at most pelwarden.MaxCount.
+	ReadCount int
+	// ClaimCount is the most entries one reclaim call claims; a page takes
+	// fewer when the window has less room, the entries are large, or a
+	// page that large would take more than MinIdle/8 (by the time the
+	// calls took per entry so far: with a MinIdle of 10 ms about a hundred
+	// entries, so they arrive with their lease to spare). Defaults to
+	// DefaultClaimCount; at most pelwarden.MaxCount.
+	ClaimCount int
+	// AckBatch: acks are sent in one call per batch of this many, or every
+	// AckInterval, whichever comes first, and at once when the consumer has
+	// drained what it held (its last read found nothing new and no handler
+	// is queued or running: no more acks are coming soon). A batch also
+	// goes out early enough for its acks to be plain XACKs, before the
+	// first of them reaches MinIdle/2 since its delivery (less the time an
+	// ack call takes): only with a short MinIdle does that come before
+	// AckInterval. Defaults to DefaultAckBatch.
+	AckBatch int
+	// AckInterval: see AckBatch. Defaults to DefaultAckInterval; a MinIdle
+	// below 4 x AckInterval shortens it to MinIdle/4.
+	AckInterval time.Duration
+	// AckMode is how those calls ack: AckFenced (the default) or AckPlain.
+	AckMode AckMode
 }
 
 // withDefaults returns a copy of c with defaults filled in.
@@ -417,8 +405,8 @@ func (c Config) withDefaults() Config {
 	if c.TrimLimit == 0 {
 		c.TrimLimit = pelwarden.DefaultTrimLimit
 	}
-	if c.Ordered && c.PartitionLease == 0 {
-		c.PartitionLease = DefaultPartitionLease
+	if c.ordered && c.partitionLease == 0 {
+		c.partitionLease = DefaultPartitionLease
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -459,9 +447,7 @@ const MaxStreams = 1024
 // validateStreams checks Stream or Streams (defaults applied: Streams
 // holds Stream when only Stream was set) and the dead-letter streams.
 func (c Config) validateStreams() error {
-	bad := func(field, format string, a ...any) error {
-		return configError(field, format, a...)
-	}
+	bad := c.fieldError
 	name := func(field, v string) error {
 		if err := pelwarden.CheckName(v); err != nil {
 			return bad(field, "%v", err)
@@ -523,16 +509,27 @@ func (c Config) deadLetterStreamOf(stream string) string {
 	return pelwarden.DeadLetterStreamFor(stream)
 }
 
-// configError is a bad Config field: a *pelwarden.ArgumentError naming
-// it ("Config.Stream").
-func configError(field, format string, a ...any) error {
-	return &pelwarden.ArgumentError{Scope: "pelwarden/driver", Field: "Config." + field, Reason: fmt.Sprintf(format, a...)}
+// tuningFields are the fields of Tuning, which errors name as
+// "Config.Tuning.X".
+var tuningFields = map[string]bool{"LeaseInterval": true, "ReclaimInterval": true, "ReadClaim": true, "MaxInHand": true,
+	"MaxInHandBytes": true, "Prefetch": true, "ReadBlock": true, "ReadCount": true, "ClaimCount": true,
+	"AckBatch": true, "AckInterval": true, "AckMode": true}
+
+// fieldError is an error naming field as the caller wrote it: in the
+// Config, its Tuning, or the OrderedConfig it came from.
+func (c Config) fieldError(field, format string, a ...any) error {
+	name := "Config." + field
+	switch {
+	case c.ordered:
+		name = "OrderedConfig." + field
+	case tuningFields[field]:
+		name = "Config.Tuning." + field
+	}
+	return &pelwarden.ArgumentError{Scope: "pelwarden/driver", Field: name, Reason: fmt.Sprintf(format, a...)}
 }
 
 func (c Config) validate() error {
-	bad := func(field, format string, a ...any) error {
-		return configError(field, format, a...)
-	}
+	bad := c.fieldError
 	if err := c.validateStreams(); err != nil {
 		return err
 	}

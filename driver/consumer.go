@@ -28,11 +28,22 @@ type Consumer struct {
 	running atomic.Bool
 }
 
-// New returns a Consumer for rdb (any go-redis client: single server,
-// cluster, failover). It validates cfg, naming the bad field in an error
-// matching pelwarden.ErrInvalidArgument, and does no I/O. The caller keeps
-// ownership of rdb; the Consumer never closes it.
+// New returns an unordered Consumer for rdb (any go-redis client: single
+// server, cluster, failover). It validates cfg, naming the bad field in an
+// error matching pelwarden.ErrInvalidArgument, and does no I/O. The caller
+// keeps ownership of rdb; the Consumer never closes it.
 func New(rdb redis.UniversalClient, cfg Config) (*Consumer, error) {
+	cfg.ordered, cfg.partitionLease = false, 0
+	return newConsumer(rdb, cfg)
+}
+
+// NewOrdered returns an ordered Consumer for rdb (see OrderedConfig), as
+// New does an unordered one.
+func NewOrdered(rdb redis.UniversalClient, cfg OrderedConfig) (*Consumer, error) {
+	return newConsumer(rdb, cfg.config())
+}
+
+func newConsumer(rdb redis.UniversalClient, cfg Config) (*Consumer, error) {
 	if rdb == nil {
 		return nil, &pelwarden.ArgumentError{Scope: "pelwarden/driver", Field: "rdb", Reason: "a Redis client is required"}
 	}
@@ -60,11 +71,18 @@ func consumerLogger(cfg Config) *slog.Logger {
 // Name returns the consumer's name in the group.
 func (c *Consumer) Name() string { return c.cfg.Consumer }
 
-// Config returns the effective configuration, defaults filled in.
-func (c *Consumer) Config() Config { return c.cfg }
+// Config returns the effective configuration of a Consumer made by New,
+// defaults filled in (the zero Config for one made by NewOrdered: see
+// OrderedConfig).
+func (c *Consumer) Config() Config {
+	if c.cfg.ordered {
+		return Config{}
+	}
+	return c.cfg
+}
 
 // Run loads the library, makes sure the group exists, then reads, reclaims
-// and handles entries until ctx is cancelled (with Config.Ordered: takes
+// and handles entries until ctx is cancelled (made by NewOrdered: takes
 // its share of the partitions' leases and handles each partition in order;
 // at the stop it hands them over). It then stops reading, lets
 // in-flight handlers finish within ShutdownTimeout (cancelling the rest,
@@ -84,7 +102,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	var lingering <-chan struct{}
 	var err error
-	if c.cfg.Ordered {
+	if c.cfg.ordered {
 		members := &redisMembers{rdb: c.rdb, key: MembersKey(c.cfg.Streams, c.cfg.Group), consumer: c.cfg.Consumer}
 		tx := &txProbe{rdb: c.rdb, log: c.log}
 		partitionOf := func(cfg Config) partitionServer { return c.partitionServer(cfg, tx) }

@@ -98,7 +98,7 @@
 //
 // # Ordered mode
 //
-// With Config.Ordered a Run is an orderedRun (ordered.go) instead of a
+// With NewOrdered a Run is an orderedRun (ordered.go) instead of a
 // session with lanes: none of the loops above run.
 //
 //	balancer ──heartbeat (memberServer: MembersKey)──> share (share.go)

@@ -121,11 +121,12 @@ func ExampleRetryAfter() {
 	c, err := driver.New(rdb, driver.Config{
 		Stream: "{payments}", Group: "charge", CreateGroup: true,
 		MaxDeliveries: 3,
-		MinIdle:       200 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond,
+		MinIdle:       200 * time.Millisecond,
 		Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
 			attempts <- m.Deliveries
 			return driver.RetryAfter(100*time.Millisecond, errors.New("payment provider unavailable"))
 		}),
+		Tuning: driver.Tuning{ReclaimInterval: 50 * time.Millisecond},
 	})
 	if err != nil {
 		panic(err)

@@ -520,7 +520,7 @@ const testPartitionLease = 30 * time.Second
 func (w *fakeWorld) start(t *testing.T, streams []string, name string, change func(*Config)) *orderedConsumer {
 	t.Helper()
 	c := &orderedConsumer{name: name, m: &partitionGauges{}, logs: &syncBuffer{}, done: make(chan error, 1)}
-	cfg := Config{Streams: streams, Group: "g", Consumer: name, Ordered: true, PartitionLease: testPartitionLease,
+	cfg := Config{Streams: streams, Group: "g", Consumer: name, ordered: true, partitionLease: testPartitionLease,
 		Handler: nopHandler(), ShutdownTimeout: 5 * time.Second,
 		Metrics: c.m, Logger: slog.New(slog.NewTextHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	if change != nil {

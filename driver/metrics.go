@@ -55,7 +55,7 @@ const (
 	// each counted once by each consumer that found it (see StallAfter).
 	EventStalled
 	// EventLeaseAcquired: partition leases this consumer took, in ordered
-	// mode (Config.Ordered).
+	// mode (NewOrdered).
 	EventLeaseAcquired
 	// EventLeaseReleased: partition leases this consumer gave back on a
 	// graceful hand-over (a rebalance or its stop), in ordered mode.
@@ -112,7 +112,7 @@ type Metrics interface {
 }
 
 // PartitionMetrics is an optional extension of Metrics for ordered mode
-// (Config.Ordered): a Metrics that also implements it is told, per
+// (NewOrdered): a Metrics that also implements it is told, per
 // partition, whether this consumer owns it and whether a failing head
 // blocks it, so a dashboard or an alert can name the partitions (the
 // counters of Metrics have no labels). Package driver/prommetrics

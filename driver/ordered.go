@@ -1,6 +1,6 @@
 package driver
 
-// Ordered mode (Config.Ordered): one Run of a consumer that owns
+// Ordered mode (NewOrdered): one Run of a consumer that owns
 // partitions through leases and handles each one's entries in order.
 //
 //	balancer ──heartbeat (memberServer)──> live members ──> share
@@ -66,8 +66,8 @@ func newOrderedRun(cfg Config, log *slog.Logger, lib loader, partitionOf func(Co
 	r := &orderedRun{
 		core: newCore(cfg, log, lib, &intakeFlag{}), clock: clk, members: members,
 		balanceEvery: cfg.balanceInterval(),
-		tick:         cfg.PartitionLease / 20,
-		idleMax:      min(cfg.ReadBlock/4, cfg.PartitionLease/4),
+		tick:         cfg.partitionLease / 20,
+		idleMax:      min(cfg.ReadBlock/4, cfg.partitionLease/4),
 		places:       make(chan struct{}, cfg.Concurrency),
 		owners:       map[int]*owner{},
 	}
@@ -95,7 +95,7 @@ func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err 
 		return nil, err
 	}
 	r.log.Info("pelwarden consumer started in ordered mode", "partitions", len(r.parts), "concurrency", cfg.Concurrency,
-		"partition_lease", cfg.PartitionLease, "max_deliveries", cfg.MaxDeliveries, "library_mode", r.lib.Mode().String())
+		"partition_lease", cfg.partitionLease, "max_deliveries", cfg.MaxDeliveries, "library_mode", r.lib.Mode().String())
 
 	loopCtx, stopLoops := r.loopContext(ctx)
 	defer stopLoops()
@@ -159,8 +159,8 @@ func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err 
 // PartitionLease after its owner's last renewal, not up to a round later.
 func (r *orderedRun) balance(ctx context.Context) (next time.Duration) {
 	next = r.balanceEvery
-	hctx, cancel := context.WithTimeout(ctx, r.cfg.PartitionLease)
-	live, err := r.members.heartbeat(hctx, r.cfg.PartitionLease)
+	hctx, cancel := context.WithTimeout(ctx, r.cfg.partitionLease)
+	live, err := r.members.heartbeat(hctx, r.cfg.partitionLease)
 	cancel()
 	if err != nil {
 		r.commandError(nil, "membership heartbeat", err, 0)
@@ -235,7 +235,7 @@ const expirySlack = 2 * time.Millisecond
 // owner. It reports whether it did and, when another consumer holds the
 // lease, the time its lease has left.
 func (r *orderedRun) acquire(ctx context.Context, p *partition) (held bool, left time.Duration) {
-	ttl := r.cfg.PartitionLease
+	ttl := r.cfg.partitionLease
 	actx, cancel := context.WithTimeout(ctx, ttl-r.cfg.leaseMargin())
 	defer cancel()
 	sent := r.clock.now()

@@ -523,40 +523,38 @@ func TestOrderedHandlerOutcomes(t *testing.T) {
 	eventually(t, "acked", func() bool { return len(w.pendingOf(streams[0])) == 0 })
 }
 
-// Ordered mode's Config errors name the field, as every Config error does.
+// OrderedConfig's errors name the field, as every Config error does; the
+// fields that do not apply to ordered mode have no place in it.
 func TestNewOrderedValidates(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer rdb.Close()
-	ok := Config{Streams: testPartitions(t, 4), Group: "billing", Handler: nopHandler(), Ordered: true}
-	_, err := New(rdb, ok)
+	ok := OrderedConfig{Streams: testPartitions(t, 4), Group: "billing", Handler: nopHandler()}
+	_, err := NewOrdered(rdb, ok)
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		field string
-		mod   func(*Config)
+		mod   func(*OrderedConfig)
 	}{
-		{"PartitionLease", func(c *Config) { c.Ordered = false; c.PartitionLease = time.Second }},
-		{"PartitionLease", func(c *Config) { c.PartitionLease = 50 * time.Millisecond }},
-		{"PartitionLease", func(c *Config) { c.PartitionLease = -time.Second }},
-		{"AckMode", func(c *Config) { c.AckMode = AckPlain }},
-		{"Prefetch", func(c *Config) { c.Prefetch = 4 }},
-		{"TrimInterval", func(c *Config) { c.TrimInterval = time.Minute }},
-		{"ReapIdle", func(c *Config) { c.ReapIdle = time.Hour }},
-		{"DeadLetterMaxAge", func(c *Config) { c.DeadLetterMaxAge = time.Hour }},
-		{"DeadLetterMaxLen", func(c *Config) { c.DeadLetterMaxLen = 10 }},
-		{"Streams[1]", func(c *Config) { c.Streams = []string{"{a}", "b"} }},
+		{"PartitionLease", func(c *OrderedConfig) { c.PartitionLease = 50 * time.Millisecond }},
+		{"PartitionLease", func(c *OrderedConfig) { c.PartitionLease = -time.Second }},
+		{"Streams[1]", func(c *OrderedConfig) { c.Streams = []string{"{a}", "b"} }},
+		{"Group", func(c *OrderedConfig) { c.Group = "" }},
+		{"MaxDeliveries", func(c *OrderedConfig) { c.MaxDeliveries = -2 }},
+		{"DeadLetterStream", func(c *OrderedConfig) { c.DeadLetterStream = "{x}:dead" }},
 	} {
 		cfg := ok
 		tc.mod(&cfg)
-		_, err := New(rdb, cfg)
+		_, err := NewOrdered(rdb, cfg)
 		var ae *pelwarden.ArgumentError
 		require.True(t, errors.As(err, &ae), "%s: %v", tc.field, err)
-		require.Equal(t, "Config."+tc.field, ae.Field, "%v", err)
+		require.Equal(t, "OrderedConfig."+tc.field, ae.Field, "%v", err)
 		require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
 	}
-	c, err := New(rdb, ok)
+	c, err := NewOrdered(rdb, ok)
 	require.NoError(t, err)
-	require.Equal(t, DefaultPartitionLease, c.Config().PartitionLease, "the default lease")
+	require.Equal(t, DefaultPartitionLease, c.OrderedConfig().PartitionLease, "the default lease")
+	require.Equal(t, Config{}, c.Config(), "an ordered consumer has no unordered Config")
 	require.Equal(t, fmt.Sprint(slices.Min(ok.Streams), ":members:billing"), MembersKey(ok.Streams, "billing"))
 }
 

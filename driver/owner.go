@@ -64,7 +64,7 @@ type owner struct {
 // renewing call sent at sent.
 func newOwner(r *orderedRun, p *partition, token int64, sent time.Duration) *owner {
 	o := &owner{run: r, p: p, srv: p.srv, log: p.log.With("token", token), token: token,
-		validUntil: sent + r.cfg.PartitionLease - r.cfg.leaseMargin(), renewedAt: sent,
+		validUntil: sent + r.cfg.partitionLease - r.cfg.leaseMargin(), renewedAt: sent,
 		handOver: make(chan struct{})}
 	o.ctx, o.cancel = context.WithCancelCause(r.handlerCtx)
 	o.watch.o = o
@@ -210,7 +210,7 @@ func (o *owner) keep() bool {
 	}
 	ctx, cancel := context.WithTimeout(o.run.bg, o.validUntil-sent)
 	defer cancel()
-	l, err := o.srv.acquire(ctx, cfg.PartitionLease)
+	l, err := o.srv.acquire(ctx, cfg.partitionLease)
 	if err != nil {
 		o.run.commandError(o.p.streamScope, "renew lease", err, 0)
 		o.run.callFailed(o.p, "renew lease", err)
@@ -221,7 +221,7 @@ func (o *owner) keep() bool {
 		o.lose(fmt.Sprintf("held by %q with token %d", l.Owner, l.Token))
 		return false
 	}
-	o.validUntil, o.renewedAt = sent+cfg.PartitionLease-cfg.leaseMargin(), sent
+	o.validUntil, o.renewedAt = sent+cfg.partitionLease-cfg.leaseMargin(), sent
 	return true
 }
 
@@ -255,7 +255,7 @@ func (o *owner) next() (*pelwarden.LeaseNextResult, bool) {
 		readApart := o.nonePending && len(o.giveBack) == 0
 		o.nonePending = false
 		var err error
-		res, err = o.srv.next(ctx, o.token, cfg.PartitionLease, o.acks, o.giveBack, readApart)
+		res, err = o.srv.next(ctx, o.token, cfg.partitionLease, o.acks, o.giveBack, readApart)
 		if outOfMemory(err) && len(o.acks) > 0 {
 			o.ackWhileFull(ctx)
 		}
@@ -273,7 +273,7 @@ func (o *owner) next() (*pelwarden.LeaseNextResult, bool) {
 		o.lose("the server answered that this consumer no longer holds it")
 		return nil, false
 	}
-	o.validUntil, o.renewedAt = sent+cfg.PartitionLease-cfg.leaseMargin(), sent
+	o.validUntil, o.renewedAt = sent+cfg.partitionLease-cfg.leaseMargin(), sent
 	if res.Acked > 0 {
 		o.run.m.Count(EventAcked, int(res.Acked))
 	}

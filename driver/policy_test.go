@@ -144,7 +144,7 @@ func orderedRig(t *testing.T, h Handler, createGroup bool) *policyRig {
 	const stream, me = "{p}", "me"
 	w := newFakeWorld(stream)
 	m, logs := &countingMetrics{}, &syncBuffer{}
-	cfg := Config{Stream: stream, Group: "g", Consumer: me, Ordered: true, PartitionLease: testPartitionLease,
+	cfg := Config{Stream: stream, Group: "g", Consumer: me, ordered: true, partitionLease: testPartitionLease,
 		Metrics: m, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	policyConfig(&cfg, h, createGroup)
 	cfg = cfg.withDefaults()

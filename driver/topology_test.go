@@ -21,7 +21,7 @@ func TestErrorReadings(t *testing.T) {
 		{err: context.Canceled},
 		{err: replyErr("CLUSTERDOWN The cluster is down"), stale: true},
 		{err: errNoGroup, permanent: true},
-		{err: configError("Stream", "required"), permanent: true},
+		{err: Config{}.fieldError("Stream", "required"), permanent: true},
 		{err: replyErr("NOPERM no permissions"), permanent: true, fatal: true},
 		{err: &pelwarden.Error{Code: "OOM", Kind: pelwarden.ErrServer}, outOfMemory: true},
 		{err: &pelwarden.Error{Kind: pelwarden.ErrLibraryMissing, Err: replyErr("ERR Function not found")}},

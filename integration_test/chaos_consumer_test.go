@@ -263,18 +263,22 @@ func chaosConsumerMain() int {
 		Stream: cfg.Keys.Stream, DeadLetterStream: cfg.Keys.DLQ, Group: cfg.Keys.Group, Consumer: cfg.Consumer,
 		Handler:     &chaosHandler{rdb: rdb, keys: cfg.Keys, work: cfg.MaxWork, slow: cfg.SlowWork},
 		Concurrency: cfg.Concurrency, MaxDeliveries: cfg.MaxDeliveries,
-		MinIdle: cfg.MinIdle, ReclaimInterval: cfg.ReclaimInterval, ReadBlock: cfg.ReadBlock,
+		MinIdle:  cfg.MinIdle,
 		ReapIdle: cfg.ReapIdle, ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger: log, Metrics: m,
+		Tuning: driver.Tuning{ReclaimInterval: cfg.ReclaimInterval, ReadBlock: cfg.ReadBlock},
 	}
+	var c *driver.Consumer
+	var err error
 	if cfg.Ordered {
-		dcfg = driver.Config{Streams: cfg.Partitions, Group: cfg.Keys.Group, Consumer: cfg.Consumer,
-			Ordered: true, PartitionLease: cfg.PartitionLease, Backoff: cfg.Backoff,
+		c, err = driver.NewOrdered(rdb, driver.OrderedConfig{Streams: cfg.Partitions, Group: cfg.Keys.Group, Consumer: cfg.Consumer,
+			PartitionLease: cfg.PartitionLease, Backoff: cfg.Backoff,
 			Handler:     &orderedChaosHandler{rdb: rdb, log: cfg.OrderLog, work: cfg.MaxWork},
 			Concurrency: cfg.Concurrency, MaxDeliveries: cfg.MaxDeliveries, ShutdownTimeout: cfg.ShutdownTimeout,
-			Logger: log, Metrics: m}
+			Logger: log, Metrics: m})
+	} else {
+		c, err = driver.New(rdb, dcfg)
 	}
-	c, err := driver.New(rdb, dcfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos consumer:", err)
 		return 2

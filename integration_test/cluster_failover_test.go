@@ -113,8 +113,9 @@ func TestClusterFailover(t *testing.T) {
 				// CreateGroup stays false: a group vanishing in the failover
 				// must fail the test.
 				MaxDeliveries: driver.NoDeliveryLimit,
-				MinIdle:       time.Second, ReclaimInterval: 200 * time.Millisecond, ReadBlock: 200 * time.Millisecond,
-				Metrics: m,
+				MinIdle:       time.Second,
+				Metrics:       m,
+				Tuning:        driver.Tuning{ReclaimInterval: 200 * time.Millisecond, ReadBlock: 200 * time.Millisecond},
 			}))
 		}
 	}

@@ -116,8 +116,9 @@ func TestClusterPartition(t *testing.T) {
 			pc.run = f.RunConsumer(driver.Config{
 				Consumer: pc.name, Handler: driver.HandlerFunc(pc.handle),
 				MaxDeliveries: driver.NoDeliveryLimit,
-				MinIdle:       time.Second, ReclaimInterval: 200 * time.Millisecond, ReadBlock: 200 * time.Millisecond,
-				Metrics: s.m,
+				MinIdle:       time.Second,
+				Metrics:       s.m,
+				Tuning:        driver.Tuning{ReclaimInterval: 200 * time.Millisecond, ReadBlock: 200 * time.Millisecond},
 			})
 			consumers = append(consumers, pc)
 		}

@@ -452,8 +452,7 @@ func TestOrderedFullServer(t *testing.T) {
 				mu.Unlock()
 				return nil
 			})}
-		orderedOn(&cfg, true, f.Stream)
-		r := f.WithClient(rdb).RunConsumer(cfg)
+		r := f.WithClient(rdb).RunOrderedConsumer(inOrder(cfg, time.Second))
 		// The owner holds its first batch, its handler blocked. Fill the
 		// server, then let the handlers run.
 		f.Eventually("entries in hand", func() bool { return f.PendingCount() >= 1 })

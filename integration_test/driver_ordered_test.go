@@ -15,7 +15,7 @@ import (
 	"github.com/pelwarden/pelwarden/driver"
 )
 
-// The driver's ordered mode (Config.Ordered) on a real server, checked by
+// The driver's ordered mode (NewOrdered) on a real server, checked by
 // the order checker of TestOrderCheckerLeases: 8 partitions, per-key
 // sequence numbers produced in two halves, consumers c1 and c2, then c3
 // joins, the second half is produced, c1 crashes mid-stream (its client
@@ -96,8 +96,8 @@ func runDriverOrdered(t *testing.T, env orderedEnv) {
 		}
 		run := func(name string) *consumer {
 			rdb := env.client()
-			c, err := driver.New(rdb, driver.Config{Streams: names, Group: env.group, Consumer: name, CreateGroup: true,
-				Ordered: true, PartitionLease: lease, Handler: handler, ShutdownTimeout: 2 * time.Second})
+			c, err := driver.NewOrdered(rdb, driver.OrderedConfig{Streams: names, Group: env.group, Consumer: name, CreateGroup: true,
+				PartitionLease: lease, Handler: handler, ShutdownTimeout: 2 * time.Second})
 			require.NoError(t, err)
 			cctx, cancel := context.WithCancel(ctx)
 			x := &consumer{cancel: cancel, done: make(chan error, 1), rdb: rdb}
@@ -234,8 +234,8 @@ func TestDriverOrderedWithoutMulti(t *testing.T) {
 		rdb := restrictedClient(t, ctx, s, "nomulti-"+tag, "-multi", "-exec")
 		var mu sync.Mutex
 		got := map[string][]string{}
-		c, err := driver.New(rdb, driver.Config{Streams: names, Group: f.Group, Consumer: "c", CreateGroup: true,
-			Ordered: true, PartitionLease: time.Second,
+		c, err := driver.NewOrdered(rdb, driver.OrderedConfig{Streams: names, Group: f.Group, Consumer: "c", CreateGroup: true,
+			PartitionLease: time.Second,
 			Handler: driver.HandlerFunc(func(_ context.Context, m *driver.Message) error {
 				mu.Lock()
 				defer mu.Unlock()

@@ -219,8 +219,8 @@ func TestDriverReclaimsIdlePELAtStart(t *testing.T) {
 		}
 		require.NoError(t, s.rdb.Do(t.Context(), append(args, "IDLE", 120000, "JUSTID")...).Err())
 		m := &pelwardentest.Metrics{}
-		c := f.RunConsumer(driver.Config{Consumer: "rescuer", MinIdle: time.Minute, ReclaimInterval: time.Hour, Metrics: m,
-			Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
+		c := f.RunConsumer(driver.Config{Consumer: "rescuer", MinIdle: time.Minute, Metrics: m,
+			Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil }), Tuning: driver.Tuning{ReclaimInterval: time.Hour}})
 		f.Within(20 * time.Second).RequirePELEmpty()
 		require.NoError(t, c.Stop())
 		f.RequireAcked(ids...)

@@ -164,12 +164,14 @@ func hostileCases() []hostileCase {
 		{name: "claim/negative count", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.Count = -1 }), want: bad},
 		{name: "claim/absurd count", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.Count = math.MaxInt }), want: bad},
 		{name: "claim/negative min-idle", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.MinIdle = -time.Millisecond }), want: bad},
-		{name: "claim/negative max-deliveries", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.MaxDeliveries = -1 }), want: bad},
+		{name: "claim/max-deliveries below NoDeliveryLimit", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.MaxDeliveries = -2 }), want: bad},
 		{name: "claim/absurd max-deliveries", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.MaxDeliveries = math.MaxInt }), want: bad},
 		{name: "claim/absurd max-bytes", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.MaxBytes = math.MaxInt }), want: bad},
 		{name: "claim/negative max-bytes", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.MaxBytes = -1 }), want: bad},
 		{name: "claim/negative backoff", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.Backoff = []time.Duration{time.Second, -1} }), want: bad},
-		{name: "claim/dead-letter-only without limit", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.DeadLetterOnly, a.MaxDeliveries = true, 0 }), want: bad},
+		{name: "claim/dead-letter-only without limit", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) {
+			a.DeadLetterOnly, a.MaxDeliveries = true, pelwarden.NoDeliveryLimit
+		}), want: bad},
 		{name: "claim/malformed cursor", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.Cursor = "(1-0" }), want: badID},
 		{name: "claim/cursor past uint64", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.Cursor = "99999999999999999999-0" }), want: badID},
 		{name: "claim/cursor with NUL", call: claim(func(k pelwardentest.Keys, a *pelwarden.ClaimArgs) { a.Cursor = "1-0\x00" }), want: badID},

@@ -39,12 +39,12 @@ func killVictimMain() int {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.Addr})
 	c, err := driver.New(rdb, driver.Config{Stream: cfg.Stream, Group: cfg.Group, Consumer: "victim",
-		MinIdle: cfg.MinIdle, ReclaimInterval: cfg.MinIdle,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		MinIdle: cfg.MinIdle,
+		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 		Handler: driver.HandlerFunc(func(ctx context.Context, _ *driver.Message) error {
 			<-ctx.Done()
 			return ctx.Err()
-		})})
+		}), Tuning: driver.Tuning{ReclaimInterval: cfg.MinIdle}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "victim:", err)
 		return 2
@@ -150,7 +150,7 @@ func killAndRecover(ctx context.Context, s *target, stream string, minIdle time.
 	var killedAt, firstAt, lastAt time.Time
 	left := len(held)
 	c, err := driver.New(s.rdb, driver.Config{Stream: stream, Group: "g", Consumer: "rescuer",
-		MinIdle: minIdle, ReclaimInterval: minIdle, ReadClaim: mode, Logger: slog.New(slog.DiscardHandler),
+		MinIdle: minIdle, Logger: slog.New(slog.DiscardHandler),
 		Handler: driver.HandlerFunc(func(_ context.Context, msg *driver.Message) error {
 			if !isHeld[msg.ID] {
 				return nil
@@ -164,7 +164,7 @@ func killAndRecover(ctx context.Context, s *target, stream string, minIdle time.
 				lastAt = time.Now()
 			}
 			return nil
-		})})
+		}), Tuning: driver.Tuning{ReclaimInterval: minIdle, ReadClaim: mode}})
 	if err != nil {
 		return r, err
 	}

@@ -139,15 +139,23 @@ func modes(t *testing.T, fn func(t *testing.T, ordered bool)) {
 	}
 }
 
-// orderedOn turns cfg into an ordered consumer of stream as its one
-// partition, with a 1 s lease, when ordered is set; it returns ordered.
-func orderedOn(cfg *driver.Config, ordered bool, stream string) bool {
+// runIn runs cfg on f's stream, unordered, or when ordered is set as an
+// ordered consumer of the stream as its one partition with a 1 s lease
+// (inOrder).
+func runIn(f *pelwardentest.Fixture, cfg driver.Config, ordered bool) *pelwardentest.Consumer {
 	if ordered {
-		cfg.Ordered = true
-		cfg.Streams, cfg.Stream, cfg.DeadLetterStream = []string{stream}, "", ""
-		cfg.PartitionLease = time.Second
+		return f.RunOrderedConsumer(inOrder(cfg, time.Second))
 	}
-	return ordered
+	return f.RunConsumer(cfg)
+}
+
+// inOrder is the ordered configuration with cfg's fields that apply to
+// both modes and a lease of lease.
+func inOrder(cfg driver.Config, lease time.Duration) driver.OrderedConfig {
+	return driver.OrderedConfig{Stream: cfg.Stream, Streams: cfg.Streams, Group: cfg.Group, Consumer: cfg.Consumer,
+		Handler: cfg.Handler, MaxDeliveries: cfg.MaxDeliveries, Backoff: cfg.Backoff, PartitionLease: lease,
+		Concurrency: cfg.Concurrency, CreateGroup: cfg.CreateGroup, GroupStartID: cfg.GroupStartID,
+		ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger, Metrics: cfg.Metrics}
 }
 
 // Backoff[n-1] counts from the end of the failed attempt, in both modes:
@@ -172,10 +180,8 @@ func TestBackoffCountsFromTheFailure(t *testing.T) {
 					}
 					return nil
 				})}
-			if !orderedOn(&cfg, ordered, f.Stream) {
-				cfg.MinIdle = 2 * backoff // the backoff is below MinIdle
-			}
-			c := f.RunConsumer(cfg)
+			cfg.MinIdle = 2 * backoff // unordered: the backoff is below MinIdle
+			c := runIn(f, cfg, ordered)
 			f.RequireAcked(ids...)
 			require.NoError(t, c.Stop())
 			gaps := at.gaps(failing)
@@ -269,8 +275,7 @@ func TestDriverDeadLetterKeepsTheLastError(t *testing.T) {
 					}
 					return nil
 				})}
-			orderedOn(&cfg, ordered, f.Stream)
-			c := f.RunConsumer(cfg)
+			c := runIn(f, cfg, ordered)
 			f.RequireDeadLetterIDs(ids[1])
 			f.RequireAcked(ids[0], ids[2])
 			require.NoError(t, c.Stop())
@@ -289,12 +294,12 @@ func TestGracefulStopsSpendNoDelivery(t *testing.T) {
 		f := s.fixture(t).Within(60 * time.Second)
 		ids := f.Produce(200, nil)
 		calls := &pelwardentest.Calls{}
-		cfg := driver.Config{Consumer: "w", MaxDeliveries: 3, Concurrency: 1, Prefetch: 100,
+		cfg := driver.Config{Consumer: "w", MaxDeliveries: 3, Concurrency: 1,
 			Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
 				calls.Add(m.ID)
 				time.Sleep(10 * time.Millisecond)
 				return nil
-			})}
+			}), Tuning: driver.Tuning{Prefetch: 100}}
 		for range 5 {
 			c := f.RunConsumer(cfg)
 			time.Sleep(150 * time.Millisecond)
@@ -404,10 +409,11 @@ func TestCleanShutdownLogsNoError(t *testing.T) {
 					cfg := f.ConsumerConfig(driver.Config{Consumer: "w",
 						Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error { return nil })})
 					cfg.Logger = slog.New(logs)
-					if orderedOn(&cfg, ordered, f.Stream) {
-						cfg.PartitionLease = driver.DefaultPartitionLease // the pause stays within it
-					}
 					c, err := driver.New(rdb, cfg)
+					if ordered {
+						// The pause stays within the default lease.
+						c, err = driver.NewOrdered(rdb, inOrder(cfg, driver.DefaultPartitionLease))
+					}
 					require.NoError(t, err)
 					ctx, cancel := context.WithCancel(t.Context())
 					if end == "deadline" {

@@ -130,7 +130,7 @@ func BenchmarkOrderedRecovery(b *testing.B) {
 			opts := s.srv.Options()
 			opts.MaxRetries = -1
 			rdb := redis.NewClient(opts)
-			c, err := driver.New(rdb, driver.Config{Streams: parts, Group: "g", Consumer: name, Ordered: true,
+			c, err := driver.NewOrdered(rdb, driver.OrderedConfig{Streams: parts, Group: "g", Consumer: name,
 				Handler: driver.HandlerFunc(func(_ context.Context, m *driver.Message) error {
 					mu.Lock()
 					if handled[name] == nil {

@@ -108,7 +108,7 @@ func drainCrashed(ctx context.Context, s *target, stream string, n int, minIdle 
 	want := int64(0) // set before the crash: the live entries not deleted
 	m := &benchMetrics{}
 	c, err := driver.New(rdb, driver.Config{Stream: stream, Group: "g", Consumer: "rescuer",
-		MinIdle: minIdle, ReclaimInterval: minIdle, ReadClaim: mode, Metrics: m,
+		MinIdle: minIdle, Metrics: m,
 		Logger: slog.New(slog.DiscardHandler),
 		Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error {
 			switch handled.Add(1) {
@@ -118,7 +118,7 @@ func drainCrashed(ctx context.Context, s *target, stream string, n int, minIdle 
 				lastAt.Store(time.Now().UnixNano())
 			}
 			return nil
-		})})
+		}), Tuning: driver.Tuning{ReclaimInterval: minIdle, ReadClaim: mode}})
 	if err != nil {
 		return r, err
 	}

@@ -256,13 +256,17 @@ func drainWithDefaults(b *testing.B, ctx context.Context, rdb redis.UniversalCli
 	errs := make(chan error, consumers)
 	for i := range consumers {
 		name := string(rune('a' + i))
-		c, err := driver.New(rdb, driver.Config{Streams: parts, Group: "g", Consumer: name, Metrics: m, Ordered: ordered,
+		cfg := driver.Config{Streams: parts, Group: "g", Consumer: name, Metrics: m,
 			Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error {
 				if first.Load() == 0 {
 					first.CompareAndSwap(0, time.Now().UnixNano())
 				}
 				return nil
-			})})
+			})}
+		c, err := driver.New(rdb, cfg)
+		if ordered {
+			c, err = driver.NewOrdered(rdb, inOrder(cfg, driver.DefaultPartitionLease))
+		}
 		if err != nil {
 			b.Fatal(err)
 		}

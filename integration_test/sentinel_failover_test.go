@@ -78,8 +78,9 @@ func TestSentinelFailover(t *testing.T) {
 		t.Cleanup(func() { _ = rdb.Close() })
 		c, err := driver.New(rdb, driver.Config{
 			Stream: k.Stream, Group: k.Group, Consumer: name, Handler: driver.HandlerFunc(sf.handle),
-			MaxDeliveries: driver.NoDeliveryLimit, MinIdle: time.Second, ReclaimInterval: 200 * time.Millisecond,
-			ReadBlock: 200 * time.Millisecond, Metrics: m, Logger: sentinelLogger(t),
+			MaxDeliveries: driver.NoDeliveryLimit, MinIdle: time.Second,
+			Metrics: m, Logger: sentinelLogger(t),
+			Tuning: driver.Tuning{ReclaimInterval: 200 * time.Millisecond, ReadBlock: 200 * time.Millisecond},
 		})
 		require.NoError(t, err)
 		sc := &sentinelConsumer{done: make(chan struct{})}

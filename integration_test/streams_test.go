@@ -121,8 +121,9 @@ func (pt *partitionTest) config(consumer string) driver.Config {
 	return driver.Config{
 		Streams: pt.parts, Group: pt.group, Consumer: consumer, Handler: pt.handler(),
 		CreateGroup: true, MaxDeliveries: 2, MinIdle: 300 * time.Millisecond,
-		ReclaimInterval: 100 * time.Millisecond, ReadBlock: 200 * time.Millisecond,
+
 		ShutdownTimeout: 10 * time.Second,
+		Tuning:          driver.Tuning{ReclaimInterval: 100 * time.Millisecond, ReadBlock: 200 * time.Millisecond},
 	}
 }
 

@@ -86,6 +86,24 @@ func (f *Fixture) RunConsumer(cfg driver.Config) *Consumer {
 	if err != nil {
 		f.fatalf("RunConsumer: %v", err)
 	}
+	return f.run(dc, cfg.Consumer)
+}
+
+// RunOrderedConsumer starts an ordered driver consumer (driver.NewOrdered)
+// for the rest of the test, with the configuration OrderedConsumerConfig
+// makes of cfg, as RunConsumer does an unordered one.
+func (f *Fixture) RunOrderedConsumer(cfg driver.OrderedConfig) *Consumer {
+	f.t.Helper()
+	cfg = f.OrderedConsumerConfig(cfg)
+	dc, err := driver.NewOrdered(f.srv.client, cfg)
+	if err != nil {
+		f.fatalf("RunOrderedConsumer: %v", err)
+	}
+	return f.run(dc, cfg.Consumer)
+}
+
+// run runs dc until the test ends (see RunConsumer).
+func (f *Fixture) run(dc *driver.Consumer, name string) *Consumer {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Consumer{Consumer: dc, cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -95,10 +113,36 @@ func (f *Fixture) RunConsumer(cfg driver.Config) *Consumer {
 	t := f.t
 	t.Cleanup(func() {
 		if err := c.stop(); err != nil && !c.collected.Load() {
-			t.Errorf("pelwardentest: consumer %q on %s: Run returned %v", cfg.Consumer, f, err)
+			t.Errorf("pelwardentest: consumer %q on %s: Run returned %v", name, f, err)
 		}
 	})
 	return c
+}
+
+// OrderedConsumerConfig returns cfg, the caller's, with these fields filled
+// when zero: Stream (unless Streams is set), DeadLetterStream (with
+// Stream) and Group from the fixture's Keys; Consumer, ShutdownTimeout and
+// Logger as ConsumerConfig fills them.
+func (f *Fixture) OrderedConsumerConfig(cfg driver.OrderedConfig) driver.OrderedConfig {
+	if cfg.Stream == "" && len(cfg.Streams) == 0 {
+		cfg.Stream = f.Stream
+		if cfg.DeadLetterStream == "" {
+			cfg.DeadLetterStream = f.DeadLetterStream
+		}
+	}
+	if cfg.Group == "" {
+		cfg.Group = f.Group
+	}
+	if cfg.Consumer == "" {
+		cfg.Consumer = "consumer"
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = TestShutdownTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = f.testLogger()
+	}
+	return cfg
 }
 
 // ConsumerConfig returns cfg, the caller's, with these fields filled when
@@ -136,11 +180,18 @@ func (f *Fixture) ConsumerConfig(cfg driver.Config) driver.Config {
 		cfg.ShutdownTimeout = TestShutdownTimeout
 	}
 	if cfg.Logger == nil {
-		if l, ok := f.t.(logger); ok {
-			cfg.Logger = slog.New(slog.NewTextHandler(testLog{l}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		}
+		cfg.Logger = f.testLogger()
 	}
 	return cfg
+}
+
+// testLogger writes warnings and errors to the test's log when the T has
+// a Logf method (*testing.T has); nil otherwise (the driver's default).
+func (f *Fixture) testLogger() *slog.Logger {
+	if l, ok := f.t.(logger); ok {
+		return slog.New(slog.NewTextHandler(testLog{l}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return nil
 }
 
 // logger is the logging half of testing.TB.

@@ -74,12 +74,12 @@ type SubscriberConfig struct {
 	// context.
 	WrapHandler func(driver.Handler) driver.Handler
 	// Driver is the template of every subscription's driver.Config
-	// (MaxDeliveries, MinIdle, Backoff, MaxInHand, AckMode, Metrics and
-	// the rest keep the driver's documented defaults). Stream, Streams,
+	// (MaxDeliveries, MinIdle, Backoff, Tuning, Metrics and the rest keep
+	// the driver's documented defaults). Stream, Streams,
 	// DeadLetterStream, Group, Consumer and Handler must be empty: the
 	// Subscriber sets them. Concurrency must be 0 or 1 (NewSubscriber
 	// refuses any other value): watermill hands a subscription's messages
-	// out one at a time. ReclaimInterval defaults to
+	// out one at a time. Tuning.ReclaimInterval defaults to
 	// DefaultReclaimInterval here, CreateGroup follows RequireGroup, and
 	// ShutdownTimeout defaults to CloseTimeout + DefaultFlushTimeout (it
 	// must exceed CloseTimeout). Logger defaults to Logger.

@@ -218,10 +218,11 @@ func (d *demo) play(ctx context.Context) (*Report, error) {
 		cfg := driver.Config{
 			Stream: d.stream, Group: Group, Consumer: name, Handler: d.st.handler(c),
 			DeadLetterStream: d.dlq, MaxDeliveries: MaxDeliveries,
-			MinIdle: MinIdle, ReclaimInterval: ReclaimInterval, StallAfter: StallAfter,
-			Concurrency: concurrency, ReadBlock: 200 * time.Millisecond,
+			MinIdle: MinIdle, StallAfter: StallAfter,
+			Concurrency:     concurrency,
 			ShutdownTimeout: 5 * time.Second, CreateGroup: true,
 			Logger: logger, Metrics: c.m,
+			Tuning: driver.Tuning{ReclaimInterval: ReclaimInterval, ReadBlock: 200 * time.Millisecond},
 		}
 		if c.victim {
 			cfg.ShutdownTimeout = killTimeout

@@ -142,9 +142,10 @@ func (b *bench) newDriverRun(spec driverSpec, consumer string, h *hook, g *goal,
 	d := &driverRun{rdb: rdb, m: &counting{goal: g}, logs: newLogCounter()}
 	c, err := driver.New(rdb, driver.Config{
 		Stream: spec.k.stream, Group: benchGroup, Consumer: consumer, Handler: handler, CreateGroup: true,
-		Concurrency: spec.v.Concurrency, Prefetch: spec.v.Prefetch, ReadCount: spec.v.ReadCount, AckMode: spec.v.AckMode, ReadClaim: spec.v.ReadClaim,
-		MinIdle: spec.minIdle, ReclaimInterval: spec.reclaimInterval,
-		Logger: slog.New(d.logs), Metrics: d.m,
+		Concurrency: spec.v.Concurrency,
+		MinIdle:     spec.minIdle,
+		Logger:      slog.New(d.logs), Metrics: d.m,
+		Tuning: driver.Tuning{Prefetch: spec.v.Prefetch, ReadCount: spec.v.ReadCount, AckMode: spec.v.AckMode, ReadClaim: spec.v.ReadClaim, ReclaimInterval: spec.reclaimInterval},
 	})
 	if err != nil {
 		rdb.Close()
