@@ -28,11 +28,11 @@ type faults interface {
 
 // acker owns the acks of one lane: the queue the handler workers push the
 // ids of succeeded entries to (add), and the loop that sends them in
-// batches (start, stop). An entry stays in the tracker until its ack was
-// sent, so the lease loop keeps protecting it meanwhile.
+// batches (start, stop). An entry stays in the hand until its ack was
+// sent, so the heartbeat loop keeps protecting it meanwhile.
 type acker struct {
 	srv    laneServer
-	held   *tracker
+	hand   *hand
 	clock  clock
 	m      Metrics
 	log    *slog.Logger
@@ -183,7 +183,7 @@ func (a *acker) loop(ctx context.Context) {
 // abandon forgets acks that will not be sent, logging them.
 func (a *acker) abandon(pending []ackItem) {
 	ids := itemIDs(pending)
-	a.held.forget(ids...)
+	a.hand.forget(ids...)
 	if len(pending) > 0 {
 		a.log.Error("shutdown: acks not sent; these entries stay pending and will be handled again", "count", len(ids), "ids", firstIDs(ids))
 	}
@@ -222,7 +222,7 @@ func (a *acker) flush(ctx context.Context, pending []ackItem) ([]ackItem, bool) 
 		case errors.Is(err, pelwarden.ErrNoGroup):
 			// The group and its PEL are gone: nothing left to ack.
 			a.faults.failedForGood(ctx, "ack", err)
-			a.held.forget(itemIDs(batch)...)
+			a.hand.forget(itemIDs(batch)...)
 			pending = pending[len(batch):]
 			continue
 		default: // permanent: the consumer stops
@@ -330,11 +330,11 @@ func (a *acker) send(ctx context.Context, batch []ackItem) (ackResult, error) {
 
 // forgetAcked stops tracking a batch the server answered: the entries
 // owned elsewhere are still pending (another consumer handles them: see
-// tracker.forget), the others are gone from the PEL (see tracker.gone).
+// hand.forget), the others are gone from the PEL (see hand.gone).
 func (a *acker) forgetAcked(batch []ackItem, ownedElsewhere []string) {
 	ids := itemIDs(batch)
 	if len(ownedElsewhere) == 0 {
-		a.held.gone(ids...)
+		a.hand.gone(ids...)
 		return
 	}
 	elsewhere := make(map[string]bool, len(ownedElsewhere))
@@ -347,8 +347,8 @@ func (a *acker) forgetAcked(batch []ackItem, ownedElsewhere []string) {
 			gone = append(gone, id)
 		}
 	}
-	a.held.forget(ownedElsewhere...)
-	a.held.gone(gone...)
+	a.hand.forget(ownedElsewhere...)
+	a.hand.gone(gone...)
 }
 
 func itemIDs(items []ackItem) []string {

@@ -101,13 +101,13 @@ func TestAckerFlush(t *testing.T) {
 			require.Len(t, h.srv.pendingIDs(), c.pending)
 			require.Equal(t, len(c.errs), h.m.get(EventCommandError), "every failed attempt counted")
 			if c.ok {
-				require.Zero(t, h.l.held.count(), "sent or dropped acks are forgotten")
+				require.Zero(t, h.l.hand.count(), "sent or dropped acks are forgotten")
 			}
 		})
 	}
 }
 
-// A flushed batch is forgotten by the tracker: the acked entries as gone
+// A flushed batch is forgotten by the hand: the acked entries as gone
 // from the PEL (a claim under way that returns them has a stale copy),
 // the ones another consumer owns as only forgotten (still pending).
 func TestAckerFlushForgetsAcked(t *testing.T) {
@@ -117,7 +117,7 @@ func TestAckerFlushForgetsAcked(t *testing.T) {
 	jobs := h.read(t.Context(), 2)
 	h.clock.advance(time.Second) // past the fence: the fenced ack tells who owns what
 	h.srv.pending("other", 2, 0, ids[0])
-	claim := h.l.held.beginClaim()
+	claim := h.l.hand.beginClaim()
 	var items []ackItem
 	for _, j := range jobs {
 		items = append(items, ackItem{id: j.m.ID, ownedUntil: time.Duration(j.f.ownedUntil.Load())})
@@ -125,11 +125,11 @@ func TestAckerFlushForgetsAcked(t *testing.T) {
 	left, ok := h.l.acks.flush(t.Context(), items)
 	require.True(t, ok)
 	require.Empty(t, left)
-	require.Zero(t, h.l.held.count())
-	h.l.held.mu.Lock()
-	require.Equal(t, []string{ids[1]}, slices.Collect(maps.Keys(h.l.held.goneAt)), "only the acked one")
-	h.l.held.mu.Unlock()
-	h.l.held.endClaim(claim)
+	require.Zero(t, h.l.hand.count())
+	h.l.hand.mu.Lock()
+	require.Equal(t, []string{ids[1]}, slices.Collect(maps.Keys(h.l.hand.goneAt)), "only the acked one")
+	h.l.hand.mu.Unlock()
+	h.l.hand.endClaim(claim)
 }
 
 // The loop sends a full batch at once, the rest at the interval or when
@@ -155,7 +155,7 @@ func TestAckerLoop(t *testing.T) {
 	require.Equal(t, ids[8:], h.srv.pendingIDs(), "the final flush sent the rest")
 	require.False(t, h.l.acks.add(ids[8], time.Hour), "no acks after stop")
 	require.Equal(t, 8, h.m.get(EventAcked))
-	require.Equal(t, 2, h.l.held.count(), "the two never acked are still held")
+	require.Equal(t, 2, h.l.hand.count(), "the two never acked are still held")
 }
 
 // Without a full batch, acks go out after the interval.
@@ -232,7 +232,7 @@ func TestAckerLoopAbandons(t *testing.T) {
 		cancel()
 		<-h.l.acks.done()
 		require.Equal(t, ids, h.srv.pendingIDs())
-		require.Zero(t, h.l.held.count())
+		require.Zero(t, h.l.hand.count())
 		require.Contains(t, h.logs.String(), "acks not sent")
 	})
 	t.Run("permanent error at the final flush", func(t *testing.T) {

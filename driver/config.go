@@ -106,8 +106,8 @@ func (m ReadClaimMode) String() string {
 	return fmt.Sprintf("ReadClaimMode(%d)", int(m))
 }
 
-// NoLease as Config.LeaseInterval disables the lease heartbeat.
-const NoLease = -1
+// NoHeartbeat as Config.HeartbeatInterval disables the heartbeat.
+const NoHeartbeat = -1
 
 // NoStallCheck as Config.StallAfter disables the stall check.
 const NoStallCheck = -1
@@ -162,7 +162,7 @@ type Config struct {
 	MaxDeliveries int
 	// MinIdle: a pending entry idle this long is considered abandoned and
 	// may be reclaimed by any consumer. Keep it well above the p99 handling
-	// time; slow handlers are protected by the lease heartbeat, which
+	// time; slow handlers are protected by the heartbeat, which
 	// extends in-flight entries every MinIdle/3. Defaults to DefaultMinIdle;
 	// at least 10ms.
 	MinIdle time.Duration
@@ -269,18 +269,18 @@ type Config struct {
 }
 
 // Tuning holds a Consumer's flow-control and batching knobs: the window,
-// the reads, claim pages and acks, the lease heartbeat and the reclaim
+// the reads, claim pages and acks, the heartbeat and the reclaim
 // interval. The defaults are the fast configuration, measured side by side
 // with the alternatives (BENCHMARKS.md); a zero field means its default.
 type Tuning struct {
-	// LeaseInterval: in-flight entries whose handler has run this long get
-	// their lease extended, and again every LeaseInterval, so a slow but
+	// HeartbeatInterval: in-flight entries whose handler has run this long get
+	// their lease extended, and again every HeartbeatInterval, so a slow but
 	// healthy handler is not reclaimed by another consumer. Defaults to
-	// MinIdle/3; must be below MinIdle. NoLease disables the heartbeat;
+	// MinIdle/3; must be below MinIdle. NoHeartbeat disables the heartbeat;
 	// an entry held past MinIdle may then be taken over by whichever
 	// consumer claims it first, this one included (its own reclaim pass,
 	// or its own read where reads claim, takes it back from itself).
-	LeaseInterval time.Duration
+	HeartbeatInterval time.Duration
 	// ReclaimInterval between reclaim passes (the first runs at start).
 	// Defaults to DefaultReclaimInterval.
 	ReclaimInterval time.Duration
@@ -363,8 +363,8 @@ func (c Config) withDefaults() Config {
 	if c.MinIdle == 0 {
 		c.MinIdle = DefaultMinIdle
 	}
-	if c.LeaseInterval == 0 {
-		c.LeaseInterval = c.MinIdle / 3
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = c.MinIdle / 3
 	}
 	if c.ReclaimInterval == 0 {
 		c.ReclaimInterval = DefaultReclaimInterval
@@ -511,7 +511,7 @@ func (c Config) deadLetterStreamOf(stream string) string {
 
 // tuningFields are the fields of Tuning, which errors name as
 // "Config.Tuning.X".
-var tuningFields = map[string]bool{"LeaseInterval": true, "ReclaimInterval": true, "ReadClaim": true, "MaxInHand": true,
+var tuningFields = map[string]bool{"HeartbeatInterval": true, "ReclaimInterval": true, "ReadClaim": true, "MaxInHand": true,
 	"MaxInHandBytes": true, "Prefetch": true, "ReadBlock": true, "ReadCount": true, "ClaimCount": true,
 	"AckBatch": true, "AckInterval": true, "AckMode": true}
 
@@ -549,8 +549,8 @@ func (c Config) validate() error {
 	if c.MinIdle < 10*time.Millisecond {
 		return bad("MinIdle", "must be at least 10ms, got %v", c.MinIdle)
 	}
-	if c.LeaseInterval != NoLease && (c.LeaseInterval <= 0 || c.LeaseInterval >= c.MinIdle) {
-		return bad("LeaseInterval", "must be positive and below MinIdle (%v), or NoLease; got %v", c.MinIdle, c.LeaseInterval)
+	if c.HeartbeatInterval != NoHeartbeat && (c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.MinIdle) {
+		return bad("HeartbeatInterval", "must be positive and below MinIdle (%v), or NoHeartbeat; got %v", c.MinIdle, c.HeartbeatInterval)
 	}
 	if c.ReclaimInterval < 0 {
 		return bad("ReclaimInterval", "must be positive, got %v", c.ReclaimInterval)

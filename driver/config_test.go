@@ -35,7 +35,7 @@ func TestNewValidatesAndNamesTheField(t *testing.T) {
 		{"MaxDeliveries", func(c *Config) { c.MaxDeliveries = -2 }},
 		{"MinIdle", func(c *Config) { c.MinIdle = time.Millisecond }},
 		{"MinIdle", func(c *Config) { c.MinIdle = -time.Second }},
-		{"Tuning.LeaseInterval", func(c *Config) { c.LeaseInterval = 2 * time.Minute }},
+		{"Tuning.HeartbeatInterval", func(c *Config) { c.HeartbeatInterval = 2 * time.Minute }},
 		{"Tuning.ReclaimInterval", func(c *Config) { c.ReclaimInterval = -1 }},
 		{"Backoff[1]", func(c *Config) { c.Backoff = []time.Duration{time.Second, -time.Second} }},
 		{"Concurrency", func(c *Config) { c.Concurrency = -1 }},
@@ -126,7 +126,7 @@ func TestNewFillsDefaultsWithoutMutating(t *testing.T) {
 	require.Equal(t, "{orders}:dead", got.DeadLetterStream)
 	require.Equal(t, DefaultMaxDeliveries, got.MaxDeliveries)
 	require.Equal(t, DefaultMinIdle, got.MinIdle)
-	require.Equal(t, DefaultMinIdle/3, got.LeaseInterval)
+	require.Equal(t, DefaultMinIdle/3, got.HeartbeatInterval)
 	require.Equal(t, DefaultReclaimInterval, got.ReclaimInterval)
 	require.Equal(t, DefaultMinIdle+3*DefaultReclaimInterval, got.StallAfter)
 	require.Equal(t, DefaultConcurrency, got.Concurrency)

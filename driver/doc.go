@@ -56,9 +56,9 @@
 // workers shared by all streams, and a lane per stream (lane.go). Each
 // lane has these goroutines; arrows are the queues between them:
 //
-//		read loop ──XREADGROUP──┐                      ┌─> acker ──ack fn / XACK──> Redis
-//		reclaim loop ──claim fn─┼─> tracker + job queue ─> Concurrency workers (handlers)
-//		lease loop ──extend fn──┘   (window: room)        └─> dead-letter / release fns
+//		read loop ──XREADGROUP─────┐                      ┌─> acker ──ack fn / XACK──> Redis
+//		reclaim loop ──claim fn────┼─> hand + job queue ─> Concurrency workers (handlers)
+//		heartbeat loop ──extend fn─┘   (window: room)        └─> dead-letter / release fns
 //		upkeep loop ──reap fn, XTRIM of the dead-letter stream
 //		trim loop ──trim fn
 //		stall check ──XPENDING IDLE
@@ -70,7 +70,7 @@
 //	    over after MaxDeliveries deliveries are dead-lettered by the
 //	    library before any handler sees them.
 //	    dispatch (readloop.go too) is where read and reclaimed entries
-//	    enter the tracker and the job queue.
+//	    enter the hand and the job queue.
 //	  - reclaim loop (reclaim.go): at start and every ReclaimInterval, when
 //	    something is idle, a pass of claim-function pages until the cursor
 //	    returns; the function dead-letters entries delivered MaxDeliveries
@@ -92,9 +92,9 @@
 //	  - acker (acker.go): owns the lane's ack queue and the loop that sends
 //	    it in batches, fenced where a takeover was possible; started and
 //	    stopped by the session, it flushes within ShutdownTimeout.
-//	  - lease loop (lease.go): extends the lease of entries held longer than
-//	    LeaseInterval, cancels handlers whose entry was taken over, holds
-//	    long RetryAfter delays.
+//	  - heartbeat loop (heartbeat.go): resets the idle time of entries in
+//	    hand longer than HeartbeatInterval (the extend function), cancels
+//	    handlers whose entry was taken over, holds long RetryAfter delays.
 //
 // # Ordered mode
 //
@@ -102,18 +102,18 @@
 // session with lanes: none of the loops above run.
 //
 //	balancer ──heartbeat (memberServer: MembersKey)──> share (share.go)
-//	   └─ lease fn: acquire up to the share ─> one owner per partition held
-//	owner (owner.go) ──lease_next fn: fence, renew, acks, next batch─────────┐
+//	   └─ lease fn: acquire up to the share ─> one tenure per partition held
+//	tenure (tenure.go) ──lease_next fn: fence, renew, acks, next batch────────┐
 //	   │  (behind a call that found nothing pending: lease_next + a plain   │
 //	   │  XREADGROUP in one MULTI/EXEC, LeaseNextRead)                      │
 //	   │  renews (lease fn) while it waits: a place, a pause                │
-//	   └─ handler on the owner's goroutine (one of Concurrency places) <────┘
+//	   └─ handler on the tenure's goroutine (one of Concurrency places) <───┘
 //	      leaseWatch (leasewatch.go) renews meanwhile, or cancels it
 //	   hand-over (balancer or shutdown): lease_release fn with the last acks
 //
 //	  - ordered.go: the run, its start and shutdown, the balancer's round
 //	    (heartbeat, shares, hand-overs, acquisitions).
-//	  - owner.go: one partition from acquisition to hand-over or loss: the
+//	  - tenure.go: one partition from acquisition to hand-over or loss: the
 //	    ordered step, renewals and the local validity (PartitionLease less
 //	    a quarter, from the last renewal's send), the handler, its
 //	    outcome, the blocked head; leasewatch.go: the lease while a handler
@@ -123,11 +123,13 @@
 //	    orderedconfig.go: ordered mode's
 //	    Config checks and intervals; share.go: the share rule.
 //
-// One entry, from read to ack, passes through four files: readloop.go
-// (read, dispatch), tracker.go (held in hand, queued for a worker),
-// work.go (its handler and outcome), acker.go (queued, sent, forgotten).
+// One new entry, from read to ack, passes through these files: readloop.go
+// (the read, dispatch), server.go (the XREADGROUP and its decoding),
+// window.go (its room), hand.go (in hand), jobqueue.go and entryctx.go
+// (queued for a worker, its context), work.go and handler.go (its handler
+// and outcome), acker.go (queued, sent, forgotten).
 //
-// The tracker owns the entries in hand; the window (window.go) decides how
+// The hand owns the entries in hand; the window (window.go) decides how
 // many more the loops may fetch, and pauses them while the server refuses
 // writes for lack of memory. A lane reaches the server only through its
 // laneServer (server.go: read, claim, ack, extend, release, dead-letter,
@@ -140,7 +142,7 @@
 // These words mean one thing each in the driver's code and comments:
 //
 //   - in hand: an entry dispatched to this consumer (read or claimed) and
-//     not yet settled; the tracker owns them.
+//     not yet settled; the hand owns them.
 //   - settle: an entry in hand is settled when this consumer is done with
 //     it: its outcome reached the server (acked, dead-lettered, released)
 //     or it is left pending for another delivery (its lease lost, the
@@ -149,7 +151,7 @@
 //   - release: only the library's release call (pelwarden.Library.Release),
 //     which makes an entry this consumer owns claimable after a delay.
 //     Ending a handler's context is finishing it (entryContext.finish).
-//   - forget and gone: the tracker's two ways to stop tracking a settled
+//   - forget and gone: the hand's two ways to stop tracking a settled
 //     entry: forget when it is still pending on the server, gone when it
 //     left the PEL (acked, dead-lettered), which a claim under way must
 //     know (see claimTicket).

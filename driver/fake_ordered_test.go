@@ -77,7 +77,7 @@ func (w *fakeWorld) add(stream string, n int) []string {
 	return ids
 }
 
-// deliver hands stream's next n entries to owner, as a read would: they
+// deliver hands stream's next n entries to holder, as a read would: they
 // are pending there, delivered once.
 func (w *fakeWorld) deliver(stream, owner string, n int) {
 	w.mu.Lock()
@@ -159,7 +159,7 @@ func (w *fakeWorld) releaseAcks(consumer, stream string) []string {
 	return slices.Clone(w.acks["releaseLease "+consumer+" "+stream])
 }
 
-// owners returns how many partitions each consumer's lease holds now
+// holders returns how many partitions each consumer's lease holds now
 // (expired leases count as free).
 func (w *fakeWorld) owners() map[string]int {
 	w.mu.Lock()
@@ -173,7 +173,7 @@ func (w *fakeWorld) owners() map[string]int {
 	return out
 }
 
-// lease returns stream's lease: owner and token.
+// lease returns stream's lease: holder and token.
 func (w *fakeWorld) lease(stream string) (string, int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -195,7 +195,7 @@ func (w *fakeWorld) deadOf(stream string) []string {
 }
 
 // pass advances the clock by d in steps of step, giving the consumers'
-// owners real time after each step to look at the clock and renew.
+// holders real time after each step to look at the clock and renew.
 func (w *fakeWorld) pass(d, step time.Duration) {
 	for moved := time.Duration(0); moved < d; moved += step {
 		w.clock.advance(min(step, d-moved))

@@ -106,7 +106,7 @@ func (e *RetryAfterError) Unwrap() error { return e.Err }
 
 // RetryAfter leaves the entry pending and keeps it from being redelivered
 // before d. A delay up to MinIdle is recorded on the server (any consumer
-// honours it); a longer one is held by this consumer's lease heartbeat while
+// honours it); a longer one is held by this consumer's heartbeat while
 // it runs, and cut to MinIdle if it stops first. Zero or negative d retries
 // at the next reclaim pass. It returns a *RetryAfterError.
 func RetryAfter(d time.Duration, err error) error { return &RetryAfterError{Delay: d, Err: err} }

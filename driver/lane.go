@@ -34,16 +34,16 @@ type lane struct {
 	flow  *window      // the session's
 	jobs  *jobQueue    // the session's
 
-	held *tracker // the entries of this stream in hand
-	acks *acker   // sends the acks of entries whose handler succeeded
+	hand *hand  // the entries of this stream in hand
+	acks *acker // sends the acks of entries whose handler succeeded
 
-	// inHand counts entries dispatched whose handler has not finished
-	// (queued or running; see leftHand); readIdle is set while the last
+	// unfinished counts entries dispatched whose handler has not finished
+	// (queued or running; see handlerDone); readIdle is set while the last
 	// read found nothing new.
 	// Together they tell the acker when to flush without waiting for a
 	// full batch (see drained).
-	inHand   atomic.Int64
-	readIdle atomic.Bool
+	unfinished atomic.Int64
+	readIdle   atomic.Bool
 
 	// readClaim is set while the lane's reads take idle entries over
 	// (XREADGROUP ... CLAIM MinIdle): see detectReadClaim.
@@ -91,10 +91,10 @@ func newLane(s *session, sc *streamScope, srv laneServer, clk clock, single bool
 		cfg: cfg, log: log, m: cfg.Metrics, single: single,
 		srv: srv, clock: clk,
 		sess: s, scope: sc, flow: s.flow, jobs: s.jobs,
-		held: newTracker(clk), reclaimNow: make(chan struct{}, 1),
+		hand: newHand(clk), reclaimNow: make(chan struct{}, 1),
 	}
 	l.acks = newAcker(acker{
-		srv: srv, held: l.held, clock: clk, m: cfg.Metrics, log: log, faults: l,
+		srv: srv, hand: l.hand, clock: clk, m: cfg.Metrics, log: log, faults: l,
 		batch: cfg.AckBatch, limit: ackLimit, interval: min(cfg.AckInterval, cfg.MinIdle/4),
 		flushTimeout: cfg.ShutdownTimeout,
 	})
@@ -108,7 +108,7 @@ func newLane(s *session, sc *streamScope, srv laneServer, clk clock, single bool
 func (l *lane) startLoops(ctx, handlerCtx context.Context, loops *sync.WaitGroup) {
 	loops.Go(func() { l.readLoop(ctx, handlerCtx) })
 	loops.Go(func() { l.reclaimLoop(ctx, handlerCtx) })
-	loops.Go(func() { l.leaseLoop(ctx) })
+	loops.Go(func() { l.heartbeatLoop(ctx) })
 	if l.cfg.ReapIdle > 0 || l.cfg.DeadLetterMaxAge > 0 || l.cfg.DeadLetterMaxLen > 0 {
 		loops.Go(func() { l.upkeepLoop(ctx) })
 	}
@@ -136,10 +136,10 @@ func (l *lane) failedForGood(ctx context.Context, what string, err error) bool {
 	return l.sess.failedForGood(ctx, l.scope, what, err)
 }
 
-// leaseFrom is the lease of entries whose idle time a call begun at began
+// idleResetFrom is the lease of entries whose idle time a call begun at began
 // (a clock reading) reset: a read, a claim or an extension.
-func (l *lane) leaseFrom(began time.Duration) lease {
-	return lease{from: began, ownedUntil: l.fenceFrom(began)}
+func (l *lane) idleResetFrom(began time.Duration) idleReset {
+	return idleReset{from: began, ownedUntil: l.fenceFrom(began)}
 }
 
 // fenceFrom returns when entries delivered (or extended) by a call begun
@@ -157,12 +157,12 @@ func (l *lane) fenceFrom(began time.Duration) time.Duration {
 	return began + l.cfg.MinIdle/2
 }
 
-// leftHand notes that an entry dispatched to the workers left them: its
+// handlerDone notes that an entry dispatched to the workers left them: its
 // handler ran and its outcome was applied (or, for a success, queued for
 // the acker), or it was skipped at dispatch or at shutdown. It counts
-// inHand down, and tells the acker to flush once the lane has drained.
-func (l *lane) leftHand() {
-	if l.inHand.Add(-1) == 0 && l.readIdle.Load() {
+// unfinished down, and tells the acker to flush once the lane has drained.
+func (l *lane) handlerDone() {
+	if l.unfinished.Add(-1) == 0 && l.readIdle.Load() {
 		l.acks.drained()
 	}
 }
@@ -171,9 +171,9 @@ func (l *lane) leftHand() {
 // entry is released by releaseUnstarted.
 func (l *lane) skip(j job) {
 	j.f.ctx.finish()
-	l.held.skipped(j.m.ID)
+	l.hand.skipped(j.m.ID)
 	l.flow.free(j.f.bytes)
-	l.leftHand()
+	l.handlerDone()
 }
 
 // releaseUnstarted makes the entries skipped at shutdown claimable by other
@@ -181,7 +181,7 @@ func (l *lane) skip(j job) {
 // a graceful stop spends no attempt of an entry no handler started (a
 // fenced give-back: entries taken over meanwhile are left alone).
 func (l *lane) releaseUnstarted(ctx context.Context) {
-	ids := l.held.takeUnstarted()
+	ids := l.hand.takeUnstarted()
 	if len(ids) > 0 {
 		l.log.Info("shutdown: releasing queued entries no handler had started", "count", len(ids))
 	}

@@ -26,7 +26,7 @@ func TestReadLoop(t *testing.T) {
 			got = append(got, j.m.ID)
 		}
 		require.Equal(t, ids, got)
-		require.Equal(t, int64(3), h.l.inHand.Load())
+		require.Equal(t, int64(3), h.l.unfinished.Load())
 		require.GreaterOrEqual(t, h.m.get(EventCommandError), 1)
 	})
 	t.Run("the group is gone", func(t *testing.T) {

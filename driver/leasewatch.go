@@ -1,25 +1,25 @@
 package driver
 
-// The lease of a partition while its owner's goroutine runs a handler.
+// The lease of a partition while its holder's goroutine runs a handler.
 
 import (
 	"sync"
 	"time"
 )
 
-// leaseWatch keeps an owner's lease while a handler runs on the owner's
+// leaseWatch keeps a holder's lease while a handler runs on the holder's
 // own goroutine. arm starts it before the handler, disarm ends it after:
 // a handler that returns within the run's tick costs a timer reset and
 // nothing else. Past the tick, a goroutine looks at the lease every tick
-// (owner.keep: it renews the lease when a renewal is due), and once the
-// lease is lost it cancels the owner's handler context with
+// (tenure.keep: it renews the lease when a renewal is due), and once the
+// lease is lost it cancels the holder's handler context with
 // ErrLostOwnership and stops.
 //
-// While armed, only the watch goroutine touches the owner's lease state
-// (the owner's goroutine is in the handler); disarm waits for it to end,
-// so the owner reads that state afterwards without a lock.
+// While armed, only the watch goroutine touches the holder's lease state
+// (the holder's goroutine is in the handler); disarm waits for it to end,
+// so the holder reads that state afterwards without a lock.
 type leaseWatch struct {
-	o     *owner
+	o     *tenure
 	timer *time.Timer // runs fire one tick after arm; nil until the first arm
 
 	mu       sync.Mutex

@@ -5,7 +5,7 @@ package driver
 //
 //	balancer ──heartbeat (memberServer)──> live members ──> share
 //	   │  acquire (lease fn) up to the share, hand extras over
-//	   └─> one owner per partition held (owner.go):
+//	   └─> one holder per partition held (tenure.go):
 //	          next (lease_next fn: fence, renew, acks, give-backs, next batch)
 //	          ──> handler (one place of Concurrency) ──> outcome
 //	          renew (lease fn) while it waits; release (lease_release fn)
@@ -24,7 +24,7 @@ import (
 
 // partition is one partition of an ordered run: its stream's scope
 // (configuration, log) and its server, srv (the scope's server, as the
-// partition's owner uses it).
+// partition's holder uses it).
 type partition struct {
 	index int
 	*streamScope
@@ -41,7 +41,7 @@ type orderedRun struct {
 	// Real-time periods; the tests shorten them. Every decision about a
 	// lease reads clock, so they only say how often it is looked at.
 	balanceEvery time.Duration // the balancer's round
-	tick         time.Duration // how often a waiting owner looks at the clock
+	tick         time.Duration // how often a waiting holder looks at the clock
 	idleMax      time.Duration // the longest pause of an idle partition between next calls
 
 	places chan struct{} // Concurrency places for handlers: take one to run
@@ -52,11 +52,11 @@ type orderedRun struct {
 	// shutdown's first ShutdownTimeout.
 	handlerCtx context.Context
 
-	mu        sync.Mutex
-	owners    map[int]*owner // partitions with a running owner
-	lastLive  []string       // the members the last heartbeat saw
-	seen      int            // heartbeats that landed
-	ownersRun sync.WaitGroup
+	mu         sync.Mutex
+	tenures    map[int]*tenure // partitions with a running holder
+	lastLive   []string        // the members the last heartbeat saw
+	seen       int             // heartbeats that landed
+	tenuresRun sync.WaitGroup
 }
 
 // newOrderedRun returns the state of an ordered Run of cfg (defaults
@@ -69,7 +69,7 @@ func newOrderedRun(cfg Config, log *slog.Logger, lib loader, partitionOf func(Co
 		tick:         cfg.partitionLease / 20,
 		idleMax:      min(cfg.ReadBlock/4, cfg.partitionLease/4),
 		places:       make(chan struct{}, cfg.Concurrency),
-		owners:       map[int]*owner{},
+		tenures:      map[int]*tenure{},
 	}
 	for range cfg.Concurrency {
 		r.places <- struct{}{}
@@ -121,7 +121,7 @@ func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err 
 	<-balanced
 
 	// The shutdown: this consumer leaves the membership first, so that
-	// the others' next round counts it out, then every owner hands its
+	// the others' next round counts it out, then every holder hands its
 	// partition over at the next boundary (at once when idle, after its
 	// handler otherwise); handlers get ShutdownTimeout to finish, then
 	// their contexts are cancelled.
@@ -131,17 +131,17 @@ func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err 
 		r.commandError(nil, "leave membership", err, 0)
 	}
 	r.mu.Lock()
-	for _, o := range r.owners {
+	for _, o := range r.tenures {
 		o.handOverSoon()
 	}
 	r.mu.Unlock()
 	done := make(chan struct{})
-	go func() { r.ownersRun.Wait(); close(done) }()
+	go func() { r.tenuresRun.Wait(); close(done) }()
 	if !waitOrTimeout(done, cfg.ShutdownTimeout) {
-		r.log.Warn("shutdown timeout: cancelling handlers; their entries stay pending for the partitions' next owners", "owned", r.ownedCount())
+		r.log.Warn("shutdown timeout: cancelling handlers; their entries stay pending for the partitions' next owners", "owned", r.tenureCount())
 		cancelHandlers()
 		if !waitOrTimeout(done, cfg.ShutdownTimeout) {
-			r.log.Error("handlers ignored their cancelled context; abandoned (their outcome is discarded, entries stay pending)", "owned", r.ownedCount())
+			r.log.Error("handlers ignored their cancelled context; abandoned (their outcome is discarded, entries stay pending)", "owned", r.tenureCount())
 			lingering = done
 		}
 	}
@@ -149,14 +149,14 @@ func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err 
 }
 
 // balance is one round of the balancer: a heartbeat, then this consumer's
-// share of the partitions among the live members (shareOf); owners beyond
+// share of the partitions among the live members (shareOf); holders beyond
 // it hand their partitions over, and free partitions are acquired up to
 // it, the search starting at this consumer's rank's part of the list.
 // Nothing is acquired before the second heartbeat landed. It returns
 // when the next round is due: balanceEvery, or sooner when a partition
 // this consumer wants is held under a lease that expires before that (a
-// crashed owner's): just after the expiry, so the partition runs again
-// PartitionLease after its owner's last renewal, not up to a round later.
+// crashed holder's): just after the expiry, so the partition runs again
+// PartitionLease after its holder's last renewal, not up to a round later.
 func (r *orderedRun) balance(ctx context.Context) (next time.Duration) {
 	next = r.balanceEvery
 	hctx, cancel := context.WithTimeout(ctx, r.cfg.partitionLease)
@@ -189,7 +189,7 @@ func (r *orderedRun) balance(ctx context.Context) (next time.Duration) {
 	share := shareOf(live, self, n)
 	kept := 0
 	for i := n - 1; i >= 0; i-- {
-		o := r.owners[i]
+		o := r.tenures[i]
 		if o == nil || o.handingOver() {
 			continue
 		}
@@ -205,7 +205,7 @@ func (r *orderedRun) balance(ctx context.Context) (next time.Duration) {
 		start := rankOf(live, self) * n / max(len(live), 1)
 		for k := range n {
 			p := r.parts[(start+k)%n]
-			if r.owners[p.index] == nil {
+			if r.tenures[p.index] == nil {
 				free = append(free, p)
 			}
 		}
@@ -232,7 +232,7 @@ func (r *orderedRun) balance(ctx context.Context) (next time.Duration) {
 const expirySlack = 2 * time.Millisecond
 
 // acquire tries to take p's lease and, when it is taken, starts its
-// owner. It reports whether it did and, when another consumer holds the
+// holder. It reports whether it did and, when another consumer holds the
 // lease, the time its lease has left.
 func (r *orderedRun) acquire(ctx context.Context, p *partition) (held bool, left time.Duration) {
 	ttl := r.cfg.partitionLease
@@ -249,41 +249,41 @@ func (r *orderedRun) acquire(ctx context.Context, p *partition) (held bool, left
 	if !l.Held {
 		return false, l.TTL
 	}
-	o := newOwner(r, p, l.Token, sent)
+	o := newTenure(r, p, l.Token, sent)
 	r.mu.Lock()
 	if closedNow(ctx.Done()) {
 		r.mu.Unlock()
 		o.releaseLease() // the shutdown began: give it back at once
 		return false, 0
 	}
-	r.owners[p.index] = o
-	r.ownersRun.Add(1)
+	r.tenures[p.index] = o
+	r.tenuresRun.Add(1)
 	r.mu.Unlock()
 	r.m.Count(EventLeaseAcquired, 1)
 	p.log.Info("partition acquired", "token", l.Token)
 	go func() {
-		defer r.ownersRun.Done()
+		defer r.tenuresRun.Done()
 		o.own()
 		r.mu.Lock()
-		delete(r.owners, p.index)
+		delete(r.tenures, p.index)
 		r.mu.Unlock()
 	}()
 	return true, 0
 }
 
-// ownedCount is how many partitions have a running owner.
-func (r *orderedRun) ownedCount() int {
+// tenureCount is how many partitions have a running holder.
+func (r *orderedRun) tenureCount() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.owners)
+	return len(r.tenures)
 }
 
-// errLeaseLapsed: the owner could not renew its lease before PartitionLease
+// errLeaseLapsed: the holder could not renew its lease before PartitionLease
 // less its margin had passed since it sent its last renewal.
 var errLeaseLapsed = errors.New("partition lease not renewed in time")
 
-// callFailed handles a call of p's owner that failed for good (see
-// core.failedForGood); a lease that lapsed meanwhile only ends the owner.
+// callFailed handles a call of p's holder that failed for good (see
+// core.failedForGood); a lease that lapsed meanwhile only ends the holder.
 func (r *orderedRun) callFailed(p *partition, what string, err error) {
 	if !errors.Is(err, errLeaseLapsed) {
 		r.failedForGood(r.bg, p.streamScope, what, err)

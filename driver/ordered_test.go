@@ -108,8 +108,8 @@ func TestOrderedSpreadAndGracefulHandOver(t *testing.T) {
 	}
 }
 
-// A new owner handles the partition's pending entries first (an old
-// owner's, in id order, each delivered once more), then new ones; every
+// A new holder handles the partition's pending entries first (an old
+// holder's, in id order, each delivered once more), then new ones; every
 // one is acked by the call that fetches the next, and the last by the
 // release of a graceful stop.
 func TestOrderedHandlesInOrderPendingFirst(t *testing.T) {
@@ -147,7 +147,7 @@ func TestOrderedHandlesInOrderPendingFirst(t *testing.T) {
 	require.Equal(t, 8, a.m.get(EventAcked))
 }
 
-// A graceful stop while a handler runs: the owner waits for it, then the
+// A graceful stop while a handler runs: the holder waits for it, then the
 // release call carries its ack (lease_release acks in the same call).
 func TestOrderedStopReleasesWithTheLastAck(t *testing.T) {
 	t.Parallel()
@@ -181,7 +181,7 @@ func TestOrderedStopReleasesWithTheLastAck(t *testing.T) {
 	require.Equal(t, 1, a.m.get(EventAcked))
 }
 
-// A slow handler keeps its partition: the owner renews the lease every
+// A slow handler keeps its partition: the holder renews the lease every
 // PartitionLease/3 while it runs, with the same token, however long it
 // takes; no lease is lost and the entry is acked once it returns.
 func TestOrderedRenewsWhileTheHandlerRuns(t *testing.T) {
@@ -202,7 +202,7 @@ func TestOrderedRenewsWhileTheHandlerRuns(t *testing.T) {
 	<-started
 	renewals := w.callCount("acquire", "a", streams[0])
 	// Small steps of the fake clock: a renewal is due every 10s of it, and
-	// the owner's real-time ticks must see each one (under -race and the
+	// the holder's real-time ticks must see each one (under -race and the
 	// other parallel tests a goroutine can wait tens of ms for a core).
 	w.pass(3*testPartitionLease, 250*time.Millisecond)
 	eventually(t, "renewed about every 10s of 90s", func() bool { return w.callCount("acquire", "a", streams[0])-renewals >= 8 })
@@ -216,11 +216,11 @@ func TestOrderedRenewsWhileTheHandlerRuns(t *testing.T) {
 	require.Equal(t, 1, a.m.get(EventHandled))
 }
 
-// A crashed owner (cut off: it cannot renew, release or heartbeat): its
+// A crashed holder (cut off: it cannot renew, release or heartbeat): its
 // partitions free when their leases expire, by the server's clock, and
 // the survivor takes them all (the crashed member's heartbeat lapses too)
-// and handles what was left, from the crashed owner's pending entry on.
-// The crashed owner stops handling once its local validity passed.
+// and handles what was left, from the crashed holder's pending entry on.
+// The crashed holder stops handling once its local validity passed.
 func TestOrderedCrashedOwnerFreesAtExpiry(t *testing.T) {
 	t.Parallel()
 	streams := testPartitions(t, 4)
@@ -269,7 +269,7 @@ func TestOrderedCrashedOwnerFreesAtExpiry(t *testing.T) {
 // The server answers a renewal that another consumer holds the lease now
 // (it lapsed and was taken): the running handler's context is cancelled
 // with ErrLostOwnership, its success is dropped (not acked: the entry
-// stays pending for the new owner), and the partition is not touched
+// stays pending for the new holder), and the partition is not touched
 // again while the other consumer holds it.
 func TestOrderedLostLeaseCancelsTheHandler(t *testing.T) {
 	t.Parallel()
@@ -283,7 +283,7 @@ func TestOrderedLostLeaseCancelsTheHandler(t *testing.T) {
 			close(started)
 			<-ctx.Done()
 			causes <- context.Cause(ctx)
-			return nil // a success the owner must drop
+			return nil // a success the holder must drop
 		})
 	})
 	<-started
@@ -302,11 +302,11 @@ func TestOrderedLostLeaseCancelsTheHandler(t *testing.T) {
 	require.Equal(t, "thief", owner)
 }
 
-// The fence: the lease moved while the owner ran a batch (no renewal was
-// due, and the lease was valid by the owner's clock, which a real server's
+// The fence: the lease moved while the holder ran a batch (no renewal was
+// due, and the lease was valid by the holder's clock, which a real server's
 // expiry never allows: the test moves it by hand), so the next call, which
 // carries the handled entries' acks, is refused whole: nothing acked,
-// nothing more handed out, the partition left to its new owner.
+// nothing more handed out, the partition left to its new holder.
 func TestOrderedFenceRefusesTheOldOwnersAck(t *testing.T) {
 	t.Parallel()
 	streams := testPartitions(t, 1)
@@ -348,7 +348,7 @@ func TestOrderedStopsOnNoPermission(t *testing.T) {
 	}
 }
 
-// Cut off while a handler runs, the owner cannot renew: it cancels the
+// Cut off while a handler runs, the holder cannot renew: it cancels the
 // handler with ErrLostOwnership once PartitionLease less its margin has
 // passed since it SENT its last successful renewal (here a renewal that
 // took 5s of the clock: the validity runs from before it), not before.
@@ -373,7 +373,7 @@ func TestOrderedLeaseLapsesByTheLocalClock(t *testing.T) {
 			<-ctx.Done()
 			w.cutOff("a", false) // the server is back: the release lands
 			causes <- context.Cause(ctx)
-			return nil // a success the owner must drop
+			return nil // a success the holder must drop
 		})
 	})
 	t.Cleanup(func() { close(later) }) // before the stop
@@ -616,7 +616,7 @@ func TestOrderedAcquiresNothingWithoutAView(t *testing.T) {
 }
 
 // A server at maxmemory refuses lease_next (it may dead-letter) but runs
-// the lease function: the owner keeps renewing between its retries, so it
+// the lease function: the holder keeps renewing between its retries, so it
 // keeps the partition through a long refusal, and goes on where it was.
 func TestOrderedKeepsTheLeaseWhileTheServerIsFull(t *testing.T) {
 	t.Parallel()
@@ -640,8 +640,8 @@ func TestOrderedKeepsTheLeaseWhileTheServerIsFull(t *testing.T) {
 }
 
 // A rebalance while the partition given back has a handler running: the
-// owner lets it finish (the lease stays its own, renewed, so the joining
-// consumer cannot take it), then releases with its ack; the new owner
+// holder lets it finish (the lease stays its own, renewed, so the joining
+// consumer cannot take it), then releases with its ack; the new holder
 // goes on from the next entry. Never two handlers of the partition.
 func TestOrderedHandOverWaitsForTheRunningHandler(t *testing.T) {
 	t.Parallel()
@@ -726,8 +726,8 @@ func TestOrderedFailedHeadGivesBackItsBatch(t *testing.T) {
 }
 
 // A graceful stop in the middle of a batch: the release acks what was
-// handled and gives the rest back, so the next owner runs it from
-// delivery 1, in order, after the entries the first owner finished.
+// handled and gives the rest back, so the next holder runs it from
+// delivery 1, in order, after the entries the first holder finished.
 func TestOrderedStopGivesBackTheRestOfTheBatch(t *testing.T) {
 	t.Parallel()
 	streams := testPartitions(t, 1)
@@ -765,9 +765,9 @@ func TestOrderedStopGivesBackTheRestOfTheBatch(t *testing.T) {
 	require.Equal(t, map[string]int64{"1-0": 1, "2-0": 1, "3-0": 1, "4-0": 1}, deliveries, "given back: b's first attempt is delivery 1")
 }
 
-// Behind a call that found nothing pending, the owner reads new entries
+// Behind a call that found nothing pending, the holder reads new entries
 // apart from the function (LeaseNextRead). When entries turn up pending
-// meanwhile (here another consumer's, as a former owner's late read
+// meanwhile (here another consumer's, as a former holder's late read
 // would leave them), the function hands the lowest out first and the
 // entries the read took are deferred: given back with the next call, they
 // run after the pending ones, in order, from delivery 1.

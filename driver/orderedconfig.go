@@ -12,22 +12,22 @@ import (
 	"github.com/pelwarden/pelwarden"
 )
 
-// minPartitionLease is the shortest Config.PartitionLease: the owner
+// minPartitionLease is the shortest Config.PartitionLease: the holder
 // renews every third of it and stops a quarter of it before it lapses,
 // which below this leaves too little for a round trip.
 const minPartitionLease = 100 * time.Millisecond
 
-// orderedBatch is how many new entries one lease_next hands an owner at
-// most. The owner still runs them one at a time, in order; the batch only
+// orderedBatch is how many new entries one lease_next hands a holder at
+// most. The holder still runs them one at a time, in order; the batch only
 // spreads the call's fixed cost (the fence, the renewal, the PEL scan)
 // over many entries. Its price: entries of a batch that a crash or a lost
-// lease left unhandled count one delivery, so the next owner sees them as
+// lease left unhandled count one delivery, so the next holder sees them as
 // delivery 2 (a failing head's batch is given back first and counts
 // nothing).
 const orderedBatch = 100
 
 // OrderedConfig configures an ordered Consumer (NewOrdered): each stream
-// of Streams (a partition: see pelwarden.Partitions) is owned by at most
+// of Streams (a partition: see pelwarden.Partitions) is held by at most
 // one consumer of the group at a time, through a lease with a fencing token
 // kept next to it (pelwarden.LeaseKeyFor), and its entries are handled one
 // at a time, in stream order. The consumers of the group find each other
@@ -37,7 +37,7 @@ const orderedBatch = 100
 // modifies the caller's OrderedConfig.
 //
 // It has only what applies to ordered mode: there are no reads, reclaim
-// passes, ack batches or upkeep loops to tune (an owner's one call per
+// passes, ack batches or upkeep loops to tune (a holder's one call per
 // batch fences, renews, acks and fetches), so the flow-control Tuning and
 // the retention fields of Config have no counterpart here.
 type OrderedConfig struct {
@@ -69,11 +69,11 @@ type OrderedConfig struct {
 	// after the failure, the partition waiting meanwhile.
 	Backoff []time.Duration
 	// PartitionLease is how long a partition's lease lasts from the call
-	// that took or renewed it: the owner renews it every PartitionLease/3
-	// (with every entry, and while a handler runs), and a crashed owner's
+	// that took or renewed it: the holder renews it every PartitionLease/3
+	// (with every entry, and while a handler runs), and a crashed holder's
 	// partitions run again elsewhere PartitionLease after its last renewal
 	// (plus at most one rebalancing round, PartitionLease/5 capped at one
-	// second). An owner that could not renew stops handling the partition,
+	// second). A holder that could not renew stops handling the partition,
 	// cancelling its handler with ErrLostOwnership, once PartitionLease
 	// minus a quarter of it has passed since it sent its last successful
 	// renewal. Defaults to DefaultPartitionLease; at least 100ms.
@@ -91,10 +91,10 @@ type OrderedConfig struct {
 	// to DefaultGroupStartID.
 	GroupStartID string
 
-	// ShutdownTimeout: after Run's context is cancelled, each owner hands
+	// ShutdownTimeout: after Run's context is cancelled, each holder hands
 	// its partition over once its handler returned; handlers get this long
 	// to finish, then their contexts are cancelled and their entries stay
-	// pending for the partitions' next owners. Defaults to
+	// pending for the partitions' next holders. Defaults to
 	// DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 
@@ -155,12 +155,12 @@ func (c Config) validateOrdered() error {
 }
 
 // leaseMargin is how long before a lease's expiry, by the local clock
-// from the moment its renewing call was sent, the owner stops handling the
+// from the moment its renewing call was sent, the holder stops handling the
 // partition: a quarter of PartitionLease, time for a handler to see its
 // cancelled context before another consumer may take the partition.
 func (c Config) leaseMargin() time.Duration { return c.partitionLease / 4 }
 
-// leaseRenewal is how long the owner goes without renewing a lease it
+// leaseRenewal is how long the holder goes without renewing a lease it
 // holds: a third of PartitionLease.
 func (c Config) leaseRenewal() time.Duration { return c.partitionLease / 3 }
 

@@ -1,6 +1,6 @@
 package driver
 
-// The seams of ordered mode: what one partition's owner asks of Redis
+// The seams of ordered mode: what one partition's holder asks of Redis
 // (partitionServer), and the membership heartbeat (memberServer).
 
 import (
@@ -115,7 +115,7 @@ func (s *redisPartition) next(ctx context.Context, token int64, ttl time.Duratio
 // user run MULTI/EXEC, which LeaseNextRead needs: with MULTI refused, the
 // commands meant for the transaction would run one by one (so the probe
 // is a transaction of TIME alone, before any LeaseNextRead). Refused, the
-// owners read new entries inside lease_next, as fast as before
+// holders read new entries inside lease_next, as fast as before
 // LeaseNextRead existed; the run logs that once.
 type txProbe struct {
 	rdb redis.UniversalClient
@@ -179,7 +179,7 @@ func (s *redisPartition) stale(err error) { followTopology(s.rdb, err) }
 // (MembersKey) of consumer names scored with the server time (ms) their
 // heartbeat lasts until. Plain commands, not a library function: the
 // membership only sizes each consumer's share of the partitions (the
-// leases' fence keeps two owners apart whatever a consumer believes), so
+// leases' fence keeps two holders apart whatever a consumer believes), so
 // it needs no atomicity with a stream's state, and a heartbeat is TIME
 // then one pipeline of ZADD, ZREMRANGEBYSCORE, ZRANGE and PEXPIRE (the
 // set vanishes once every consumer is gone). Every score comes from the

@@ -274,10 +274,10 @@ func TestReadLoopParksTooLarge(t *testing.T) {
 	h.l.readClaim.Store(true)
 	loopUntil(t, "parked", func(ctx context.Context) { h.l.readLoop(ctx, t.Context()) }, func() bool { return h.m.get(EventTooLarge) == 1 })
 	require.Empty(t, h.s.jobs.drain())
-	require.True(t, h.l.held.holds(big))
-	require.Zero(t, h.l.inHand.Load(), "a parked entry holds no place")
+	require.True(t, h.l.hand.holds(big))
+	require.Zero(t, h.l.unfinished.Load(), "a parked entry holds no place")
 	require.Contains(t, h.logs.String(), "parked")
-	extend, _, _ := h.l.held.leaseDue(false, time.Millisecond, h.l.cfg.MinIdle)
+	extend, _, _ := h.l.hand.heartbeatDue(false, time.Millisecond, h.l.cfg.MinIdle)
 	require.Equal(t, []string{big}, extend, "under the lease even without the heartbeat")
 
 	// Its lease lapsed (nothing extends it here): a read takes it again;
@@ -299,7 +299,7 @@ func TestReadLoopParksTooLarge(t *testing.T) {
 	require.Equal(t, 1, h.m.get(EventStalled))
 	require.Contains(t, h.logs.String(), "owners=[me:1]")
 	require.Contains(t, h.logs.String(), "most_deliveries=4")
-	// The fake finds it idle past StallAfter too (no lease loop runs
+	// The fake finds it idle past StallAfter too (no heartbeat loop runs
 	// here): still one report.
 	h.clock.advance(2 * time.Second)
 	reported = h.l.stallCheck(t.Context(), reported)
@@ -310,6 +310,6 @@ func TestReadLoopParksTooLarge(t *testing.T) {
 	// let go.
 	_, err := h.srv.ack(t.Context(), []string{big})
 	require.NoError(t, err)
-	h.l.leaseTick(t.Context(), time.Millisecond)
-	require.False(t, h.l.held.holds(big))
+	h.l.heartbeatTick(t.Context(), time.Millisecond)
+	require.False(t, h.l.hand.holds(big))
 }

@@ -3,7 +3,7 @@ package driver
 // The read loop: new entries with XREADGROUP ">", as many as the window
 // has room for, and on servers that have it (readClaim) the idle entries
 // of dead consumers with the same read; and dispatch, where read and
-// reclaimed entries enter the tracker and the job queue.
+// reclaimed entries enter the hand and the job queue.
 
 import (
 	"context"
@@ -66,7 +66,7 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 		var ticket claimTicket // a read that claims can return entries settled meanwhile
 		if l.readClaim.Load() && !newTurn {
 			claim = l.cfg.MinIdle
-			ticket = l.held.beginClaim()
+			ticket = l.hand.beginClaim()
 		}
 		err := retry(ctx, l.readGiveUp, l.readFailed, func(ctx context.Context) error {
 			began = l.clock.now()
@@ -76,7 +76,7 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 			return err
 		})
 		if err != nil {
-			l.held.endClaim(ticket)
+			l.hand.endClaim(ticket)
 			l.flow.giveBack(res)
 			if ctx.Err() != nil || l.stopping() {
 				return
@@ -128,7 +128,7 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 		idle = got == 0
 		l.readIdle.Store(idle)
 		msgs = l.takenOver(ctx, msgs)
-		if idle && l.inHand.Load() == 0 {
+		if idle && l.unfinished.Load() == 0 {
 			l.acks.drained()
 		}
 		l.dispatch(handlerCtx, msgs, res, began, rtt, got == n, ticket)
@@ -163,7 +163,7 @@ func (l *lane) takenOver(ctx context.Context, msgs []*Message) []*Message {
 		if limit > 0 && m.Deliveries > limit {
 			// One whose handler still runs here (its lease lapsed) is left
 			// to it, as dispatch leaves it: its outcome settles it.
-			if !l.held.holds(m.ID) {
+			if !l.hand.holds(m.ID) {
 				spent = append(spent, m.ID)
 				deliveries[m.ID] = m.Deliveries
 			}
@@ -211,7 +211,7 @@ func (l *lane) deadLetterSpent(ctx context.Context, ids []string, deliveries map
 			for _, id := range res.TooLarge {
 				park[id] = deliveries[id]
 			}
-			l.held.park(park)
+			l.hand.park(park)
 			l.log.Error("entries at MaxDeliveries have too many fields to dead-letter atomically; parked: they stay pending with this consumer, untouched, for an operator",
 				"count", len(res.TooLarge), "first_ids", firstIDs(res.TooLarge))
 		}
@@ -256,17 +256,17 @@ func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reserva
 		l.log.Debug("flow window resized", "max_in_hand", limit)
 	}
 	if len(msgs) == 0 {
-		l.held.endClaim(claim)
+		l.hand.endClaim(claim)
 		return
 	}
-	l.inHand.Add(int64(len(msgs)))
-	skipped, closed := l.held.add(handlerCtx, msgs, sizes, l.leaseFrom(began), l.jobs, l, claim)
+	l.unfinished.Add(int64(len(msgs)))
+	skipped, closed := l.hand.add(handlerCtx, msgs, sizes, l.idleResetFrom(began), l.jobs, l, claim)
 	if closed {
 		l.log.Warn("entries read during shutdown; they stay pending", "count", len(msgs), "ids", firstIDs(messageIDs(msgs)))
 	}
 	for _, m := range skipped {
 		l.flow.free(entryBytes(m))
-		l.leftHand()
+		l.handlerDone()
 	}
 }
 

@@ -88,7 +88,7 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 		}
 		var page *pelwarden.ClaimPage
 		var began, rtt time.Duration
-		claim := l.held.beginClaim()
+		claim := l.hand.beginClaim()
 		err := retry(ctx, claimGiveUp(l.passBesideReads), func(err error, attempt int) {
 			if outOfMemory(err) && l.passBesideReads() {
 				return // the pass ends; see passBesideReads
@@ -105,7 +105,7 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 			return err
 		})
 		if err != nil {
-			l.held.endClaim(claim)
+			l.hand.endClaim(claim)
 			l.flow.giveBack(res)
 			switch {
 			case ctx.Err() != nil:

@@ -103,8 +103,8 @@ func TestReclaimPassSkipsEntriesInHand(t *testing.T) {
 	h.clock.advance(2 * time.Second)
 	h.l.reclaimPass(t.Context(), t.Context(), false)
 	require.Empty(t, h.s.jobs.drain())
-	require.Equal(t, 2, h.l.held.count())
-	require.Equal(t, int64(2), h.l.inHand.Load())
+	require.Equal(t, 2, h.l.hand.count())
+	require.Equal(t, int64(2), h.l.unfinished.Load())
 	_, held := h.l.flow.size()
 	require.Equal(t, 2, held, "the read's two places; the claim's were given back")
 }
@@ -167,23 +167,23 @@ func TestReclaimPassSkipsEntriesSettledDuringTheClaim(t *testing.T) {
 	h.s, h.l = s, lanes[0]
 	ids := h.srv.add(2)
 	jobs := h.read(t.Context(), 2)
-	h.clock.advance(2 * time.Second) // the lease loop was late: both are idle
+	h.clock.advance(2 * time.Second) // the heartbeat loop was late: both are idle
 	srv.afterClaim = func() {
 		// 1-0's handler succeeded; its ack lands after the claim and is
 		// settled before the page is dispatched.
 		n, err := h.srv.ack(t.Context(), ids[:1])
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n)
-		h.l.held.gone(ids[0])
+		h.l.hand.gone(ids[0])
 		h.l.flow.free(jobs[0].f.bytes)
-		h.l.leftHand()
+		h.l.handlerDone()
 	}
 	h.l.reclaimPass(t.Context(), t.Context(), false)
 	require.Empty(t, h.s.jobs.drain(), "1-0 was acked, 2-0 is still in hand")
-	h.l.held.mu.Lock()
-	require.Equal(t, []string{ids[1]}, slices.Collect(maps.Keys(h.l.held.entries)), "in hand")
-	h.l.held.mu.Unlock()
-	require.Equal(t, int64(1), h.l.inHand.Load())
+	h.l.hand.mu.Lock()
+	require.Equal(t, []string{ids[1]}, slices.Collect(maps.Keys(h.l.hand.entries)), "in hand")
+	h.l.hand.mu.Unlock()
+	require.Equal(t, int64(1), h.l.unfinished.Load())
 	_, held := h.l.flow.size()
 	require.Equal(t, 1, held, "2-0's place from the read; the claim's were given back")
 
@@ -233,7 +233,7 @@ func TestReclaimPassRunsEntriesReleasedDuringTheClaim(t *testing.T) {
 	h.clock.advance(2 * time.Second)
 	h.srv.hook = func(op string) {
 		if op == "claim" {
-			h.l.held.forget(ids[0]) // its handler failed; it was released
+			h.l.hand.forget(ids[0]) // its handler failed; it was released
 		}
 	}
 	h.l.reclaimPass(t.Context(), t.Context(), false)

@@ -101,10 +101,10 @@ func (s *session) serve(ctx context.Context, lanes []*lane) (lingering <-chan st
 		s.log.Warn("shutdown: a Redis call is still in progress; continuing without it")
 	}
 	s.closed.Store(true) // queued jobs are not started
-	// No more dispatch: every tracker refuses adds, then the queue closes;
+	// No more dispatch: every hand refuses adds, then the queue closes;
 	// the workers skip the queued jobs, then exit.
 	for _, l := range lanes {
-		l.held.close()
+		l.hand.close()
 	}
 	s.jobs.close()
 
@@ -161,7 +161,7 @@ func readClaimCount(lanes []*lane) int {
 func heldCount(lanes []*lane) int {
 	n := 0
 	for _, l := range lanes {
-		n += l.held.count()
+		n += l.hand.count()
 	}
 	return n
 }

@@ -47,7 +47,7 @@ func TestServe(t *testing.T) {
 	require.Nil(t, lingering)
 	require.EqualValues(t, 50, handled.Load())
 	require.Empty(t, h.srv.pendingIDs())
-	require.Zero(t, h.l.held.count())
+	require.Zero(t, h.l.hand.count())
 	require.Contains(t, h.logs.String(), "pelwarden consumer stopped")
 }
 
@@ -72,7 +72,7 @@ func TestServeShutdown(t *testing.T) {
 	// a read waits for room worth a call (half the queue part), which the
 	// claim at start may have split.
 	lingering, err := h.serveUntil("one handler running, the rest queued", func() bool {
-		return len(started) == 1 && h.l.held.count() == 3
+		return len(started) == 1 && h.l.hand.count() == 3
 	})
 	require.NoError(t, err)
 	require.Nil(t, lingering)

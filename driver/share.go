@@ -6,7 +6,7 @@ import "slices"
 // members (distinct names, in byte order) are live: n/len(members), plus
 // one for the first n%len(members) of them. The shares add up to n, so
 // once every consumer sees the same members and holds no more than its
-// share, every partition is owned and owned counts differ by at most one.
+// share, every partition is held and held counts differ by at most one.
 // A self missing from members (its heartbeat not seen yet) counts as one
 // more member, placed in order.
 func shareOf(members []string, self string, n int) int {

@@ -66,7 +66,7 @@ func (l *lane) stallCheck(ctx context.Context, reported map[string]bool) map[str
 	found = swept
 	// Parked entries (see parkedEntry) are held under the lease, so never
 	// idle: they are reported once parked for StallAfter.
-	found = append(found, l.held.parkedSince(l.cfg.StallAfter, l.cfg.Consumer)...)
+	found = append(found, l.hand.parkedSince(l.cfg.StallAfter, l.cfg.Consumer)...)
 	now := make(map[string]bool, len(found))
 	var n int
 	var ids []string

@@ -64,14 +64,14 @@ type window struct {
 	batchBytes int64 // a call fetches about this many bytes at most
 	// maxWait: queued entries waiting longer are hoarded whatever their
 	// handling time (MinIdle/8: well before they need a lease extension
-	// at LeaseInterval, MinIdle/3 by default, or their acks the fence at
+	// at HeartbeatInterval, MinIdle/3 by default, or their acks the fence at
 	// MinIdle/2; see fenceFrom).
 	maxWait float64
 
 	mu    sync.Mutex
 	limit int // current size in entries
 	held  int // entries in hand plus reservations of calls in flight
-	// bytes of field data in hand; inflight the bytes the calls in flight
+	// bytes of field data in hand; hand entry the bytes the calls in flight
 	// may return (their entries times the mean entry size), so the reads
 	// and claims of many streams together stay within maxBytes.
 	bytes    int64
@@ -144,7 +144,7 @@ type reservation struct {
 	// room, not want or the batch size, set n.
 	bound  bool
 	ticket uint64 // the call's number
-	bytes  int64  // the bytes it may return, counted in window.inflight
+	bytes  int64  // the bytes it may return, counted in window.hand entry
 }
 
 // reserve waits for room and reserves it for one call of p fetching at most

@@ -40,10 +40,10 @@ func (l *lane) runJob(j job) {
 	l.m.HandlerDuration(took)
 	l.flow.timing(start-j.f.queued, took)
 	if !l.applyOutcome(j.m, j.f, err, panicked) {
-		l.held.forget(j.m.ID)
+		l.hand.forget(j.m.ID)
 	}
 	l.flow.free(j.f.bytes)
-	l.leftHand()
+	l.handlerDone()
 }
 
 func (l *lane) runHandler(ctx context.Context, m *Message) (err error, panicked bool) {
@@ -76,11 +76,11 @@ func (l *lane) entryLog(warn bool, msg string, args ...any) {
 // applyOutcome applies a handler's outcome.
 //
 // It reports whether the entry stays tracked as in hand: a succeeded entry
-// stays until the ack loop has sent its ack, so the lease heartbeat keeps
+// stays until the ack loop has sent its ack, so the heartbeat keeps
 // protecting it and a reclaim pass of this consumer does not run it again.
 // Every other outcome is forgotten before its Redis call (a release must not
 // race with a lease extension).
-func (l *lane) applyOutcome(m *Message, f *inflight, err error, panicked bool) bool {
+func (l *lane) applyOutcome(m *Message, f *handEntry, err error, panicked bool) bool {
 	if f.lost.Load() {
 		l.m.Count(EventLostOwnership, 1)
 		l.entryLog(true, "entry reclaimed by another consumer while its handler ran; outcome dropped", "id", m.ID, "err", err)
@@ -108,11 +108,11 @@ func (l *lane) applyOutcome(m *Message, f *inflight, err error, panicked bool) b
 	ctx := context.WithoutCancel(f.ctx.parent)
 	if out.Action == ActionDeadLetter {
 		// Held until the call settles it: a claim that returns it
-		// meanwhile is skipped (see tracker.gone).
+		// meanwhile is skipped (see hand.gone).
 		l.deadLetter(ctx, m, out.ErrText)
 		return false
 	}
-	l.held.forget(m.ID)
+	l.hand.forget(m.ID)
 	switch {
 	case out.Retry:
 		l.entryLog(false, "handler asked for a retry", "id", m.ID, "deliveries", m.Deliveries, "after", out.Delay, "err", err)
@@ -120,8 +120,8 @@ func (l *lane) applyOutcome(m *Message, f *inflight, err error, panicked bool) b
 		l.entryLog(true, "handler failed; entry stays pending for the next reclaim pass", "id", m.ID, "deliveries", m.Deliveries, "err", err)
 	}
 	if out.Action == ActionHold {
-		// The lease loop keeps it ours until the retry is within MinIdle.
-		l.held.delay(m.ID, l.clock.now()+out.Delay)
+		// The heartbeat loop keeps it ours until the retry is within MinIdle.
+		l.hand.delay(m.ID, l.clock.now()+out.Delay)
 		return false
 	}
 	l.fail(ctx, m.ID, out.ReleaseDelay(l.readClaim.Load(), l.cfg.ReclaimInterval, l.cfg.MinIdle), out.ErrText)
@@ -146,7 +146,7 @@ func (l *lane) deadLetter(ctx context.Context, m *Message, text string) {
 	tracked := true
 	defer func() {
 		if tracked {
-			l.held.forget(m.ID)
+			l.hand.forget(m.ID)
 		}
 	}()
 	l.withRetry(ctx, "dead-letter", func(ctx context.Context) error {
@@ -155,9 +155,9 @@ func (l *lane) deadLetter(ctx context.Context, m *Message, text string) {
 			return err
 		}
 		if len(res.DeadLettered) > 0 || len(res.Deleted) > 0 {
-			l.held.gone(m.ID) // copied and acked, or cleared from the PEL
+			l.hand.gone(m.ID) // copied and acked, or cleared from the PEL
 		} else {
-			l.held.forget(m.ID) // still pending (ours, or another's)
+			l.hand.forget(m.ID) // still pending (ours, or another's)
 		}
 		tracked = false
 		l.sess.memoryFreed("dead-letter")

@@ -25,7 +25,7 @@ func TestRunJobOutcomes(t *testing.T) {
 		pending    bool // still pending on the server
 		dead       bool
 		released   []string // release delays
-		delayed    bool     // held back by the lease loop
+		delayed    bool     // held back by the heartbeat loop
 		handled    int
 		errs       int
 		panics     int
@@ -66,26 +66,26 @@ func TestRunJobOutcomes(t *testing.T) {
 			defer cancel()
 			jobs := h.read(handlerCtx, 1)
 			if c.lost {
-				h.l.held.lost(ids)
+				h.l.hand.lost(ids)
 			}
 			if c.shutdown {
 				cancel()
 			}
-			h.l.inHand.Store(1)
+			h.l.unfinished.Store(1)
 			h.l.runJob(jobs[0])
 
 			require.Len(t, h.l.acks.queue.take(), c.queued, "acks queued")
-			require.Equal(t, c.held, h.l.held.count(), "held")
+			require.Equal(t, c.held, h.l.hand.count(), "held")
 			require.Equal(t, c.pending, len(h.srv.pendingIDs()) == 1, "pending")
 			require.Equal(t, c.dead, len(h.srv.deadLettered()) == 1, "dead-lettered")
 			require.Equal(t, c.released, h.srv.releases(ids[0]), "releases")
-			extend, _, _ := h.l.held.leaseDue(false, time.Second/3, time.Second)
+			extend, _, _ := h.l.hand.heartbeatDue(false, time.Second/3, time.Second)
 			require.Equal(t, c.delayed, len(extend) == 1, "held back by the lease loop")
 			require.Equal(t, c.handled, h.m.get(EventHandled))
 			require.Equal(t, c.errs, h.m.get(EventHandlerError))
 			require.Equal(t, c.panics, h.m.get(EventHandlerPanic))
 			require.Equal(t, c.lostEvents, h.m.get(EventLostOwnership))
-			require.Zero(t, h.l.inHand.Load(), "settled")
+			require.Zero(t, h.l.unfinished.Load(), "settled")
 			_, held := h.l.flow.size()
 			require.Zero(t, held, "its place in the window given back")
 			require.Error(t, jobs[0].f.ctx.Err(), "the entry's context is finished")
@@ -108,7 +108,7 @@ func TestRunJobAfterAckerStopped(t *testing.T) {
 	h.l.acks.stop()
 	<-h.l.acks.done()
 	h.l.runJob(jobs[0])
-	require.Zero(t, h.l.held.count())
+	require.Zero(t, h.l.hand.count())
 	require.Contains(t, h.logs.String(), "after the ack loop stopped")
 }
 

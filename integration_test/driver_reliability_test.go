@@ -138,7 +138,7 @@ func TestDriverSlowHandlerStolenWithoutLease(t *testing.T) {
 		})
 		m := &pelwardentest.Metrics{}
 		cfgA := driver.Config{Consumer: "slow", MaxDeliveries: 3, Handler: slow}
-		cfgA.LeaseInterval = driver.NoLease
+		cfgA.HeartbeatInterval = driver.NoHeartbeat
 		// Its own reclaim pass, or its own read where reads claim (Redis
 		// 8.4+), would take the entry back from itself (and so act as a
 		// lease); only the thief reclaims here.

@@ -401,7 +401,7 @@ func TestDriverAckModes(t *testing.T) {
 					}
 					return nil
 				})}
-				cfg.MinIdle, cfg.LeaseInterval, cfg.ReclaimInterval = 300*time.Millisecond, driver.NoLease, time.Hour
+				cfg.MinIdle, cfg.HeartbeatInterval, cfg.ReclaimInterval = 300*time.Millisecond, driver.NoHeartbeat, time.Hour
 				// Its own read would take the entry back from itself where
 				// reads claim (Redis 8.4+), as its own pass would (hence
 				// the hour): only "other" takes it here.
@@ -520,7 +520,7 @@ func TestDriverPrefetchAndReadCount(t *testing.T) {
 			}
 		})}
 		cfg.Concurrency, cfg.Prefetch, cfg.ReadCount = 2, 8, 4
-		cfg.MinIdle = 2 * time.Second // LeaseInterval 667ms
+		cfg.MinIdle = 2 * time.Second // HeartbeatInterval 667ms
 		r := f.WithClient(rdb).RunConsumer(cfg)
 		f.Eventually("the consumer fills its Concurrency + Prefetch window", func() bool {
 			return f.PendingCount() >= 9 && running.Load() == 2

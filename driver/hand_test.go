@@ -27,10 +27,10 @@ func TestTrackerAdd(t *testing.T) {
 	t.Parallel()
 	clk := &fakeClock{}
 	clk.advance(time.Second)
-	tr := newTracker(clk)
+	tr := newHand(clk)
 	q := newJobQueue(1, &atomic.Bool{})
 	msgs, sizes := trackerMsgs("1-0", "2-0")
-	skipped, closed := tr.add(t.Context(), msgs, sizes, lease{ownedUntil: 5 * time.Second}, q, nil, 0)
+	skipped, closed := tr.add(t.Context(), msgs, sizes, idleReset{ownedUntil: 5 * time.Second}, q, nil, 0)
 	require.False(t, closed)
 	require.Empty(t, skipped)
 	require.Equal(t, 2, tr.count())
@@ -42,7 +42,7 @@ func TestTrackerAdd(t *testing.T) {
 
 	// A reclaim pass took back 2-0 while its handler runs: skipped.
 	msgs, sizes = trackerMsgs("2-0", "3-0")
-	skipped, closed = tr.add(t.Context(), msgs, sizes, lease{}, q, nil, 0)
+	skipped, closed = tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0)
 	require.False(t, closed)
 	require.Equal(t, []*Message{msgs[0]}, skipped)
 	require.Len(t, q.drain(), 1)
@@ -50,7 +50,7 @@ func TestTrackerAdd(t *testing.T) {
 
 	tr.close()
 	msgs, sizes = trackerMsgs("4-0")
-	skipped, closed = tr.add(t.Context(), msgs, sizes, lease{}, q, nil, 0)
+	skipped, closed = tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0)
 	require.True(t, closed)
 	require.Equal(t, msgs, skipped)
 	require.Empty(t, q.drain())
@@ -64,12 +64,12 @@ func TestTrackerAdd(t *testing.T) {
 // can return them is under way.
 func TestTrackerClaimTickets(t *testing.T) {
 	t.Parallel()
-	tr := newTracker(&fakeClock{})
+	tr := newHand(&fakeClock{})
 	q := newJobQueue(1, &atomic.Bool{})
 	add := func(claim claimTicket, ids ...string) []*Message {
 		t.Helper()
 		msgs, sizes := trackerMsgs(ids...)
-		skipped, closed := tr.add(t.Context(), msgs, sizes, lease{}, q, nil, claim)
+		skipped, closed := tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, claim)
 		require.False(t, closed)
 		q.drain()
 		return skipped
@@ -114,12 +114,12 @@ func TestTrackerClaimTickets(t *testing.T) {
 	c := tr.beginClaim()
 	tr.close()
 	msgs, sizes := trackerMsgs("8-0")
-	_, closed := tr.add(t.Context(), msgs, sizes, lease{}, q, nil, c)
+	_, closed := tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, c)
 	require.True(t, closed)
 	require.Empty(t, tr.claims)
 }
 
-// leaseDue: which entries get a lease extension on a tick, which delayed
+// heartbeatDue: which entries get a lease extension on a tick, which delayed
 // ones are released (with the longest delay left among them).
 func TestTrackerLeaseDue(t *testing.T) {
 	t.Parallel()
@@ -174,7 +174,7 @@ func TestTrackerLeaseDue(t *testing.T) {
 			every := cmp.Or(c.every, every)
 			clk := &fakeClock{}
 			clk.advance(time.Hour)
-			tr := newTracker(clk)
+			tr := newHand(clk)
 			q := newJobQueue(1, &atomic.Bool{})
 			for _, e := range c.entries {
 				if e.delayedLeft != 0 {
@@ -183,23 +183,23 @@ func TestTrackerLeaseDue(t *testing.T) {
 				}
 				clk.t.Add(-int64(e.age))
 				msgs, sizes := trackerMsgs(e.id)
-				tr.add(t.Context(), msgs, sizes, lease{from: clk.now()}, q, nil, 0)
+				tr.add(t.Context(), msgs, sizes, idleReset{from: clk.now()}, q, nil, 0)
 				clk.advance(e.age)
 				f := q.drain()[0].f
 				if e.leased > 0 {
-					tr.extended([]string{e.id}, lease{from: clk.now() - e.leased})
+					tr.extended([]string{e.id}, idleReset{from: clk.now() - e.leased})
 				}
 				f.acking.Store(e.acking)
 				f.lost.Store(e.lost)
 			}
-			extend, release, delay := tr.leaseDue(c.heartbeat, every, minIdle)
+			extend, release, delay := tr.heartbeatDue(c.heartbeat, every, minIdle)
 			slices.Sort(extend)
 			slices.Sort(release)
 			require.Equal(t, c.extend, extend, "extend")
 			require.Equal(t, c.release, release, "release")
 			require.Equal(t, c.releaseDelay, delay, "release delay")
 			// Released delays are no longer held.
-			_, again, _ := tr.leaseDue(c.heartbeat, every, minIdle)
+			_, again, _ := tr.heartbeatDue(c.heartbeat, every, minIdle)
 			require.Empty(t, again)
 		})
 	}
@@ -211,10 +211,10 @@ func TestTrackerLeaseDue(t *testing.T) {
 func TestTrackerLoseExtendForget(t *testing.T) {
 	t.Parallel()
 	clk := &fakeClock{}
-	tr := newTracker(clk)
+	tr := newHand(clk)
 	q := newJobQueue(1, &atomic.Bool{})
 	msgs, sizes := trackerMsgs("1-0", "2-0", "3-0")
-	tr.add(t.Context(), msgs, sizes, lease{ownedUntil: time.Second}, q, nil, 0)
+	tr.add(t.Context(), msgs, sizes, idleReset{ownedUntil: time.Second}, q, nil, 0)
 	jobs := q.drain()
 	tr.delay("9-0", time.Hour)
 
@@ -222,12 +222,12 @@ func TestTrackerLoseExtendForget(t *testing.T) {
 	require.True(t, jobs[1].f.lost.Load())
 	require.ErrorIs(t, context.Cause(jobs[1].f.ctx), ErrLostOwnership)
 	require.NoError(t, jobs[0].f.ctx.Err())
-	extend, _, _ := tr.leaseDue(false, time.Second, time.Minute)
+	extend, _, _ := tr.heartbeatDue(false, time.Second, time.Minute)
 	require.Empty(t, extend, "the lost delayed entry is no longer held")
 
-	tr.extended([]string{"1-0", "2-0", "7-0"}, lease{from: 4 * time.Second, ownedUntil: 9 * time.Second})
+	tr.extended([]string{"1-0", "2-0", "7-0"}, idleReset{from: 4 * time.Second, ownedUntil: 9 * time.Second})
 	require.EqualValues(t, 9*time.Second, jobs[0].f.ownedUntil.Load())
-	require.EqualValues(t, 4*time.Second, jobs[0].f.leasedAt.Load())
+	require.EqualValues(t, 4*time.Second, jobs[0].f.resetAt.Load())
 	require.EqualValues(t, time.Second, jobs[1].f.ownedUntil.Load(), "a lost entry keeps its bound")
 
 	tr.forget("1-0")
@@ -239,9 +239,9 @@ func TestTrackerLoseExtendForget(t *testing.T) {
 	// Adding an entry again drops its delay.
 	tr.delay("5-0", time.Hour)
 	msgs, sizes = trackerMsgs("5-0")
-	tr.add(t.Context(), msgs, sizes, lease{}, q, nil, 0)
-	_, release, _ := tr.leaseDue(false, time.Second, 2*time.Hour)
+	tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0)
+	_, release, _ := tr.heartbeatDue(false, time.Second, 2*time.Hour)
 	require.Empty(t, release)
-	extend, _, _ = tr.leaseDue(false, time.Second, 2*time.Hour)
+	extend, _, _ = tr.heartbeatDue(false, time.Second, 2*time.Hour)
 	require.Empty(t, extend)
 }

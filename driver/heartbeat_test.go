@@ -36,7 +36,7 @@ func TestLeaseTick(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, func(cfg *Config) {
 				if c.noLease {
-					cfg.LeaseInterval = NoLease
+					cfg.HeartbeatInterval = NoHeartbeat
 				}
 			})
 			ids := h.srv.add(2)
@@ -54,7 +54,7 @@ func TestLeaseTick(t *testing.T) {
 			if c.failure != nil {
 				h.srv.failNext("extend", c.failure)
 			}
-			h.l.leaseTick(t.Context(), h.l.cfg.MinIdle/3)
+			h.l.heartbeatTick(t.Context(), h.l.cfg.MinIdle/3)
 			require.Equal(t, c.extended, h.m.get(EventLeaseExtended))
 			for i, lost := range c.lost {
 				require.Equal(t, lost, jobs[i].f.lost.Load(), "entry %d lost", i)
@@ -74,34 +74,34 @@ func TestLeaseTick(t *testing.T) {
 	}
 }
 
-// A RetryAfter longer than MinIdle is held by the lease loop (extended)
+// A RetryAfter longer than MinIdle is held by the heartbeat loop (extended)
 // until its retry time is within MinIdle, then released with the rest.
 func TestLeaseHoldsLongRetryAfter(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, nil) // MinIdle 1s, LeaseInterval 333ms
+	h := newHarness(t, nil) // MinIdle 1s, HeartbeatInterval 333ms
 	ids := h.srv.add(1)
 	jobs := h.read(t.Context(), 1)
 	j := jobs[0]
 	require.False(t, h.l.applyOutcome(j.m, j.f, RetryAfter(3*time.Second, errHandler), false))
-	h.l.held.forget(j.m.ID)
+	h.l.hand.forget(j.m.ID)
 	every := h.l.cfg.MinIdle / 3
-	h.l.leaseTick(t.Context(), every)
+	h.l.heartbeatTick(t.Context(), every)
 	require.Equal(t, 1, h.m.get(EventLeaseExtended), "held: extended")
 	require.Empty(t, h.srv.releases(ids[0]))
 	h.clock.advance(2*time.Second + every)
-	h.l.leaseTick(t.Context(), every)
+	h.l.heartbeatTick(t.Context(), every)
 	require.Equal(t, []string{(time.Second - every).String()}, h.srv.releases(ids[0]), "released for what is left")
-	h.l.leaseTick(t.Context(), every)
+	h.l.heartbeatTick(t.Context(), every)
 	require.Len(t, h.srv.releases(ids[0]), 1, "released once")
 }
 
 // The loop ticks until its context ends.
 func TestLeaseLoop(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(cfg *Config) { cfg.MinIdle = 30 * time.Millisecond; cfg.LeaseInterval = NoLease })
+	h := newHarness(t, func(cfg *Config) { cfg.MinIdle = 30 * time.Millisecond; cfg.HeartbeatInterval = NoHeartbeat })
 	ids := h.srv.add(1)
 	jobs := h.read(t.Context(), 1)
 	h.l.applyOutcome(jobs[0].m, jobs[0].f, RetryAfter(time.Hour, errHandler), false)
-	loopUntil(t, "the delayed entry extended", h.l.leaseLoop, func() bool { return h.srv.callCount("extend") >= 2 })
+	loopUntil(t, "the delayed entry extended", h.l.heartbeatLoop, func() bool { return h.srv.callCount("extend") >= 2 })
 	require.Empty(t, h.srv.releases(ids[0]))
 }

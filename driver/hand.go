@@ -10,19 +10,19 @@ import (
 	"github.com/pelwarden/pelwarden"
 )
 
-// tracker owns the entries a consumer holds: dispatched to the handler
+// hand owns the entries a consumer holds: dispatched to the handler
 // workers and not yet settled (queued or running, or succeeded with the
 // ack not yet sent), entries held back by a RetryAfter delay beyond
 // MinIdle, parked entries (see park), and queued entries skipped at
-// shutdown. The lease loop asks it which entries are due for a lease
+// shutdown. The heartbeat loop asks it which entries are due for a lease
 // extension; every other part goes through it to add entries, to stop
 // tracking them once settled (forget: still pending; gone: no longer
 // pending) or to give them back.
-type tracker struct {
+type hand struct {
 	clock clock
 
 	mu        sync.Mutex
-	entries   map[string]*inflight     // by entry id
+	entries   map[string]*handEntry    // by entry id
 	delayed   map[string]time.Duration // RetryAfter beyond MinIdle: id -> retry at (a clock reading)
 	unstarted []string                 // queued entries skipped at shutdown
 	closed    bool                     // shutdown began: add refuses
@@ -43,7 +43,7 @@ type tracker struct {
 // library to copy to the dead-letter stream. Left idle, a read that
 // claims would take it again every MinIdle, its delivery count growing
 // without end, its idle time never reaching StallAfter. Parked, it stays
-// pending with this consumer under the lease heartbeat, untouched, and
+// pending with this consumer under the heartbeat, untouched, and
 // the stall check reports it once it has been parked for StallAfter: an
 // operator's to settle (see EventTooLarge).
 type parkedEntry struct {
@@ -66,8 +66,8 @@ type parkedEntry struct {
 // entries cannot return a delivered one.
 type claimTicket uint64
 
-// inflight is one entry in hand.
-type inflight struct {
+// handEntry is one entry in hand.
+type handEntry struct {
 	queued time.Duration // dispatch time (a clock reading)
 	ctx    *entryContext // the handler's context
 	bytes  int64         // field bytes, counted in the window
@@ -78,30 +78,30 @@ type inflight struct {
 	// ownedUntil (a clock reading): no other consumer can take the entry
 	// over before then (see fenceFrom); moved on by lease extensions.
 	ownedUntil atomic.Int64
-	// leasedAt (a clock reading): when the call that last reset the
+	// resetAt (a clock reading): when the call that last reset the
 	// entry's idle time began (its read or claim, or its latest lease
 	// extension). Another consumer can take it over MinIdle after that at
 	// the earliest.
-	leasedAt atomic.Int64
+	resetAt atomic.Int64
 }
 
-// lease is what a call that reset entries' idle time (a read, a claim,
-// an extension) tells the tracker: when it began (a clock reading; the
+// idleReset is what a call that reset entries' idle time (a read, a claim,
+// an extension) tells the hand: when it began (a clock reading; the
 // server reset the idle times after that) and the ack fence from then on
-// (see lane.leaseFrom).
-type lease struct {
+// (see lane.idleResetFrom).
+type idleReset struct {
 	from, ownedUntil time.Duration
 }
 
 // job is one entry handed to a handler worker.
 type job struct {
 	m    *Message
-	f    *inflight
+	f    *handEntry
 	lane *lane // the stream's lane that settles it
 }
 
-func newTracker(clk clock) *tracker {
-	return &tracker{clock: clk, entries: map[string]*inflight{}, delayed: map[string]time.Duration{}}
+func newHand(clk clock) *hand {
+	return &hand{clock: clk, entries: map[string]*handEntry{}, delayed: map[string]time.Duration{}}
 }
 
 // add tracks msgs and queues them on q for the workers, in one locked step
@@ -112,9 +112,9 @@ func newTracker(clk clock) *tracker {
 // gives their places back.
 //
 // ls is the lease of the call that fetched them.
-func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64, ls lease, q *jobQueue, l *lane, claim claimTicket) (skipped []*Message, closed bool) {
+func (t *hand) add(handlerCtx context.Context, msgs []*Message, sizes []int64, ls idleReset, q *jobQueue, l *lane, claim claimTicket) (skipped []*Message, closed bool) {
 	now := t.clock.now()
-	fs := make([]inflight, len(msgs))
+	fs := make([]handEntry, len(msgs))
 	ctxs := make([]entryContext, len(msgs))
 	jobs := make([]job, 0, len(msgs))
 	t.mu.Lock()
@@ -142,7 +142,7 @@ func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64
 		f.queued = now
 		f.bytes = sizes[i]
 		f.ownedUntil.Store(int64(ls.ownedUntil))
-		f.leasedAt.Store(int64(ls.from))
+		f.resetAt.Store(int64(ls.from))
 		f.ctx = &ctxs[i]
 		f.ctx.parent = handlerCtx
 		t.entries[m.ID] = f
@@ -157,7 +157,7 @@ func (t *tracker) add(handlerCtx context.Context, msgs []*Message, sizes []int64
 
 // holds reports whether the entry id is in hand (queued or running) or
 // parked.
-func (t *tracker) holds(id string) bool {
+func (t *hand) holds(id string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	_, ok := t.entries[id]
@@ -167,7 +167,7 @@ func (t *tracker) holds(id string) bool {
 
 // park holds entries that can be neither handled nor dead-lettered (see
 // parkedEntry), with their delivery count.
-func (t *tracker) park(deliveries map[string]int64) {
+func (t *hand) park(deliveries map[string]int64) {
 	now := t.clock.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -183,7 +183,7 @@ func (t *tracker) park(deliveries map[string]int64) {
 
 // parkedSince returns the entries parked for at least d, as the stall
 // check reports them (this consumer owns them; idle is the time parked).
-func (t *tracker) parkedSince(d time.Duration, consumer string) []pendingEntry {
+func (t *hand) parkedSince(d time.Duration, consumer string) []pendingEntry {
 	now := t.clock.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -197,9 +197,9 @@ func (t *tracker) parkedSince(d time.Duration, consumer string) []pendingEntry {
 	return out
 }
 
-// close refuses further adds. Once every tracker feeding a job queue is
+// close refuses further adds. Once every hand feeding a job queue is
 // closed, no push can follow, and the queue may close.
-func (t *tracker) close() {
+func (t *hand) close() {
 	t.mu.Lock()
 	t.closed = true
 	t.mu.Unlock()
@@ -207,7 +207,7 @@ func (t *tracker) close() {
 
 // beginClaim returns the ticket of a claim about to be sent; add (or
 // endClaim, when the claim failed) ends it.
-func (t *tracker) beginClaim() claimTicket {
+func (t *hand) beginClaim() claimTicket {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.seq++
@@ -217,7 +217,7 @@ func (t *tracker) beginClaim() claimTicket {
 }
 
 // endClaim ends a claim whose entries will not be added (it failed).
-func (t *tracker) endClaim(c claimTicket) {
+func (t *hand) endClaim(c claimTicket) {
 	t.mu.Lock()
 	t.endClaimLocked(c)
 	t.mu.Unlock()
@@ -225,7 +225,7 @@ func (t *tracker) endClaim(c claimTicket) {
 
 // endClaimLocked ends claim c (zero: none) and drops the gone ids no claim
 // under way can return any more. mu is held.
-func (t *tracker) endClaimLocked(c claimTicket) {
+func (t *hand) endClaimLocked(c claimTicket) {
 	i := slices.Index(t.claims, c)
 	if c == 0 || i < 0 {
 		return
@@ -245,7 +245,7 @@ func (t *tracker) endClaimLocked(c claimTicket) {
 
 // forget stops tracking ids, which are still pending (released, or owned
 // by another consumer now) or no longer of this group.
-func (t *tracker) forget(ids ...string) {
+func (t *hand) forget(ids ...string) {
 	t.mu.Lock()
 	for _, id := range ids {
 		delete(t.entries, id)
@@ -256,7 +256,7 @@ func (t *tracker) forget(ids ...string) {
 // gone stops tracking ids that are no longer pending: acked, or
 // dead-lettered. While a claim is under way it notes them (see
 // claimTicket).
-func (t *tracker) gone(ids ...string) {
+func (t *hand) gone(ids ...string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, id := range ids {
@@ -275,15 +275,15 @@ func (t *tracker) gone(ids ...string) {
 }
 
 // delay holds id back until at, a clock reading (a RetryAfter beyond
-// MinIdle): the lease loop keeps it ours until then.
-func (t *tracker) delay(id string, at time.Duration) {
+// MinIdle): the heartbeat loop keeps it ours until then.
+func (t *hand) delay(id string, at time.Duration) {
 	t.mu.Lock()
 	t.delayed[id] = at
 	t.mu.Unlock()
 }
 
 // skipped records a queued entry skipped at shutdown, for takeUnstarted.
-func (t *tracker) skipped(id string) {
+func (t *hand) skipped(id string) {
 	t.mu.Lock()
 	delete(t.entries, id)
 	t.unstarted = append(t.unstarted, id)
@@ -291,7 +291,7 @@ func (t *tracker) skipped(id string) {
 }
 
 // takeUnstarted returns and clears the entries skipped at shutdown.
-func (t *tracker) takeUnstarted() []string {
+func (t *hand) takeUnstarted() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ids := t.unstarted
@@ -299,12 +299,12 @@ func (t *tracker) takeUnstarted() []string {
 	return ids
 }
 
-// leaseDue returns the entries whose lease to extend now: held for at
+// heartbeatDue returns the entries whose lease to extend now: held for at
 // least every (heartbeat true) and delayed ones whose retry time is more
 // than MinIdle-every away. Delayed entries due sooner are removed and
 // returned in release, with the longest delay left among them, to be
 // released with that delay.
-func (t *tracker) leaseDue(heartbeat bool, every, minIdle time.Duration) (extend, release []string, releaseDelay time.Duration) {
+func (t *hand) heartbeatDue(heartbeat bool, every, minIdle time.Duration) (extend, release []string, releaseDelay time.Duration) {
 	now := t.clock.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -314,7 +314,7 @@ func (t *tracker) leaseDue(heartbeat bool, every, minIdle time.Duration) (extend
 			if age < every || f.lost.Load() {
 				continue
 			}
-			if f.acking.Load() && now+every+minIdle/8 < time.Duration(f.leasedAt.Load())+minIdle {
+			if f.acking.Load() && now+every+minIdle/8 < time.Duration(f.resetAt.Load())+minIdle {
 				// Its handler is done and its ack queued, and the next tick
 				// still comes before another consumer could take the entry
 				// over (MinIdle after its lease began, less MinIdle/8 for a
@@ -346,20 +346,20 @@ func (t *tracker) leaseDue(heartbeat bool, every, minIdle time.Duration) (extend
 // extended records the lease ls of ids that an extension call reset: it
 // moves their ownership bound on (see fenceFrom); ids marked lost are
 // left alone.
-func (t *tracker) extended(ids []string, ls lease) {
+func (t *hand) extended(ids []string, ls idleReset) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, id := range ids {
 		if f, ok := t.entries[id]; ok && !f.lost.Load() {
 			f.ownedUntil.Store(int64(ls.ownedUntil))
-			f.leasedAt.Store(int64(ls.from))
+			f.resetAt.Store(int64(ls.from))
 		}
 	}
 }
 
 // lost marks ids as taken over by another consumer: their handlers are
 // cancelled with ErrLostOwnership and their outcome will be dropped.
-func (t *tracker) lost(ids []string) {
+func (t *hand) lost(ids []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, id := range ids {
@@ -373,7 +373,7 @@ func (t *tracker) lost(ids []string) {
 }
 
 // count returns how many entries are tracked as in hand.
-func (t *tracker) count() int {
+func (t *hand) count() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.entries)

@@ -1,6 +1,6 @@
 package driver
 
-// The lease loop: heartbeats for slow handlers, and RetryAfter delays
+// The heartbeat loop: heartbeats for slow handlers, and RetryAfter delays
 // beyond MinIdle.
 
 import (
@@ -10,13 +10,13 @@ import (
 	"github.com/pelwarden/pelwarden"
 )
 
-// leaseLoop extends the lease of entries held longer than LeaseInterval,
+// heartbeatLoop extends the lease of entries held longer than HeartbeatInterval,
 // cancels handlers whose entry was taken over, and holds entries whose
 // RetryAfter delay is longer than MinIdle: a leaseTick every
-// LeaseInterval (MinIdle/3 with NoLease).
-func (l *lane) leaseLoop(ctx context.Context) {
-	every := l.cfg.LeaseInterval
-	if every == NoLease {
+// HeartbeatInterval (MinIdle/3 with NoHeartbeat).
+func (l *lane) heartbeatLoop(ctx context.Context) {
+	every := l.cfg.HeartbeatInterval
+	if every == NoHeartbeat {
 		// No heartbeat; RetryAfter delays beyond MinIdle still need a tick.
 		every = l.cfg.MinIdle / 3
 	}
@@ -28,15 +28,15 @@ func (l *lane) leaseLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		l.leaseTick(ctx, every)
+		l.heartbeatTick(ctx, every)
 	}
 }
 
-// leaseTick is one tick of the lease loop, every apart: it releases the
+// heartbeatTick is one tick of the heartbeat loop, every apart: it releases the
 // delayed entries due within MinIdle and extends the leases due (see
-// tracker.leaseDue), marking lost those another consumer owns now.
-func (l *lane) leaseTick(ctx context.Context, every time.Duration) {
-	ids, toRelease, releaseDelay := l.held.leaseDue(l.cfg.LeaseInterval != NoLease, every, l.cfg.MinIdle)
+// hand.heartbeatDue), marking lost those another consumer owns now.
+func (l *lane) heartbeatTick(ctx context.Context, every time.Duration) {
+	ids, toRelease, releaseDelay := l.hand.heartbeatDue(l.cfg.HeartbeatInterval != NoHeartbeat, every, l.cfg.MinIdle)
 	if len(toRelease) > 0 {
 		l.release(ctx, toRelease, releaseDelay)
 	}
@@ -53,8 +53,8 @@ func (l *lane) leaseTick(ctx context.Context, every time.Duration) {
 		}
 		l.m.Count(EventLeaseExtended, int(res.Extended))
 		if lost := append(res.NotOwned, res.Deleted...); len(lost) > 0 {
-			l.held.lost(lost)
+			l.hand.lost(lost)
 		}
-		l.held.extended(batch, l.leaseFrom(began)) // skips the lost ones
+		l.hand.extended(batch, l.idleResetFrom(began)) // skips the lost ones
 	}
 }

@@ -1,7 +1,7 @@
 package driver
 
-// The owner of one partition in ordered mode: from the lease's
-// acquisition to its hand-over or loss.
+// A tenure: this consumer's time as the holder of one partition's lease
+// in ordered mode, from the acquisition to the hand-over or loss.
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	"github.com/pelwarden/pelwarden"
 )
 
-// owner runs one partition while this consumer holds its lease: one
-// entry at a time, in stream order, each handler on the owner's own
+// tenure runs one partition while this consumer holds its lease: one
+// entry at a time, in stream order, each handler on the tenure's own
 // goroutine (leaseWatch keeps the lease meanwhile). Each lease_next hands
 // out a batch (a pending entry alone, or up to orderedBatch new ones); the
 // entries handled are acked by the call that fetches the next batch, and
@@ -26,7 +26,7 @@ import (
 // than inside the function. Only its own goroutine (own) touches its
 // state, and the watch while a handler runs; the balancer and the
 // shutdown only ask it to hand over.
-type owner struct {
+type tenure struct {
 	run *orderedRun
 	p   *partition
 	srv partitionServer
@@ -34,7 +34,7 @@ type owner struct {
 
 	token int64 // the lease's fencing token
 
-	// validUntil is when, by the clock, this owner stops handling the
+	// validUntil is when, by the clock, this holder stops handling the
 	// partition unless it renews first: the send time of the last call
 	// that renewed the lease, plus PartitionLease less its margin.
 	// renewedAt is that send time.
@@ -49,7 +49,7 @@ type owner struct {
 	fenced      bool          // the server said another consumer holds the lease
 	lapsed      bool          // validUntil passed without a renewal
 
-	// ctx is the handlers' context while this owner holds the lease,
+	// ctx is the handlers' context while this holder holds the lease,
 	// cancelled with ErrLostOwnership once it is lost; watch keeps the
 	// lease while a handler runs.
 	ctx    context.Context
@@ -60,10 +60,10 @@ type owner struct {
 	handOverOnce sync.Once
 }
 
-// newOwner returns the owner of p, holding its lease with token since a
+// newTenure returns the holder of p, holding its lease with token since a
 // renewing call sent at sent.
-func newOwner(r *orderedRun, p *partition, token int64, sent time.Duration) *owner {
-	o := &owner{run: r, p: p, srv: p.srv, log: p.log.With("token", token), token: token,
+func newTenure(r *orderedRun, p *partition, token int64, sent time.Duration) *tenure {
+	o := &tenure{run: r, p: p, srv: p.srv, log: p.log.With("token", token), token: token,
 		validUntil: sent + r.cfg.partitionLease - r.cfg.leaseMargin(), renewedAt: sent,
 		handOver: make(chan struct{})}
 	o.ctx, o.cancel = context.WithCancelCause(r.handlerCtx)
@@ -71,17 +71,17 @@ func newOwner(r *orderedRun, p *partition, token int64, sent time.Duration) *own
 	return o
 }
 
-// handOverSoon asks the owner to give the partition back once its
+// handOverSoon asks the holder to give the partition back once its
 // current handler (if any) returned.
-func (o *owner) handOverSoon() { o.handOverOnce.Do(func() { close(o.handOver) }) }
+func (o *tenure) handOverSoon() { o.handOverOnce.Do(func() { close(o.handOver) }) }
 
 // handingOver reports whether handOverSoon was called.
-func (o *owner) handingOver() bool { return closedNow(o.handOver) }
+func (o *tenure) handingOver() bool { return closedNow(o.handOver) }
 
 // own handles the partition until it is handed over or lost, then gives
 // the lease back (acking the entries handled since the last next call and
 // giving the rest of the batch back) unless another consumer holds it.
-func (o *owner) own() {
+func (o *tenure) own() {
 	pm, _ := o.run.m.(PartitionMetrics)
 	if pm != nil {
 		pm.PartitionOwned(o.p.cfg.Stream, true)
@@ -124,7 +124,7 @@ func (o *owner) own() {
 		goOn, wait, settled := o.handle(m)
 		o.run.places <- struct{}{}
 		if !settled {
-			// The head is tried again (or left to the next owner) before
+			// The head is tried again (or left to the next holder) before
 			// anything behind it: the rest of its batch goes back.
 			o.giveBackBatch()
 		}
@@ -151,7 +151,7 @@ const (
 // the places channel; nil: never), d has passed (0: no bound) or, when
 // interruptible, a hand-over is asked; meanwhile it renews the lease every
 // leaseRenewal by the clock, and ends with holdLost once it cannot.
-func (o *owner) hold(wake <-chan struct{}, d time.Duration, interruptible bool) holdResult {
+func (o *tenure) hold(wake <-chan struct{}, d time.Duration, interruptible bool) holdResult {
 	// The common case first, without a ticker or a timer: a place is free.
 	if !o.keep() {
 		return holdLost
@@ -194,11 +194,11 @@ func (o *owner) hold(wake <-chan struct{}, d time.Duration, interruptible bool) 
 }
 
 // keep renews the lease when a third of PartitionLease has passed since
-// the last renewal, and reports whether the owner may still handle the
+// the last renewal, and reports whether the holder may still handle the
 // partition. It is lost once the server says another consumer holds it
 // (or holds it with another token), or once validUntil passed without a
 // renewal (a call that failed, or took too long).
-func (o *owner) keep() bool {
+func (o *tenure) keep() bool {
 	cfg := o.run.cfg
 	sent := o.run.clock.now()
 	if sent >= o.validUntil {
@@ -227,13 +227,13 @@ func (o *owner) keep() bool {
 
 // lapse notes that the lease is lost by the clock: validUntil passed
 // without a renewal.
-func (o *owner) lapse() {
+func (o *tenure) lapse() {
 	o.lapsed = true
 	o.lose(errLeaseLapsed.Error())
 }
 
 // lose notes that the lease is lost, for why.
-func (o *owner) lose(why string) {
+func (o *tenure) lose(why string) {
 	o.run.m.Count(EventLeaseLost, 1)
 	o.log.Warn("partition lease lost; the partition is left alone until acquired again", "why", why)
 }
@@ -241,8 +241,8 @@ func (o *owner) lose(why string) {
 // next is the ordered step: it acks the entry handled last, renews the
 // lease and fetches the partition's next entry (lease_next), retrying
 // transient errors while the lease is valid. It reports false once the
-// owner must stop: the lease is lost, or the call failed for good.
-func (o *owner) next() (*pelwarden.LeaseNextResult, bool) {
+// holder must stop: the lease is lost, or the call failed for good.
+func (o *tenure) next() (*pelwarden.LeaseNextResult, bool) {
 	cfg := o.run.cfg
 	var res *pelwarden.LeaseNextResult
 	var sent time.Duration
@@ -268,7 +268,7 @@ func (o *owner) next() (*pelwarden.LeaseNextResult, bool) {
 	if !res.Held {
 		o.fenced = true
 		if n := len(o.acks); n > 0 {
-			o.run.m.Count(EventLostOwnership, n) // their acks were refused: they run again with the next owner
+			o.run.m.Count(EventLostOwnership, n) // their acks were refused: they run again with the next holder
 		}
 		o.lose("the server answered that this consumer no longer holds it")
 		return nil, false
@@ -294,7 +294,7 @@ func (o *owner) next() (*pelwarden.LeaseNextResult, bool) {
 		if e.Deliveries == 1 {
 			read++ // a new entry, or one given back
 		} else {
-			claimed++ // a pending one: a retry, or a previous owner's
+			claimed++ // a pending one: a retry, or a previous holder's
 		}
 	}
 	if read > 0 {
@@ -311,9 +311,9 @@ func (o *owner) next() (*pelwarden.LeaseNextResult, bool) {
 // that would carry them is refused there (it may dead-letter and read),
 // and the core's policy is the same in both modes: while the server is
 // full no new entries are taken, and those handled still settle. The ack
-// is fenced by the PEL's owner: an entry the partition's next owner took
+// is fenced by the PEL's holder: an entry the partition's next holder took
 // over meanwhile is not acked. A failure leaves the acks to the next call.
-func (o *owner) ackWhileFull(ctx context.Context) {
+func (o *tenure) ackWhileFull(ctx context.Context) {
 	res, err := o.srv.ack(ctx, o.acks)
 	if err != nil {
 		o.run.commandError(o.p.streamScope, "ack", err, 0)
@@ -330,7 +330,7 @@ func (o *owner) ackWhileFull(ctx context.Context) {
 
 // messages returns entries as the handlers' messages, in one allocation
 // (the handlers may keep them: nothing is reused).
-func (o *owner) messages(entries []pelwarden.Entry) []Message {
+func (o *tenure) messages(entries []pelwarden.Entry) []Message {
 	r := o.run
 	msgs := make([]Message, len(entries))
 	for i, e := range entries {
@@ -342,7 +342,7 @@ func (o *owner) messages(entries []pelwarden.Entry) []Message {
 
 // giveBackBatch moves the entries of the batch not handled yet to the
 // give-back list of the next call.
-func (o *owner) giveBackBatch() {
+func (o *tenure) giveBackBatch() {
 	for _, e := range o.batch {
 		o.giveBack = append(o.giveBack, e.ID)
 	}
@@ -355,7 +355,7 @@ func (o *owner) giveBackBatch() {
 // maxmemory, which refuses lease_next and dead-letters), unless a hand-over
 // is asked or the lease is lost meanwhile; an error retrying cannot fix
 // goes to callFailed. It reports whether op succeeded.
-func (o *owner) call(what string, op func(context.Context) error) bool {
+func (o *tenure) call(what string, op func(context.Context) error) bool {
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(o.run.bg, max(o.validUntil-o.run.clock.now(), time.Millisecond))
 		err := op(ctx)
@@ -377,8 +377,8 @@ func (o *owner) call(what string, op func(context.Context) error) bool {
 // pause waits after a next call that handed nothing out: for a blocking
 // head, its wait (reported once); for an idle partition, a pause doubling
 // up to idleMax; not at all when the call spent its scan on dead-letters.
-// It reports false once the owner must stop.
-func (o *owner) pause(res *pelwarden.LeaseNextResult) bool {
+// It reports false once the holder must stop.
+func (o *tenure) pause(res *pelwarden.LeaseNextResult) bool {
 	var wait time.Duration
 	switch {
 	case res.Blocked != "":
@@ -414,7 +414,7 @@ func (o *owner) pause(res *pelwarden.LeaseNextResult) bool {
 }
 
 // unblocked notes that the head reported blocking no longer does.
-func (o *owner) unblocked() {
+func (o *tenure) unblocked() {
 	if o.blocked != "" {
 		o.log.Info("partition unblocked", "id", o.blocked)
 		o.blocked = ""
@@ -424,13 +424,13 @@ func (o *owner) unblocked() {
 	}
 }
 
-// handle runs the handler on m, on the owner's goroutine, and applies its
-// outcome. It reports whether the owner goes on, how long the partition
+// handle runs the handler on m, on the holder's goroutine, and applies its
+// outcome. It reports whether the holder goes on, how long the partition
 // waits first (a RetryAfter), and whether m is settled (acked with the
 // next call, or dead-lettered), so that the entries behind it may run. A
 // lease lost while the handler runs cancels its context with
 // ErrLostOwnership, and its outcome is dropped.
-func (o *owner) handle(m *Message) (goOn bool, wait time.Duration, settled bool) {
+func (o *tenure) handle(m *Message) (goOn bool, wait time.Duration, settled bool) {
 	r := o.run
 	start := r.clock.now()
 	o.watch.arm()
@@ -476,10 +476,10 @@ func (o *owner) handle(m *Message) (goOn bool, wait time.Duration, settled bool)
 
 // deadLetter moves the entry just handled to the dead-letter stream on
 // its handler's request (fenced by ownership of the entry), while the
-// lease is valid. It reports whether the owner goes on, and whether the
+// lease is valid. It reports whether the holder goes on, and whether the
 // entry is dead-lettered (or gone from the stream) so the entries behind
 // it may run.
-func (o *owner) deadLetter(m *Message, text string) (goOn, settled bool) {
+func (o *tenure) deadLetter(m *Message, text string) (goOn, settled bool) {
 	r := o.run
 	var res *pelwarden.DeadLetterResult
 	if !o.keep() {
@@ -517,9 +517,9 @@ func (o *owner) deadLetter(m *Message, text string) (goOn, settled bool) {
 // the batch in the same call, retrying transient errors for up
 // to ShutdownTimeout; once the lease lapsed (the server was out of reach
 // for most of a PartitionLease) it tries once: the lease expires by
-// itself soon, and an owner stuck in retries would keep this consumer
+// itself soon, and a holder stuck in retries would keep this consumer
 // from acquiring the partition again.
-func (o *owner) releaseLease() {
+func (o *tenure) releaseLease() {
 	r := o.run
 	o.giveBackBatch()
 	deadline := time.Now().Add(r.cfg.ShutdownTimeout)
@@ -555,6 +555,6 @@ func (o *owner) releaseLease() {
 
 // entryLog writes a per-entry record at level warn (or info),
 // rate-limited by the run's entryLogs.
-func (o *owner) entryLog(warn bool, msg string, args ...any) {
+func (o *tenure) entryLog(warn bool, msg string, args ...any) {
 	o.run.entryLog(o.log, warn, msg, args...)
 }
