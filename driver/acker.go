@@ -41,7 +41,7 @@ type acker struct {
 	batch, limit int // ids per call; the most the queue holds
 	// interval: a queued id waits at most this long for a fuller batch
 	// (AckInterval, at most MinIdle/4: a succeeded entry then needs no
-	// lease extension, and its ack no fence; see lane.fenceFrom).
+	// lease extension, and its ack no fence; see Config.fenceFrom).
 	interval     time.Duration
 	flushTimeout time.Duration // bound of the final flush: ShutdownTimeout
 
@@ -67,7 +67,7 @@ func newAcker(a acker) *acker {
 }
 
 // add queues the ack of id; ownedUntil is when another consumer could
-// first take it over (see lane.fenceFrom). It reports false once the
+// first take it over (see Config.fenceFrom). It reports false once the
 // acker has stopped: the entry then stays pending. It waits while the
 // queue is full (the back-pressure of a slow or failing ack call).
 func (a *acker) add(id string, ownedUntil time.Duration) bool {
@@ -290,7 +290,7 @@ type ackResult struct {
 }
 
 // send acks a batch. The ack fence, in one place: an entry no other
-// consumer can have taken over yet (its ownedUntil, see lane.fenceFrom, is
+// consumer can have taken over yet (its ownedUntil, see Config.fenceFrom, is
 // still ahead) is acked with one plain XACK; only the others, held so long
 // that a takeover was possible, go through the fenced ack function. Under
 // load every entry is acked within milliseconds of its delivery, so the

@@ -88,7 +88,7 @@ type handEntry struct {
 // idleReset is what a call that reset entries' idle time (a read, a claim,
 // an extension) tells the hand: when it began (a clock reading; the
 // server reset the idle times after that) and the ack fence from then on
-// (see lane.idleResetFrom).
+// (see Config.idleResetFrom).
 type idleReset struct {
 	from, ownedUntil time.Duration
 }

@@ -1,7 +1,7 @@
 package driver
 
-// The heartbeat loop: heartbeats for slow handlers, and RetryAfter delays
-// beyond MinIdle.
+// The keeper: the heartbeat of entries in hand (slow handlers), and
+// RetryAfter delays beyond MinIdle.
 
 import (
 	"context"
@@ -10,15 +10,31 @@ import (
 	"github.com/pelwarden/pelwarden"
 )
 
+// keeper keeps the entries in hand of one stream ours while they are
+// handled: every tick it resets the idle time of those in hand longer than
+// HeartbeatInterval (the extend function), so no other consumer claims
+// them, marks lost (cancelling their handlers) those another consumer took
+// over, and holds entries whose RetryAfter delay is longer than MinIdle
+// until the retry is within MinIdle, then releases them (settle).
+type keeper struct {
+	cfg    Config
+	m      Metrics
+	srv    laneServer // extend
+	clock  clock
+	hand   *hand
+	settle *settler
+	faults faults
+}
+
 // heartbeatLoop extends the lease of entries held longer than HeartbeatInterval,
 // cancels handlers whose entry was taken over, and holds entries whose
 // RetryAfter delay is longer than MinIdle: a leaseTick every
 // HeartbeatInterval (MinIdle/3 with NoHeartbeat).
-func (l *lane) heartbeatLoop(ctx context.Context) {
-	every := l.cfg.HeartbeatInterval
+func (k *keeper) heartbeatLoop(ctx context.Context) {
+	every := k.cfg.HeartbeatInterval
 	if every == NoHeartbeat {
 		// No heartbeat; RetryAfter delays beyond MinIdle still need a tick.
-		every = l.cfg.MinIdle / 3
+		every = k.cfg.MinIdle / 3
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -28,33 +44,33 @@ func (l *lane) heartbeatLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		l.heartbeatTick(ctx, every)
+		k.heartbeatTick(ctx, every)
 	}
 }
 
 // heartbeatTick is one tick of the heartbeat loop, every apart: it releases the
 // delayed entries due within MinIdle and extends the leases due (see
 // hand.heartbeatDue), marking lost those another consumer owns now.
-func (l *lane) heartbeatTick(ctx context.Context, every time.Duration) {
-	ids, toRelease, releaseDelay := l.hand.heartbeatDue(l.cfg.HeartbeatInterval != NoHeartbeat, every, l.cfg.MinIdle)
+func (k *keeper) heartbeatTick(ctx context.Context, every time.Duration) {
+	ids, toRelease, releaseDelay := k.hand.heartbeatDue(k.cfg.HeartbeatInterval != NoHeartbeat, every, k.cfg.MinIdle)
 	if len(toRelease) > 0 {
-		l.release(ctx, toRelease, releaseDelay)
+		k.settle.release(ctx, toRelease, releaseDelay)
 	}
 	for len(ids) > 0 {
 		batch := ids[:min(len(ids), pelwarden.MaxCount)]
 		ids = ids[len(batch):]
-		began := l.clock.now()
-		res, err := l.srv.extend(ctx, batch)
+		began := k.clock.now()
+		res, err := k.srv.extend(ctx, batch)
 		if err != nil {
 			if ctx.Err() == nil {
-				l.commandError("extend lease", err, 0)
+				k.faults.commandError("extend lease", err, 0)
 			}
 			return
 		}
-		l.m.Count(EventLeaseExtended, int(res.Extended))
+		k.m.Count(EventLeaseExtended, int(res.Extended))
 		if lost := append(res.NotOwned, res.Deleted...); len(lost) > 0 {
-			l.hand.lost(lost)
+			k.hand.lost(lost)
 		}
-		l.hand.extended(batch, l.idleResetFrom(began)) // skips the lost ones
+		k.hand.extended(batch, k.cfg.idleResetFrom(began)) // skips the lost ones
 	}
 }

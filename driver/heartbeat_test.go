@@ -54,7 +54,7 @@ func TestLeaseTick(t *testing.T) {
 			if c.failure != nil {
 				h.srv.failNext("extend", c.failure)
 			}
-			h.l.heartbeatTick(t.Context(), h.l.cfg.MinIdle/3)
+			h.l.keep.heartbeatTick(t.Context(), h.l.cfg.MinIdle/3)
 			require.Equal(t, c.extended, h.m.get(EventLeaseExtended))
 			for i, lost := range c.lost {
 				require.Equal(t, lost, jobs[i].f.lost.Load(), "entry %d lost", i)
@@ -85,13 +85,13 @@ func TestLeaseHoldsLongRetryAfter(t *testing.T) {
 	require.False(t, h.l.applyOutcome(j.m, j.f, RetryAfter(3*time.Second, errHandler), false))
 	h.l.hand.forget(j.m.ID)
 	every := h.l.cfg.MinIdle / 3
-	h.l.heartbeatTick(t.Context(), every)
+	h.l.keep.heartbeatTick(t.Context(), every)
 	require.Equal(t, 1, h.m.get(EventLeaseExtended), "held: extended")
 	require.Empty(t, h.srv.releases(ids[0]))
 	h.clock.advance(2*time.Second + every)
-	h.l.heartbeatTick(t.Context(), every)
+	h.l.keep.heartbeatTick(t.Context(), every)
 	require.Equal(t, []string{(time.Second - every).String()}, h.srv.releases(ids[0]), "released for what is left")
-	h.l.heartbeatTick(t.Context(), every)
+	h.l.keep.heartbeatTick(t.Context(), every)
 	require.Len(t, h.srv.releases(ids[0]), 1, "released once")
 }
 
@@ -102,6 +102,6 @@ func TestLeaseLoop(t *testing.T) {
 	ids := h.srv.add(1)
 	jobs := h.read(t.Context(), 1)
 	h.l.applyOutcome(jobs[0].m, jobs[0].f, RetryAfter(time.Hour, errHandler), false)
-	loopUntil(t, "the delayed entry extended", h.l.heartbeatLoop, func() bool { return h.srv.callCount("extend") >= 2 })
+	loopUntil(t, "the delayed entry extended", h.l.keep.heartbeatLoop, func() bool { return h.srv.callCount("extend") >= 2 })
 	require.Empty(t, h.srv.releases(ids[0]))
 }

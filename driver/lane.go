@@ -5,12 +5,9 @@ package driver
 import (
 	"context"
 	"log/slog"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/pelwarden/pelwarden"
 )
 
 // lane is one stream's part of a Run: the loops that read, reclaim and
@@ -56,30 +53,38 @@ type lane struct {
 	// claimPage sizes the reclaim pass's pages (the reclaim loop's own).
 	claimPage claimPacer
 
-	// sweptAt is one more than the clock reading at which the latest
-	// completed sweep of the PEL began (0: none yet): a reclaim pass that
-	// reached the PEL's end, or a read that claims and found fewer entries
-	// than it asked for. Every entry claimable when such a sweep began was
-	// taken by it, unless it could not be (the stall check reports those;
-	// see swept).
-	sweptAt atomic.Int64
+	// sweeps records the completed sweeps of the PEL (see sweeps).
+	sweeps sweeps
+	// maint runs the stall check, the trim and the upkeep.
+	maint *maintainer
+	// settle sends the outcomes' writes but the acks.
+	settle *settler
+	// keep runs the heartbeat of the entries in hand.
+	keep *keeper
 }
 
-// swept records a completed sweep of the PEL that began at at (a clock
+// sweeps holds one more than the clock reading at which the latest
+// completed sweep of the PEL began (0: none yet): a reclaim pass that
+// reached the PEL's end, or a read that claims and found fewer entries
+// than it asked for. Every entry claimable when such a sweep began was
+// taken by it, unless it could not be (the stall check reports those).
+type sweeps struct{ at atomic.Int64 }
+
+// record records a completed sweep of the PEL that began at at (a clock
 // reading).
-func (l *lane) swept(at time.Duration) {
+func (s *sweeps) record(at time.Duration) {
 	v := int64(at) + 1
 	for {
-		old := l.sweptAt.Load()
-		if old >= v || l.sweptAt.CompareAndSwap(old, v) {
+		old := s.at.Load()
+		if old >= v || s.at.CompareAndSwap(old, v) {
 			return
 		}
 	}
 }
 
-// sweptSince reports whether a completed sweep began at or after at.
-func (l *lane) sweptSince(at time.Duration) bool {
-	v := l.sweptAt.Load()
+// since reports whether a completed sweep began at or after at.
+func (s *sweeps) since(at time.Duration) bool {
+	v := s.at.Load()
 	return v != 0 && v-1 >= int64(at)
 }
 
@@ -98,6 +103,9 @@ func newLane(s *session, sc *streamScope, srv laneServer, clk clock, single bool
 		batch: cfg.AckBatch, limit: ackLimit, interval: min(cfg.AckInterval, cfg.MinIdle/4),
 		flushTimeout: cfg.ShutdownTimeout,
 	})
+	l.settle = &settler{cfg: cfg, log: log, m: cfg.Metrics, srv: srv, hand: l.hand, faults: l, run: s}
+	l.keep = &keeper{cfg: cfg, m: cfg.Metrics, srv: srv, clock: clk, hand: l.hand, settle: l.settle, faults: l}
+	l.maint = &maintainer{cfg: cfg, log: log, m: cfg.Metrics, srv: srv, clock: clk, faults: l, hand: l.hand, sweeps: &l.sweeps}
 	return l
 }
 
@@ -108,16 +116,8 @@ func newLane(s *session, sc *streamScope, srv laneServer, clk clock, single bool
 func (l *lane) startLoops(ctx, handlerCtx context.Context, loops *sync.WaitGroup) {
 	loops.Go(func() { l.readLoop(ctx, handlerCtx) })
 	loops.Go(func() { l.reclaimLoop(ctx, handlerCtx) })
-	loops.Go(func() { l.heartbeatLoop(ctx) })
-	if l.cfg.ReapIdle > 0 || l.cfg.DeadLetterMaxAge > 0 || l.cfg.DeadLetterMaxLen > 0 {
-		loops.Go(func() { l.upkeepLoop(ctx) })
-	}
-	if l.cfg.TrimInterval > 0 {
-		loops.Go(func() { l.trimLoop(ctx) })
-	}
-	if l.cfg.StallAfter != NoStallCheck {
-		loops.Go(func() { l.stallLoop(ctx) })
-	}
+	loops.Go(func() { l.keep.heartbeatLoop(ctx) })
+	l.maint.start(ctx, loops)
 }
 
 // stopping reports whether stop was called.
@@ -134,27 +134,6 @@ func (l *lane) commandError(what string, err error, attempt int) {
 // on.
 func (l *lane) failedForGood(ctx context.Context, what string, err error) bool {
 	return l.sess.failedForGood(ctx, l.scope, what, err)
-}
-
-// idleResetFrom is the lease of entries whose idle time a call begun at began
-// (a clock reading) reset: a read, a claim or an extension.
-func (l *lane) idleResetFrom(began time.Duration) idleReset {
-	return idleReset{from: began, ownedUntil: l.fenceFrom(began)}
-}
-
-// fenceFrom returns when entries delivered (or extended) by a call begun
-// at began could first be taken over by another consumer, less a margin:
-// a claim takes only entries idle for MinIdle, and the server reset their
-// idle time after began. Until then a plain XACK acks exactly what the
-// fenced ack function would, for a quarter of its server CPU, so the
-// acker fences only the entries held longer (see acker.send). Ownership
-// moved by hand without regard to MinIdle (XCLAIM with min-idle 0) is not
-// seen for entries acked within MinIdle/2 of their delivery.
-func (l *lane) fenceFrom(began time.Duration) time.Duration {
-	if l.cfg.AckMode == AckPlain {
-		return math.MaxInt64
-	}
-	return began + l.cfg.MinIdle/2
 }
 
 // handlerDone notes that an entry dispatched to the workers left them: its
@@ -174,22 +153,4 @@ func (l *lane) skip(j job) {
 	l.hand.skipped(j.m.ID)
 	l.flow.free(j.f.bytes)
 	l.handlerDone()
-}
-
-// releaseUnstarted makes the entries skipped at shutdown claimable by other
-// consumers at once, with the delivery that handed them out taken back, so
-// a graceful stop spends no attempt of an entry no handler started (a
-// fenced give-back: entries taken over meanwhile are left alone).
-func (l *lane) releaseUnstarted(ctx context.Context) {
-	ids := l.hand.takeUnstarted()
-	if len(ids) > 0 {
-		l.log.Info("shutdown: releasing queued entries no handler had started", "count", len(ids))
-	}
-	for len(ids) > 0 {
-		batch := ids[:min(len(ids), pelwarden.MaxCount)]
-		ids = ids[len(batch):]
-		l.giveBack(ctx, func(ctx context.Context) (*pelwarden.ReleaseResult, error) {
-			return l.srv.giveBack(ctx, batch, l.cfg.MinIdle)
-		})
-	}
 }

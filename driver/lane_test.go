@@ -166,7 +166,7 @@ func TestUpkeep(t *testing.T) {
 	h.srv.dlqLen = 5
 	ids := h.srv.add(1)
 	h.srv.pending("idle", 1, 0, ids...)
-	h.l.upkeep(t.Context())
+	h.l.maint.upkeep(t.Context())
 	require.Equal(t, 1, h.m.get(EventReaped))
 	require.Equal(t, 1+2, h.m.get(EventDeadLetterTrimmed), "one by age, two by length")
 	require.Equal(t, 1, h.srv.callCount("trimDeadLetters minid 6400000-0"), "records older than an hour before the server's time")
@@ -175,12 +175,12 @@ func TestUpkeep(t *testing.T) {
 	for _, op := range []string{"reap", "time"} {
 		h.srv.failNext(op, context.DeadlineExceeded)
 	}
-	h.l.upkeep(t.Context())
+	h.l.maint.upkeep(t.Context())
 	h.srv.failNext("trimDeadLetters maxlen", context.DeadlineExceeded)
-	h.l.upkeep(t.Context())
+	h.l.maint.upkeep(t.Context())
 	require.Equal(t, 3, h.m.get(EventCommandError))
 
-	loopUntil(t, "rounds every ReclaimInterval", h.l.upkeepLoop, func() bool { return h.srv.callCount("reap") >= 6 })
+	loopUntil(t, "rounds every ReclaimInterval", h.l.maint.upkeepLoop, func() bool { return h.srv.callCount("reap") >= 6 })
 }
 
 // A trim pass calls the trim function until nothing below the bound is
@@ -192,13 +192,13 @@ func TestTrimPass(t *testing.T) {
 	h.read(t.Context(), 5)
 	_, err := h.srv.ack(t.Context(), ids)
 	require.NoError(t, err)
-	h.l.trimPass(t.Context())
+	h.l.maint.trimPass(t.Context())
 	require.Equal(t, 5, h.m.get(EventTrimmed))
 	require.Equal(t, 3, h.srv.callCount("trim"))
 
 	h.srv.failNext("trim", context.DeadlineExceeded)
-	h.l.trimPass(t.Context())
+	h.l.maint.trimPass(t.Context())
 	require.Equal(t, 1, h.m.get(EventCommandError))
 
-	loopUntil(t, "trims every TrimInterval", h.l.trimLoop, func() bool { return h.srv.callCount("trim") >= 7 })
+	loopUntil(t, "trims every TrimInterval", h.l.maint.trimLoop, func() bool { return h.srv.callCount("trim") >= 7 })
 }

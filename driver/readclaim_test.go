@@ -292,9 +292,9 @@ func TestReadLoopParksTooLarge(t *testing.T) {
 	// Reported once when parked for StallAfter (parked 2s before the
 	// read that took it again).
 	h.clock.advance(h.l.cfg.StallAfter - 3*time.Second)
-	require.Empty(t, h.l.stallCheck(t.Context(), nil), "not parked for StallAfter yet")
+	require.Empty(t, h.l.maint.stallCheck(t.Context(), nil), "not parked for StallAfter yet")
 	h.clock.advance(2 * time.Second)
-	reported := h.l.stallCheck(t.Context(), nil)
+	reported := h.l.maint.stallCheck(t.Context(), nil)
 	require.Equal(t, map[string]bool{big: true}, reported)
 	require.Equal(t, 1, h.m.get(EventStalled))
 	require.Contains(t, h.logs.String(), "owners=[me:1]")
@@ -302,7 +302,7 @@ func TestReadLoopParksTooLarge(t *testing.T) {
 	// The fake finds it idle past StallAfter too (no heartbeat loop runs
 	// here): still one report.
 	h.clock.advance(2 * time.Second)
-	reported = h.l.stallCheck(t.Context(), reported)
+	reported = h.l.maint.stallCheck(t.Context(), reported)
 	require.Equal(t, map[string]bool{big: true}, reported)
 	require.Equal(t, 1, h.m.get(EventStalled), "once")
 
@@ -310,6 +310,6 @@ func TestReadLoopParksTooLarge(t *testing.T) {
 	// let go.
 	_, err := h.srv.ack(t.Context(), []string{big})
 	require.NoError(t, err)
-	h.l.heartbeatTick(t.Context(), time.Millisecond)
+	h.l.keep.heartbeatTick(t.Context(), time.Millisecond)
 	require.False(t, h.l.hand.holds(big))
 }

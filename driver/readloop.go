@@ -113,7 +113,7 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 		if claim > 0 {
 			if got < n {
 				// Nothing more idle for MinIdle: a sweep (see lane.sweptAt).
-				l.swept(began)
+				l.sweeps.record(began)
 			}
 			claimed := false
 			for _, m := range msgs {
@@ -176,47 +176,9 @@ func (l *lane) takenOver(ctx context.Context, msgs []*Message) []*Message {
 		l.m.Count(EventClaimed, claimed-len(spent))
 	}
 	if len(spent) > 0 {
-		l.deadLetterSpent(ctx, spent, deliveries)
+		l.settle.deadLetterSpent(ctx, spent, deliveries)
 	}
 	return keep
-}
-
-// deadLetterSpent dead-letters entries a read handed over after
-// MaxDeliveries deliveries, retried as a handler's dead-letter is. If it
-// gives up, they stay pending with a count above MaxDeliveries, so
-// whoever takes them next (a read or a reclaim pass) dead-letters them
-// too: they never reach a handler. Those too large to dead-letter are
-// parked (see parkedEntry); deliveries has the count of each id.
-func (l *lane) deadLetterSpent(ctx context.Context, ids []string, deliveries map[string]int64) {
-	l.withRetry(context.WithoutCancel(ctx), "dead-letter", func(ctx context.Context) error {
-		res, err := l.srv.deadLetterSpent(ctx, ids)
-		if err != nil {
-			return err
-		}
-		l.sess.memoryFreed("dead-letter")
-		if len(res.DeadLettered) > 0 {
-			l.m.DeadLettered(pelwarden.ReasonMaxDeliveries, len(res.DeadLettered))
-			l.entryLog(true, "dead-lettered entries delivered too often", "count", len(res.DeadLettered),
-				"max_deliveries", l.cfg.deliveryLimit(), "first_ids", firstIDs(res.DeadLettered))
-		}
-		if lost := res.OwnedElsewhere(); len(lost) > 0 {
-			l.m.Count(EventLostOwnership, len(lost))
-		}
-		if len(res.Deleted) > 0 {
-			l.m.Count(EventDeletedFromPEL, len(res.Deleted))
-		}
-		if len(res.TooLarge) > 0 {
-			l.m.Count(EventTooLarge, len(res.TooLarge))
-			park := make(map[string]int64, len(res.TooLarge))
-			for _, id := range res.TooLarge {
-				park[id] = deliveries[id]
-			}
-			l.hand.park(park)
-			l.log.Error("entries at MaxDeliveries have too many fields to dead-letter atomically; parked: they stay pending with this consumer, untouched, for an operator",
-				"count", len(res.TooLarge), "first_ids", firstIDs(res.TooLarge))
-		}
-		return nil
-	})
 }
 
 // idlePoll waits before the next read of an idle stream of a consumer of
@@ -260,7 +222,7 @@ func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reserva
 		return
 	}
 	l.unfinished.Add(int64(len(msgs)))
-	skipped, closed := l.hand.add(handlerCtx, msgs, sizes, l.idleResetFrom(began), l.jobs, l, claim)
+	skipped, closed := l.hand.add(handlerCtx, msgs, sizes, l.cfg.idleResetFrom(began), l.jobs, l, claim)
 	if closed {
 		l.log.Warn("entries read during shutdown; they stay pending", "count", len(msgs), "ids", firstIDs(messageIDs(msgs)))
 	}

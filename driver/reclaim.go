@@ -128,7 +128,7 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 		}
 		l.dispatch(handlerCtx, ptrs, res, began, rtt, !page.Done(), claim)
 		if page.Done() {
-			l.swept(passBegan) // the whole PEL, from cursor 0-0 to its end
+			l.sweeps.record(passBegan) // the whole PEL, from cursor 0-0 to its end
 		}
 		if page.Done() || onePage {
 			return

@@ -6,38 +6,73 @@ package driver
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 
 	"github.com/pelwarden/pelwarden"
 )
 
+// maintainer keeps one stream of a Run in order, each task in a loop of
+// its own: the stall check (stall.go), the trim, and the upkeep (reaping
+// dead consumers, bounding the dead-letter stream). It reads the stream's
+// entries in hand (parked ones are reported as stalled) and the lane's
+// sweeps, and reports failed calls to faults; it never touches an entry
+// in hand.
+type maintainer struct {
+	cfg    Config
+	log    *slog.Logger
+	m      Metrics
+	srv    laneServer // trim, reap, time, trimDeadLetters, idlePending
+	clock  clock
+	faults faults
+	hand   *hand
+	sweeps *sweeps
+}
+
+// start starts the loops cfg asks for on loops: the upkeep loop with
+// ReapIdle, DeadLetterMaxAge or DeadLetterMaxLen, the trim loop with
+// TrimInterval, the stall check unless StallAfter is NoStallCheck. They
+// return when ctx ends.
+func (mt *maintainer) start(ctx context.Context, loops *sync.WaitGroup) {
+	if mt.cfg.ReapIdle > 0 || mt.cfg.DeadLetterMaxAge > 0 || mt.cfg.DeadLetterMaxLen > 0 {
+		loops.Go(func() { mt.upkeepLoop(ctx) })
+	}
+	if mt.cfg.TrimInterval > 0 {
+		loops.Go(func() { mt.trimLoop(ctx) })
+	}
+	if mt.cfg.StallAfter != NoStallCheck {
+		loops.Go(func() { mt.stallLoop(ctx) })
+	}
+}
+
 // trimLoop trims the stream at start and every TrimInterval.
-func (l *lane) trimLoop(ctx context.Context) {
-	repeat(ctx, l.cfg.TrimInterval, func(bool) { l.trimPass(ctx) })
+func (mt *maintainer) trimLoop(ctx context.Context) {
+	repeat(ctx, mt.cfg.TrimInterval, func(bool) { mt.trimPass(ctx) })
 }
 
 // trimPass deletes what every group has acknowledged, in calls of
 // TrimLimit entries until nothing below the bound is left. A failed call
 // ends the pass (logged and counted); the next interval tries again.
-func (l *lane) trimPass(ctx context.Context) {
+func (mt *maintainer) trimPass(ctx context.Context) {
 	var total int64
 	var res *pelwarden.TrimResult
 	for ctx.Err() == nil {
 		var err error
-		res, err = l.srv.trim(ctx, l.cfg.TrimLimit)
+		res, err = mt.srv.trim(ctx, mt.cfg.TrimLimit)
 		if err != nil {
 			if ctx.Err() == nil {
-				l.commandError("trim", err, 0)
+				mt.faults.commandError("trim", err, 0)
 			}
 			break
 		}
 		total += res.Trimmed
-		l.m.Count(EventTrimmed, int(res.Trimmed))
+		mt.m.Count(EventTrimmed, int(res.Trimmed))
 		if !res.More {
 			break
 		}
 	}
 	if total > 0 && res != nil {
-		l.log.Debug("trimmed entries every group acknowledged", "count", total, "bound", res.Bound,
+		mt.log.Debug("trimmed entries every group acknowledged", "count", total, "bound", res.Bound,
 			"held_back_by", res.Holder, "length", res.Length)
 	}
 }
@@ -45,76 +80,76 @@ func (l *lane) trimPass(ctx context.Context) {
 // upkeepLoop, with ReapIdle, DeadLetterMaxAge or DeadLetterMaxLen set,
 // reaps dead consumers and bounds the dead-letter stream at start and
 // every ReclaimInterval.
-func (l *lane) upkeepLoop(ctx context.Context) {
-	repeat(ctx, l.cfg.ReclaimInterval, func(bool) { l.upkeep(ctx) })
+func (mt *maintainer) upkeepLoop(ctx context.Context) {
+	repeat(ctx, mt.cfg.ReclaimInterval, func(bool) { mt.upkeep(ctx) })
 }
 
 // upkeep is one round of the upkeep loop.
-func (l *lane) upkeep(ctx context.Context) {
-	if l.cfg.ReapIdle > 0 {
-		l.reap(ctx)
+func (mt *maintainer) upkeep(ctx context.Context) {
+	if mt.cfg.ReapIdle > 0 {
+		mt.reap(ctx)
 	}
-	if (l.cfg.DeadLetterMaxAge > 0 || l.cfg.DeadLetterMaxLen > 0) && ctx.Err() == nil {
-		l.deadLetterRetention(ctx)
+	if (mt.cfg.DeadLetterMaxAge > 0 || mt.cfg.DeadLetterMaxLen > 0) && ctx.Err() == nil {
+		mt.deadLetterRetention(ctx)
 	}
 }
 
 // reap deletes the group's consumers idle longer than ReapIdle that own
 // no pending entries. Errors are logged and counted; the next round tries
 // again.
-func (l *lane) reap(ctx context.Context) {
-	res, err := l.srv.reap(ctx, l.cfg.ReapIdle)
+func (mt *maintainer) reap(ctx context.Context) {
+	res, err := mt.srv.reap(ctx, mt.cfg.ReapIdle)
 	if err != nil {
 		if ctx.Err() == nil {
-			l.commandError("reap", err, 0)
+			mt.faults.commandError("reap", err, 0)
 		}
 		return
 	}
 	if len(res.Deleted) > 0 {
-		l.m.Count(EventReaped, len(res.Deleted))
-		l.log.Info("reaped idle consumers that owned nothing", "consumers", res.Deleted)
+		mt.m.Count(EventReaped, len(res.Deleted))
+		mt.log.Info("reaped idle consumers that owned nothing", "consumers", res.Deleted)
 	}
 	for _, k := range res.Kept {
-		l.log.Debug("idle consumer kept: it still owns pending entries", "idle_consumer", k.Name, "pending", k.Pending)
+		mt.log.Debug("idle consumer kept: it still owns pending entries", "idle_consumer", k.Name, "pending", k.Pending)
 	}
 }
 
 // deadLetterRetention applies DeadLetterMaxAge and DeadLetterMaxLen to the
 // dead-letter stream (it has no consumer groups, so a plain XTRIM is
 // right there). Errors are logged and counted; the next pass tries again.
-func (l *lane) deadLetterRetention(ctx context.Context) {
-	dlq := l.cfg.DeadLetterStream
+func (mt *maintainer) deadLetterRetention(ctx context.Context) {
+	dlq := mt.cfg.DeadLetterStream
 	var deleted int64
-	if l.cfg.DeadLetterMaxAge > 0 {
-		now, err := l.srv.time(ctx)
+	if mt.cfg.DeadLetterMaxAge > 0 {
+		now, err := mt.srv.time(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				l.commandError("dead-letter retention: TIME", err, 0)
+				mt.faults.commandError("dead-letter retention: TIME", err, 0)
 			}
 			return
 		}
-		n, err := l.srv.trimDeadLetters(ctx, minIDBefore(now, l.cfg.DeadLetterMaxAge), 0)
+		n, err := mt.srv.trimDeadLetters(ctx, minIDBefore(now, mt.cfg.DeadLetterMaxAge), 0)
 		if err != nil {
 			if ctx.Err() == nil {
-				l.commandError("dead-letter retention: XTRIM "+dlq+" MINID", err, 0)
+				mt.faults.commandError("dead-letter retention: XTRIM "+dlq+" MINID", err, 0)
 			}
 			return
 		}
 		deleted += n
 	}
-	if l.cfg.DeadLetterMaxLen > 0 {
-		n, err := l.srv.trimDeadLetters(ctx, "", l.cfg.DeadLetterMaxLen)
+	if mt.cfg.DeadLetterMaxLen > 0 {
+		n, err := mt.srv.trimDeadLetters(ctx, "", mt.cfg.DeadLetterMaxLen)
 		if err != nil {
 			if ctx.Err() == nil {
-				l.commandError("dead-letter retention: XTRIM "+dlq+" MAXLEN", err, 0)
+				mt.faults.commandError("dead-letter retention: XTRIM "+dlq+" MAXLEN", err, 0)
 			}
 			return
 		}
 		deleted += n
 	}
 	if deleted > 0 {
-		l.m.Count(EventDeadLetterTrimmed, int(deleted))
-		l.log.Info("dead-letter retention deleted records", "dead_letter_stream", dlq, "count", deleted,
-			"max_age", l.cfg.DeadLetterMaxAge, "max_len", l.cfg.DeadLetterMaxLen)
+		mt.m.Count(EventDeadLetterTrimmed, int(deleted))
+		mt.log.Info("dead-letter retention deleted records", "dead_letter_stream", dlq, "count", deleted,
+			"max_age", mt.cfg.DeadLetterMaxAge, "max_len", mt.cfg.DeadLetterMaxLen)
 	}
 }

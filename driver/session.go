@@ -125,7 +125,7 @@ func (s *session) serve(ctx context.Context, lanes []*lane) (lingering <-chan st
 		j.lane.skip(j)
 	}
 	for _, l := range lanes {
-		l.releaseUnstarted(flushCtx)
+		l.settle.releaseUnstarted(flushCtx)
 	}
 	// Phase 3: flush the remaining acks, bounded by ShutdownTimeout.
 	for _, l := range lanes {
@@ -145,6 +145,9 @@ func (s *session) serve(ctx context.Context, lanes []*lane) (lingering <-chan st
 
 	return lingering, s.end()
 }
+
+// handlersCancelled reports whether the shutdown cancelled the handlers.
+func (s *session) handlersCancelled() bool { return closedNow(s.handlersDone) }
 
 // readClaimCount is how many of the lanes' reads take idle entries over.
 func readClaimCount(lanes []*lane) int {

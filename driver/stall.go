@@ -25,12 +25,12 @@ const stallLogIDs = 10
 // stallLoop checks for stalled entries every max(ReclaimInterval,
 // StallAfter/3), the first time one such interval after start (nothing can
 // have stalled under this consumer's watch before).
-func (l *lane) stallLoop(ctx context.Context) {
-	every := max(l.cfg.ReclaimInterval, l.cfg.StallAfter/3)
+func (mt *maintainer) stallLoop(ctx context.Context) {
+	every := max(mt.cfg.ReclaimInterval, mt.cfg.StallAfter/3)
 	var reported map[string]bool
 	repeat(ctx, every, func(first bool) {
 		if !first {
-			reported = l.stallCheck(ctx, reported)
+			reported = mt.stallCheck(ctx, reported)
 		}
 	})
 }
@@ -42,11 +42,11 @@ func (l *lane) stallLoop(ctx context.Context) {
 // hold. It returns what it found, for the next check: an entry that leaves
 // the list and stalls again later is reported again. On an error it logs,
 // counts and keeps reported.
-func (l *lane) stallCheck(ctx context.Context, reported map[string]bool) map[string]bool {
-	found, err := l.srv.idlePending(ctx, l.cfg.StallAfter, stallCount)
+func (mt *maintainer) stallCheck(ctx context.Context, reported map[string]bool) map[string]bool {
+	found, err := mt.srv.idlePending(ctx, mt.cfg.StallAfter, stallCount)
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, pelwarden.ErrNoGroup) {
-			l.commandError("stall check", err, 0)
+			mt.faults.commandError("stall check", err, 0)
 		}
 		return reported
 	}
@@ -56,17 +56,17 @@ func (l *lane) stallCheck(ctx context.Context, reported map[string]bool) map[str
 	// backlog this consumer is still working through (a dead consumer's
 	// large PEL, slow handlers) keeps its entries idle for as long as it
 	// takes, and no pass has finished walking past them yet.
-	checked := l.clock.now()
+	checked := mt.clock.now()
 	swept := found[:0]
 	for _, p := range found {
-		if l.sweptSince(checked - p.Idle + l.cfg.claimableAfter()) {
+		if mt.sweeps.since(checked - p.Idle + mt.cfg.claimableAfter()) {
 			swept = append(swept, p)
 		}
 	}
 	found = swept
 	// Parked entries (see parkedEntry) are held under the lease, so never
 	// idle: they are reported once parked for StallAfter.
-	found = append(found, l.hand.parkedSince(l.cfg.StallAfter, l.cfg.Consumer)...)
+	found = append(found, mt.hand.parkedSince(mt.cfg.StallAfter, mt.cfg.Consumer)...)
 	now := make(map[string]bool, len(found))
 	var n int
 	var ids []string
@@ -90,13 +90,13 @@ func (l *lane) stallCheck(ctx context.Context, reported map[string]bool) map[str
 		mostDeliveries = max(mostDeliveries, p.Deliveries)
 	}
 	if n > 0 {
-		l.m.Count(EventStalled, n)
-		attrs := []any{"count", n, "stall_after", l.cfg.StallAfter, "oldest_idle", oldest.Round(time.Millisecond),
+		mt.m.Count(EventStalled, n)
+		attrs := []any{"count", n, "stall_after", mt.cfg.StallAfter, "oldest_idle", oldest.Round(time.Millisecond),
 			"most_deliveries", mostDeliveries, "ids", ids, "owners", ownerList(owners)}
 		if more {
 			attrs = append(attrs, "more", "the check looks at the first "+strconv.Itoa(stallCount)+" only")
 		}
-		l.log.Warn("pending entries idle past StallAfter that no reclaim pass took: recovery is stalled (a consumer's reclaim loop is stuck, or a bug)", attrs...)
+		mt.log.Warn("pending entries idle past StallAfter that no reclaim pass took: recovery is stalled (a consumer's reclaim loop is stuck, or a bug)", attrs...)
 	}
 	return now
 }

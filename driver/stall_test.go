@@ -19,9 +19,9 @@ func TestStallCheck(t *testing.T) {
 	h.srv.pending("other", 1, 5*time.Minute, ids[3])
 	h.srv.pending("dead", 1, 59*time.Second, ids[4]) // not yet
 	h.srv.pending("me", 1, 0, ids[5])
-	h.l.swept(h.clock.now()) // a pass walked the PEL and left them
+	h.l.sweeps.record(h.clock.now()) // a pass walked the PEL and left them
 
-	reported := h.l.stallCheck(t.Context(), nil)
+	reported := h.l.maint.stallCheck(t.Context(), nil)
 	require.Equal(t, 4, h.m.get(EventStalled))
 	require.Len(t, reported, 4)
 	logs := h.logs.String()
@@ -33,7 +33,7 @@ func TestStallCheck(t *testing.T) {
 	require.Contains(t, logs, "most_deliveries=3")
 
 	h.logs.Reset()
-	reported = h.l.stallCheck(t.Context(), reported)
+	reported = h.l.maint.stallCheck(t.Context(), reported)
 	require.Equal(t, 4, h.m.get(EventStalled), "reported once")
 	require.Empty(t, h.logs.String())
 
@@ -41,15 +41,15 @@ func TestStallCheck(t *testing.T) {
 	_, err := h.srv.ack(t.Context(), ids[:1])
 	require.NoError(t, err)
 	h.clock.advance(time.Second)
-	reported = h.l.stallCheck(t.Context(), reported)
+	reported = h.l.maint.stallCheck(t.Context(), reported)
 	require.Equal(t, 5, h.m.get(EventStalled))
 	require.Contains(t, h.logs.String(), "ids=[5-0]")
 
 	h.srv.failNext("idlePending", context.DeadlineExceeded, errNoGroup)
-	after := h.l.stallCheck(t.Context(), reported)
+	after := h.l.maint.stallCheck(t.Context(), reported)
 	require.Equal(t, reported, after, "a failed check keeps what was reported")
 	require.Equal(t, 1, h.m.get(EventCommandError))
-	after = h.l.stallCheck(t.Context(), after)
+	after = h.l.maint.stallCheck(t.Context(), after)
 	require.Equal(t, 1, h.m.get(EventCommandError), "a missing group is the read loop's to report")
 	require.Equal(t, 5, h.m.get(EventStalled))
 }
@@ -65,9 +65,9 @@ func TestStallCheckWaitsForASweep(t *testing.T) {
 	h.clock.advance(time.Hour)
 	ids := h.srv.add(2)
 	h.srv.pending("dead", 1, 2*time.Minute, ids...)
-	require.Empty(t, h.l.stallCheck(t.Context(), nil), "no sweep yet")
-	h.l.swept(h.clock.now() - 2*time.Minute) // began before they were claimable
-	require.Empty(t, h.l.stallCheck(t.Context(), nil), "that sweep could not take them")
+	require.Empty(t, h.l.maint.stallCheck(t.Context(), nil), "no sweep yet")
+	h.l.sweeps.record(h.clock.now() - 2*time.Minute) // began before they were claimable
+	require.Empty(t, h.l.maint.stallCheck(t.Context(), nil), "that sweep could not take them")
 	require.Zero(t, h.m.get(EventStalled))
 
 	// A pass that walks the whole PEL is a sweep, from its start; an entry
@@ -75,11 +75,11 @@ func TestStallCheckWaitsForASweep(t *testing.T) {
 	// still pending (one the pass left) is stalled.
 	before := h.clock.now()
 	h.l.reclaimPass(t.Context(), t.Context(), false)
-	require.True(t, h.l.sweptSince(before))
+	require.True(t, h.l.sweeps.since(before))
 	require.Len(t, h.s.jobs.drain(), 2, "the pass took both")
 	left := h.srv.add(1)
 	h.srv.pending("dead", 5, 2*time.Minute, left...)
-	reported := h.l.stallCheck(t.Context(), nil)
+	reported := h.l.maint.stallCheck(t.Context(), nil)
 	require.Equal(t, map[string]bool{left[0]: true}, reported)
 
 	// A read that claims and finds fewer entries than it asked for is a
@@ -88,9 +88,9 @@ func TestStallCheckWaitsForASweep(t *testing.T) {
 	r.clock.advance(time.Hour)
 	r.srv.claims = true
 	r.l.readClaim.Store(true)
-	require.False(t, r.l.sweptSince(0))
+	require.False(t, r.l.sweeps.since(0))
 	loopUntil(t, "a read", func(ctx context.Context) { r.l.readLoop(ctx, t.Context()) }, func() bool { return r.srv.callCount("read") >= 1 })
-	require.True(t, r.l.sweptSince(time.Hour), "a read that found nothing swept the PEL")
+	require.True(t, r.l.sweeps.since(time.Hour), "a read that found nothing swept the PEL")
 }
 
 // A check looks at stallCount entries at most and says so.
@@ -99,8 +99,8 @@ func TestStallCheckBounded(t *testing.T) {
 	h := newHarness(t, func(cfg *Config) { cfg.StallAfter = time.Minute })
 	ids := h.srv.add(stallCount + 5)
 	h.srv.pending("dead", 1, time.Hour, ids...)
-	h.l.swept(h.clock.now())
-	reported := h.l.stallCheck(t.Context(), nil)
+	h.l.sweeps.record(h.clock.now())
+	reported := h.l.maint.stallCheck(t.Context(), nil)
 	require.Len(t, reported, stallCount)
 	require.Equal(t, stallCount, h.m.get(EventStalled))
 	require.Contains(t, h.logs.String(), "the check looks at the first 100 only")
@@ -114,7 +114,7 @@ func TestStallLoop(t *testing.T) {
 	h := newHarness(t, func(cfg *Config) {
 		cfg.MinIdle, cfg.ReclaimInterval, cfg.StallAfter = 10*time.Millisecond, time.Millisecond, 12*time.Millisecond
 	})
-	loopUntil(t, "checks every 4ms", h.l.stallLoop, func() bool { return h.srv.callCount("idlePending") >= 3 })
+	loopUntil(t, "checks every 4ms", h.l.maint.stallLoop, func() bool { return h.srv.callCount("idlePending") >= 3 })
 
 	cfg := testConfig(t, func(c *Config) { c.StallAfter = NoStallCheck })
 	require.Equal(t, time.Duration(NoStallCheck), cfg.StallAfter)

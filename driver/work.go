@@ -4,13 +4,10 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"time"
-
-	"github.com/pelwarden/pelwarden"
 )
 
 // worker runs queued jobs of every stream until the queue is closed and
@@ -109,7 +106,7 @@ func (l *lane) applyOutcome(m *Message, f *handEntry, err error, panicked bool) 
 	if out.Action == ActionDeadLetter {
 		// Held until the call settles it: a claim that returns it
 		// meanwhile is skipped (see hand.gone).
-		l.deadLetter(ctx, m, out.ErrText)
+		l.settle.deadLetter(ctx, m, out.ErrText)
 		return false
 	}
 	l.hand.forget(m.ID)
@@ -124,114 +121,6 @@ func (l *lane) applyOutcome(m *Message, f *handEntry, err error, panicked bool) 
 		l.hand.delay(m.ID, l.clock.now()+out.Delay)
 		return false
 	}
-	l.fail(ctx, m.ID, out.ReleaseDelay(l.readClaim.Load(), l.cfg.ReclaimInterval, l.cfg.MinIdle), out.ErrText)
+	l.settle.fail(ctx, m.ID, out.ReleaseDelay(l.readClaim.Load(), l.cfg.ReclaimInterval, l.cfg.MinIdle), out.ErrText)
 	return false
-}
-
-// fail records a failed attempt of id (the fail function): claimable
-// again after max(delay, its Backoff) from now, a fenced call, its error
-// kept for the dead letter written if it reaches MaxDeliveries.
-func (l *lane) fail(ctx context.Context, id string, delay time.Duration, errText string) {
-	l.giveBack(ctx, func(ctx context.Context) (*pelwarden.ReleaseResult, error) {
-		return l.srv.fail(ctx, id, l.cfg.MinIdle, delay, errText)
-	})
-}
-
-// deadLetter moves one entry in hand to the dead-letter stream, retrying
-// transient errors for up to ShutdownTimeout (while the server is out of
-// memory, for as long as the run lasts), and stops tracking it. If it
-// cannot, the entry stays pending and the reclaim pass dead-letters it at
-// MaxDeliveries.
-func (l *lane) deadLetter(ctx context.Context, m *Message, text string) {
-	tracked := true
-	defer func() {
-		if tracked {
-			l.hand.forget(m.ID)
-		}
-	}()
-	l.withRetry(ctx, "dead-letter", func(ctx context.Context) error {
-		res, err := l.srv.deadLetter(ctx, m.ID, text)
-		if err != nil {
-			return err
-		}
-		if len(res.DeadLettered) > 0 || len(res.Deleted) > 0 {
-			l.hand.gone(m.ID) // copied and acked, or cleared from the PEL
-		} else {
-			l.hand.forget(m.ID) // still pending (ours, or another's)
-		}
-		tracked = false
-		l.sess.memoryFreed("dead-letter")
-		if len(res.DeadLettered) > 0 {
-			l.m.DeadLettered(pelwarden.ReasonHandler, len(res.DeadLettered))
-			l.entryLog(true, "dead-lettered entry on handler request", "id", m.ID, "err", text)
-		}
-		if lost := res.OwnedElsewhere(); len(lost) > 0 {
-			l.m.Count(EventLostOwnership, len(lost))
-		}
-		if len(res.Deleted) > 0 {
-			l.m.Count(EventDeletedFromPEL, len(res.Deleted))
-		}
-		if len(res.TooLarge) > 0 {
-			// Still pending and ours: give it back; once it reaches
-			// MaxDeliveries the reclaim pass reports it for an operator.
-			l.m.Count(EventTooLarge, len(res.TooLarge))
-			l.log.Error("entry has too many fields to dead-letter atomically; it stays pending", "id", m.ID, "err", text)
-			l.release(ctx, res.TooLarge, 0)
-		}
-		return nil
-	})
-}
-
-// release makes ids claimable again after delay (at the next reclaim pass
-// for 0), a fenced release: entries taken over meanwhile are left alone.
-func (l *lane) release(ctx context.Context, ids []string, delay time.Duration) {
-	l.giveBack(ctx, func(ctx context.Context) (*pelwarden.ReleaseResult, error) {
-		return l.srv.release(ctx, ids, l.cfg.MinIdle, delay)
-	})
-}
-
-// giveBack runs one of the calls that give owned entries back (release,
-// fail, giveback) with withRetry, counting the ids owned elsewhere by then.
-func (l *lane) giveBack(ctx context.Context, call func(context.Context) (*pelwarden.ReleaseResult, error)) {
-	l.withRetry(ctx, "release", func(ctx context.Context) error {
-		res, err := call(ctx)
-		if err != nil {
-			return err
-		}
-		if len(res.NotOwned) > 0 {
-			l.m.Count(EventLostOwnership, len(res.NotOwned))
-		}
-		return nil
-	})
-}
-
-// withRetry runs op until it succeeds, fails permanently, or ShutdownTimeout
-// passes; while the server refuses it for lack of memory it keeps trying
-// until the run's handlers are cancelled (the end of a shutdown). ctx
-// carries no cancellation (a finished handler's outcome is applied during
-// the shutdown too); each attempt is bounded by ShutdownTimeout. Failures
-// are logged and counted; a missing group is handled by groupMissing.
-func (l *lane) withRetry(ctx context.Context, what string, op func(context.Context) error) {
-	deadline := time.Now().Add(l.cfg.ShutdownTimeout)
-	stop := func(err error, _ int) bool {
-		switch {
-		case errors.Is(err, pelwarden.ErrNoGroup) || permanent(err):
-			return true
-		case outOfMemory(err):
-			return closedNow(l.sess.handlersDone)
-		}
-		return time.Now().After(deadline)
-	}
-	err := retry(ctx, stop, func(err error, attempt int) { l.commandError(what, err, attempt) }, func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, l.cfg.ShutdownTimeout)
-		defer cancel()
-		return op(ctx)
-	})
-	switch {
-	case err == nil:
-	case permanent(err):
-		l.failedForGood(ctx, what, err)
-	default:
-		l.log.Error(what+" gave up; the entry stays pending", "err", err)
-	}
 }
