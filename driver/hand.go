@@ -97,7 +97,7 @@ type idleReset struct {
 type job struct {
 	m    *Message
 	f    *handEntry
-	lane *lane // the stream's lane that settles it
+	exec *executor // the stream's: runs the handler, applies the outcome
 }
 
 func newHand(clk clock) *hand {
@@ -112,7 +112,7 @@ func newHand(clk clock) *hand {
 // gives their places back.
 //
 // ls is the lease of the call that fetched them.
-func (t *hand) add(handlerCtx context.Context, msgs []*Message, sizes []int64, ls idleReset, q *jobQueue, l *lane, claim claimTicket) (skipped []*Message, closed bool) {
+func (t *hand) add(handlerCtx context.Context, msgs []*Message, sizes []int64, ls idleReset, q *jobQueue, exec *executor, claim claimTicket) (skipped []*Message, closed bool) {
 	now := t.clock.now()
 	fs := make([]handEntry, len(msgs))
 	ctxs := make([]entryContext, len(msgs))
@@ -149,7 +149,7 @@ func (t *hand) add(handlerCtx context.Context, msgs []*Message, sizes []int64, l
 		if len(t.delayed) > 0 {
 			delete(t.delayed, m.ID)
 		}
-		jobs = append(jobs, job{m: m, f: f, lane: l})
+		jobs = append(jobs, job{m: m, f: f, exec: exec})
 	}
 	q.push(jobs...)
 	return skipped, false

@@ -34,13 +34,10 @@ type lane struct {
 	hand *hand  // the entries of this stream in hand
 	acks *acker // sends the acks of entries whose handler succeeded
 
-	// unfinished counts entries dispatched whose handler has not finished
-	// (queued or running; see handlerDone); readIdle is set while the last
-	// read found nothing new.
-	// Together they tell the acker when to flush without waiting for a
-	// full batch (see drained).
-	unfinished atomic.Int64
-	readIdle   atomic.Bool
+	// drain tells the acker when the lane has drained what it had.
+	drain drain
+	// exec runs the stream's handlers and applies their outcomes.
+	exec *executor
 
 	// readClaim is set while the lane's reads take idle entries over
 	// (XREADGROUP ... CLAIM MinIdle): see detectReadClaim.
@@ -103,7 +100,10 @@ func newLane(s *session, sc *streamScope, srv laneServer, clk clock, single bool
 		batch: cfg.AckBatch, limit: ackLimit, interval: min(cfg.AckInterval, cfg.MinIdle/4),
 		flushTimeout: cfg.ShutdownTimeout,
 	})
+	l.drain.acks = l.acks
 	l.settle = &settler{cfg: cfg, log: log, m: cfg.Metrics, srv: srv, hand: l.hand, faults: l, run: s}
+	l.exec = &executor{cfg: cfg, log: log, m: cfg.Metrics, clock: clk, hand: l.hand, flow: s.flow, acks: l.acks,
+		settle: l.settle, run: s.core, drain: &l.drain, readClaim: &l.readClaim}
 	l.keep = &keeper{cfg: cfg, m: cfg.Metrics, srv: srv, clock: clk, hand: l.hand, settle: l.settle, faults: l}
 	l.maint = &maintainer{cfg: cfg, log: log, m: cfg.Metrics, srv: srv, clock: clk, faults: l, hand: l.hand, sweeps: &l.sweeps}
 	return l
@@ -136,21 +136,34 @@ func (l *lane) failedForGood(ctx context.Context, what string, err error) bool {
 	return l.sess.failedForGood(ctx, l.scope, what, err)
 }
 
-// handlerDone notes that an entry dispatched to the workers left them: its
-// handler ran and its outcome was applied (or, for a success, queued for
-// the acker), or it was skipped at dispatch or at shutdown. It counts
-// unfinished down, and tells the acker to flush once the lane has drained.
-func (l *lane) handlerDone() {
-	if l.unfinished.Add(-1) == 0 && l.readIdle.Load() {
-		l.acks.drained()
+// drain tells the acker to flush without waiting for a full batch once
+// the lane has drained: nothing dispatched is queued or running and the
+// last read found nothing new, so no more acks are coming soon.
+type drain struct {
+	acks       *acker
+	unfinished atomic.Int64 // entries dispatched whose handler has not finished
+	readIdle   atomic.Bool  // the last read found nothing new
+}
+
+// add counts n entries dispatched to the workers.
+func (d *drain) add(n int) { d.unfinished.Add(int64(n)) }
+
+// done notes that an entry dispatched left the workers: its handler ran
+// and its outcome was applied (or, for a success, queued for the acker),
+// or it was skipped at dispatch or at shutdown.
+func (d *drain) done() {
+	if d.unfinished.Add(-1) == 0 && d.readIdle.Load() {
+		d.acks.drained()
 	}
 }
 
-// skip drops a queued job at shutdown without running its handler; its
-// entry is released by releaseUnstarted.
-func (l *lane) skip(j job) {
-	j.f.ctx.finish()
-	l.hand.skipped(j.m.ID)
-	l.flow.free(j.f.bytes)
-	l.handlerDone()
+// read notes whether a read found nothing new (idle).
+func (d *drain) read(idle bool) {
+	d.readIdle.Store(idle)
+	if idle && d.unfinished.Load() == 0 {
+		d.acks.drained()
+	}
 }
+
+// idle reports whether the last read found nothing new.
+func (d *drain) idle() bool { return d.readIdle.Load() }

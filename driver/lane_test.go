@@ -26,7 +26,7 @@ func TestReadLoop(t *testing.T) {
 			got = append(got, j.m.ID)
 		}
 		require.Equal(t, ids, got)
-		require.Equal(t, int64(3), h.l.unfinished.Load())
+		require.Equal(t, int64(3), h.l.drain.unfinished.Load())
 		require.GreaterOrEqual(t, h.m.get(EventCommandError), 1)
 	})
 	t.Run("the group is gone", func(t *testing.T) {
@@ -69,8 +69,8 @@ func TestLaneDrainedFlushesAcks(t *testing.T) {
 	h.srv.add(1)
 	jobs := h.read(t.Context(), 1)
 	h.l.acks.start(t.Context())
-	h.l.readIdle.Store(true)
-	h.l.runJob(jobs[0])
+	h.l.drain.readIdle.Store(true)
+	h.l.exec.runJob(jobs[0])
 	eventually(t, "acked at once", func() bool { return len(h.srv.pendingIDs()) == 0 })
 	h.l.acks.stop()
 	<-h.l.acks.done()

@@ -168,7 +168,7 @@ func TestReleaseDelay(t *testing.T) {
 			h.l.readClaim.Store(c.readClaim)
 			ids := h.srv.add(1)
 			jobs := h.read(t.Context(), 1)
-			h.l.runJob(jobs[0])
+			h.l.exec.runJob(jobs[0])
 			require.Equal(t, []string{c.want}, h.srv.releases(ids[0]))
 		})
 	}
@@ -219,7 +219,7 @@ func TestReclaimTickBesideReadClaims(t *testing.T) {
 	require.Equal(t, 1, h.srv.callCount("claim"), "no pass beside busy reads")
 	require.Zero(t, h.srv.callCount("anyIdle"))
 
-	h.l.readIdle.Store(true)
+	h.l.drain.readIdle.Store(true)
 	h.l.reclaimTick(t.Context(), t.Context(), false)
 	require.Equal(t, 1, h.srv.callCount("anyIdle"))
 	require.Equal(t, 2, h.m.get(EventDeletedFromPEL), "a pass once the reads find nothing")
@@ -245,7 +245,7 @@ func TestReadLoopClaimsBacklogWithoutTurns(t *testing.T) {
 			if !ok {
 				return
 			}
-			h.l.runJob(j)
+			h.l.exec.runJob(j)
 		}
 	}()
 	t.Cleanup(h.s.jobs.close)
@@ -275,7 +275,7 @@ func TestReadLoopParksTooLarge(t *testing.T) {
 	loopUntil(t, "parked", func(ctx context.Context) { h.l.readLoop(ctx, t.Context()) }, func() bool { return h.m.get(EventTooLarge) == 1 })
 	require.Empty(t, h.s.jobs.drain())
 	require.True(t, h.l.hand.holds(big))
-	require.Zero(t, h.l.unfinished.Load(), "a parked entry holds no place")
+	require.Zero(t, h.l.drain.unfinished.Load(), "a parked entry holds no place")
 	require.Contains(t, h.logs.String(), "parked")
 	extend, _, _ := h.l.hand.heartbeatDue(false, time.Millisecond, h.l.cfg.MinIdle)
 	require.Equal(t, []string{big}, extend, "under the lease even without the heartbeat")

@@ -126,11 +126,8 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 			newTurn = claimed && fresh
 		}
 		idle = got == 0
-		l.readIdle.Store(idle)
 		msgs = l.takenOver(ctx, msgs)
-		if idle && l.unfinished.Load() == 0 {
-			l.acks.drained()
-		}
+		l.drain.read(idle)
 		l.dispatch(handlerCtx, msgs, res, began, rtt, got == n, ticket)
 	}
 }
@@ -221,14 +218,14 @@ func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reserva
 		l.hand.endClaim(claim)
 		return
 	}
-	l.unfinished.Add(int64(len(msgs)))
-	skipped, closed := l.hand.add(handlerCtx, msgs, sizes, l.cfg.idleResetFrom(began), l.jobs, l, claim)
+	l.drain.add(len(msgs))
+	skipped, closed := l.hand.add(handlerCtx, msgs, sizes, l.cfg.idleResetFrom(began), l.jobs, l.exec, claim)
 	if closed {
 		l.log.Warn("entries read during shutdown; they stay pending", "count", len(msgs), "ids", firstIDs(messageIDs(msgs)))
 	}
 	for _, m := range skipped {
 		l.flow.free(entryBytes(m))
-		l.handlerDone()
+		l.drain.done()
 	}
 }
 

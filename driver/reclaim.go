@@ -39,7 +39,7 @@ func (l *lane) reclaimTick(ctx, handlerCtx context.Context, first bool) {
 	if l.readClaim.Load() {
 		if first {
 			l.reclaimPass(ctx, handlerCtx, true)
-		} else if l.readIdle.Load() && l.anythingIdle(ctx) {
+		} else if l.drain.idle() && l.anythingIdle(ctx) {
 			l.reclaimPass(ctx, handlerCtx, false)
 		}
 		return

@@ -104,7 +104,7 @@ func TestReclaimPassSkipsEntriesInHand(t *testing.T) {
 	h.l.reclaimPass(t.Context(), t.Context(), false)
 	require.Empty(t, h.s.jobs.drain())
 	require.Equal(t, 2, h.l.hand.count())
-	require.Equal(t, int64(2), h.l.unfinished.Load())
+	require.Equal(t, int64(2), h.l.drain.unfinished.Load())
 	_, held := h.l.flow.size()
 	require.Equal(t, 2, held, "the read's two places; the claim's were given back")
 }
@@ -176,14 +176,14 @@ func TestReclaimPassSkipsEntriesSettledDuringTheClaim(t *testing.T) {
 		require.EqualValues(t, 1, n)
 		h.l.hand.gone(ids[0])
 		h.l.flow.free(jobs[0].f.bytes)
-		h.l.handlerDone()
+		h.l.drain.done()
 	}
 	h.l.reclaimPass(t.Context(), t.Context(), false)
 	require.Empty(t, h.s.jobs.drain(), "1-0 was acked, 2-0 is still in hand")
 	h.l.hand.mu.Lock()
 	require.Equal(t, []string{ids[1]}, slices.Collect(maps.Keys(h.l.hand.entries)), "in hand")
 	h.l.hand.mu.Unlock()
-	require.Equal(t, int64(1), h.l.unfinished.Load())
+	require.Equal(t, int64(1), h.l.drain.unfinished.Load())
 	_, held := h.l.flow.size()
 	require.Equal(t, 1, held, "2-0's place from the read; the claim's were given back")
 

@@ -122,7 +122,7 @@ func (s *session) serve(ctx context.Context, lanes []*lane) (lingering <-chan st
 	// Queued entries no handler started (all of them, should every worker
 	// be stuck) go back to the group at once rather than after MinIdle.
 	for _, j := range s.jobs.drain() {
-		j.lane.skip(j)
+		j.exec.skip(j)
 	}
 	for _, l := range lanes {
 		l.settle.releaseUnstarted(flushCtx)

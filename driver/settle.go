@@ -77,16 +77,8 @@ func (st *settler) deadLetter(ctx context.Context, m *Message, text string) {
 			st.hand.forget(m.ID) // still pending (ours, or another's)
 		}
 		tracked = false
-		st.run.memoryFreed("dead-letter")
-		if len(res.DeadLettered) > 0 {
-			st.m.DeadLettered(pelwarden.ReasonHandler, len(res.DeadLettered))
+		if st.deadLettered(res, pelwarden.ReasonHandler) {
 			st.entryLog(true, "dead-lettered entry on handler request", "id", m.ID, "err", text)
-		}
-		if lost := res.OwnedElsewhere(); len(lost) > 0 {
-			st.m.Count(EventLostOwnership, len(lost))
-		}
-		if len(res.Deleted) > 0 {
-			st.m.Count(EventDeletedFromPEL, len(res.Deleted))
 		}
 		if len(res.TooLarge) > 0 {
 			// Still pending and ours: give it back; once it reaches
@@ -165,17 +157,9 @@ func (st *settler) deadLetterSpent(ctx context.Context, ids []string, deliveries
 		if err != nil {
 			return err
 		}
-		st.run.memoryFreed("dead-letter")
-		if len(res.DeadLettered) > 0 {
-			st.m.DeadLettered(pelwarden.ReasonMaxDeliveries, len(res.DeadLettered))
+		if st.deadLettered(res, pelwarden.ReasonMaxDeliveries) {
 			st.entryLog(true, "dead-lettered entries delivered too often", "count", len(res.DeadLettered),
 				"max_deliveries", st.cfg.deliveryLimit(), "first_ids", firstIDs(res.DeadLettered))
-		}
-		if lost := res.OwnedElsewhere(); len(lost) > 0 {
-			st.m.Count(EventLostOwnership, len(lost))
-		}
-		if len(res.Deleted) > 0 {
-			st.m.Count(EventDeletedFromPEL, len(res.Deleted))
 		}
 		if len(res.TooLarge) > 0 {
 			st.m.Count(EventTooLarge, len(res.TooLarge))
@@ -189,6 +173,25 @@ func (st *settler) deadLetterSpent(ctx context.Context, ids []string, deliveries
 		}
 		return nil
 	})
+}
+
+// deadLettered counts what a dead-letter call that the server accepted
+// did (it also ends a pause for lack of memory): the entries dead-lettered
+// for reason, those owned elsewhere by then, those deleted from the
+// stream. It reports whether any was dead-lettered. Those too large to
+// dead-letter are the caller's.
+func (st *settler) deadLettered(res *pelwarden.DeadLetterResult, reason string) bool {
+	st.run.memoryFreed("dead-letter")
+	if len(res.DeadLettered) > 0 {
+		st.m.DeadLettered(reason, len(res.DeadLettered))
+	}
+	if lost := res.OwnedElsewhere(); len(lost) > 0 {
+		st.m.Count(EventLostOwnership, len(lost))
+	}
+	if len(res.Deleted) > 0 {
+		st.m.Count(EventDeletedFromPEL, len(res.Deleted))
+	}
+	return len(res.DeadLettered) > 0
 }
 
 // releaseUnstarted makes the entries skipped at shutdown claimable by other

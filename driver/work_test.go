@@ -71,8 +71,8 @@ func TestRunJobOutcomes(t *testing.T) {
 			if c.shutdown {
 				cancel()
 			}
-			h.l.unfinished.Store(1)
-			h.l.runJob(jobs[0])
+			h.l.drain.unfinished.Store(1)
+			h.l.exec.runJob(jobs[0])
 
 			require.Len(t, h.l.acks.queue.take(), c.queued, "acks queued")
 			require.Equal(t, c.held, h.l.hand.count(), "held")
@@ -85,7 +85,7 @@ func TestRunJobOutcomes(t *testing.T) {
 			require.Equal(t, c.errs, h.m.get(EventHandlerError))
 			require.Equal(t, c.panics, h.m.get(EventHandlerPanic))
 			require.Equal(t, c.lostEvents, h.m.get(EventLostOwnership))
-			require.Zero(t, h.l.unfinished.Load(), "settled")
+			require.Zero(t, h.l.drain.unfinished.Load(), "settled")
 			_, held := h.l.flow.size()
 			require.Zero(t, held, "its place in the window given back")
 			require.Error(t, jobs[0].f.ctx.Err(), "the entry's context is finished")
@@ -107,7 +107,7 @@ func TestRunJobAfterAckerStopped(t *testing.T) {
 	h.l.acks.start(t.Context())
 	h.l.acks.stop()
 	<-h.l.acks.done()
-	h.l.runJob(jobs[0])
+	h.l.exec.runJob(jobs[0])
 	require.Zero(t, h.l.hand.count())
 	require.Contains(t, h.logs.String(), "after the ack loop stopped")
 }
@@ -153,7 +153,7 @@ func TestDeadLetterAndReleaseRetry(t *testing.T) {
 			h.srv.add(1)
 			jobs := h.read(t.Context(), 1)
 			h.srv.failNext(c.op, c.errs...)
-			h.l.runJob(jobs[0])
+			h.l.exec.runJob(jobs[0])
 			require.Equal(t, c.calls, h.srv.callCount(c.op), "calls")
 			require.Equal(t, c.pending, len(h.srv.pendingIDs()) == 1, "pending")
 			require.Equal(t, c.stopped, h.s.stopping(), "stopped")
