@@ -13,25 +13,12 @@ import (
 	"github.com/pelwarden/pelwarden"
 )
 
-// faults is how a lane's parts report failed server calls (lane
-// implements it).
-type faults interface {
-	// commandError counts and logs a failed call (attempt from 0), stops
-	// the consumer at a fatal error and pauses it at a full server.
-	commandError(what string, err error, attempt int)
-	// failedForGood applies the policy for a call that will not be
-	// retried (see core.failedForGood); it reports whether to go on.
-	failedForGood(ctx context.Context, what string, err error) bool
-	// stopping reports whether the consumer is stopping.
-	stopping() bool
-}
-
 // acker owns the acks of one lane: the queue the handler workers push the
 // ids of succeeded entries to (add), and the loop that sends them in
 // batches (start, stop). An entry stays in the hand until its ack was
 // sent, so the heartbeat loop keeps protecting it meanwhile.
 type acker struct {
-	srv    laneServer
+	srv    settleServer
 	hand   *hand
 	clock  clock
 	m      Metrics

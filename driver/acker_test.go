@@ -117,7 +117,7 @@ func TestAckerFlushForgetsAcked(t *testing.T) {
 	jobs := h.read(t.Context(), 2)
 	h.clock.advance(time.Second) // past the fence: the fenced ack tells who owns what
 	h.srv.pending("other", 2, 0, ids[0])
-	claim := h.l.hand.beginClaim()
+	claim := h.l.hand.claims.begin()
 	var items []ackItem
 	for _, j := range jobs {
 		items = append(items, ackItem{id: j.m.ID, ownedUntil: time.Duration(j.f.ownedUntil.Load())})
@@ -127,9 +127,9 @@ func TestAckerFlushForgetsAcked(t *testing.T) {
 	require.Empty(t, left)
 	require.Zero(t, h.l.hand.count())
 	h.l.hand.mu.Lock()
-	require.Equal(t, []string{ids[1]}, slices.Collect(maps.Keys(h.l.hand.goneAt)), "only the acked one")
+	require.Equal(t, []string{ids[1]}, slices.Collect(maps.Keys(h.l.hand.claims.goneAt)), "only the acked one")
 	h.l.hand.mu.Unlock()
-	h.l.hand.endClaim(claim)
+	h.l.hand.claims.end(claim)
 }
 
 // The loop sends a full batch at once, the rest at the interval or when

@@ -131,7 +131,7 @@ func (c *Consumer) partitionServer(cfg Config, tx *txProbe) partitionServer {
 
 // laneServer is the server of the lane of cfg.Stream.
 func (c *Consumer) laneServer(cfg Config) laneServer {
-	return &redisLane{rdb: c.rdb, lib: c.lib, stream: cfg.Stream, deadLetterStream: cfg.DeadLetterStream,
+	return newRedisLane(&redisStream{rdb: c.rdb, lib: c.lib, stream: cfg.Stream, deadLetterStream: cfg.DeadLetterStream,
 		lastErrors: newLastErrors(cfg.Stream, c.log), group: cfg.Group, consumer: cfg.Consumer,
-		readBlock: cfg.ReadBlock, backoff: cfg.Backoff}
+		readBlock: cfg.ReadBlock, backoff: cfg.Backoff})
 }

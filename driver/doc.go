@@ -52,50 +52,52 @@
 // and the pause while the server is out of memory, in which entries in
 // hand still settle and no new ones are taken.
 //
-// One Run is a session (session.go): one window and Concurrency handler
-// workers shared by all streams, and a lane per stream (lane.go). Each
-// lane has these goroutines; arrows are the queues between them:
+// One unordered Run is a session (session.go): one window and Concurrency
+// handler workers shared by all streams, and per stream a lane and its
+// parts, each a type with the dependencies it needs and its own loop:
 //
-//		read loop ──XREADGROUP─────┐                      ┌─> acker ──ack fn / XACK──> Redis
-//		reclaim loop ──claim fn────┼─> hand + job queue ─> Concurrency workers (handlers)
-//		heartbeat loop ──extend fn─┘   (window: room)        └─> dead-letter / release fns
-//		upkeep loop ──reap fn, XTRIM of the dead-letter stream
-//		trim loop ──trim fn
-//		stall check ──XPENDING IDLE
+//	lane ──reads, claim pages──> dispatch ──> hand + job queue ──> workers
+//	                                              executor: handler, outcome
+//	acker <──────────── success ────────────────────────────────┤
+//	settler <── failure, dead letter, due RetryAfter ───────────┘
+//	keeper ──extend fn: the heartbeat of entries in hand
+//	maintainer ──stall check, trim fn, reap fn, XTRIM of the dead letters
 //
-//	  - read loop (readloop.go): XREADGROUP ">" for as many entries as the
-//	    window offers; blocks for one entry when the stream is idle. Where
-//	    the server has it (Redis 8.4+; the first read is the probe), it says
-//	    CLAIM MinIdle and takes idle entries over first; those it hands
-//	    over after MaxDeliveries deliveries are dead-lettered by the
-//	    library before any handler sees them.
-//	    dispatch (readloop.go too) is where read and reclaimed entries
-//	    enter the hand and the job queue.
-//	  - reclaim loop (reclaim.go): at start and every ReclaimInterval, when
-//	    something is idle, a pass of claim-function pages until the cursor
-//	    returns; the function dead-letters entries delivered MaxDeliveries
-//	    times. Where reads claim, it still clears the entries deleted while
-//	    pending, which a read's CLAIM leaves.
-//	  - upkeep loop (retention.go), only with ReapIdle, DeadLetterMaxAge or
-//	    DeadLetterMaxLen: at start and every ReclaimInterval, reaps dead
-//	    consumers and bounds the dead-letter stream.
-//	  - trim loop (retention.go), only with TrimInterval: at start and every
-//	    TrimInterval, trim-function calls of TrimLimit entries delete what
-//	    every consumer group of the stream has acknowledged.
-//	  - stall check (stall.go), unless StallAfter is NoStallCheck: every
-//	    max(ReclaimInterval, StallAfter/3), one XPENDING IDLE StallAfter
-//	    call; entries that outlasted the reclaim passes are logged and
-//	    counted as EventStalled once each.
-//	  - workers (work.go): run handlers from the job queue (jobqueue.go) and
-//	    apply each outcome: success to the acker, the rest through the
-//	    dead-letter or release functions.
-//	  - acker (acker.go): owns the lane's ack queue and the loop that sends
-//	    it in batches, fenced where a takeover was possible; started and
-//	    stopped by the session, it flushes within ShutdownTimeout.
-//	  - heartbeat loop (heartbeat.go): resets the idle time of entries in
-//	    hand longer than HeartbeatInterval (the extend function), cancels
-//	    handlers whose entry was taken over, holds long RetryAfter delays.
+//	  - fetching, the lane (lane.go, readloop.go, reclaim.go): XREADGROUP
+//	    ">" for as many entries as the window offers, blocking for one when
+//	    the stream is idle; where the server has it (Redis 8.4+; the first
+//	    read is the probe) the read says CLAIM MinIdle and takes idle
+//	    entries over first. At start and every ReclaimInterval, when
+//	    something is idle, a pass of claim-function pages. Both end in one
+//	    dispatch into the hand and the job queue.
+//	  - executing, the executor (work.go, with the handler API): the
+//	    workers run handlers from the job queue and apply each outcome.
+//	  - settling, the acker (acker.go: the acks in batches, fenced where a
+//	    takeover was possible) and the settler (settle.go: failed attempts,
+//	    dead letters, releases, give-backs at shutdown).
+//	  - keeping, the keeper (heartbeat.go): resets the idle time of
+//	    entries in hand longer than HeartbeatInterval, cancels handlers
+//	    whose entry was taken over, holds long RetryAfter delays.
+//	  - maintaining, the maintainer (stall.go, retention.go): the stall
+//	    check unless StallAfter is NoStallCheck, the trim loop with
+//	    TrimInterval, the upkeep loop with ReapIdle, DeadLetterMaxAge or
+//	    DeadLetterMaxLen.
 //
+// The hand (hand.go) owns the entries in hand, their job queue and their
+// contexts; the window (window.go) decides how many more the lane may
+// fetch, and pauses it while the server refuses writes for lack of
+// memory. Each part reaches the server only through its role's part of
+// the laneServer (server.go), and the times its rules compare come from its
+// clock (its timers and tickers are still real ones), so its
+// rules run in unit tests against a fake. Every Redis call is retried by
+// one helper (retry.go) with its own give-up rule.
+//
+// One new entry, from read to ack, passes through five files and three
+// parts: readloop.go (the lane's read and dispatch), server.go (the
+// XREADGROUP and its decoding), hand.go (in hand, queued, its context),
+// work.go (the executor: its handler and outcome), acker.go (the acker:
+// queued, sent, forgotten).
+
 // # Ordered mode
 //
 // With NewOrdered a Run is an orderedRun (ordered.go) instead of a
@@ -122,20 +124,6 @@
 //	    their Redis implementations (with the probe of MULTI/EXEC);
 //	    orderedconfig.go: ordered mode's
 //	    Config checks and intervals; share.go: the share rule.
-//
-// One new entry, from read to ack, passes through these files: readloop.go
-// (the read, dispatch), server.go (the XREADGROUP and its decoding),
-// window.go (its room), hand.go (in hand), jobqueue.go and entryctx.go
-// (queued for a worker, its context), work.go and handler.go (its handler
-// and outcome), acker.go (queued, sent, forgotten).
-//
-// The hand owns the entries in hand; the window (window.go) decides how
-// many more the loops may fetch, and pauses them while the server refuses
-// writes for lack of memory. A lane reaches the server only through its
-// laneServer (server.go: read, claim, ack, extend, release, dead-letter,
-// trim, reap), and reads time only from its clock, so its rules run in
-// unit tests against a fake. Every Redis call is retried by one helper
-// (retry.go) with its own give-up rule.
 //
 // # Words
 //

@@ -27,13 +27,10 @@ type hand struct {
 	unstarted []string                 // queued entries skipped at shutdown
 	closed    bool                     // shutdown began: add refuses
 
-	// Claims under way and what was settled meanwhile (see claimTicket):
-	// seq numbers claims and gone calls in the order they happen; goneAt
-	// holds, only while a claim is under way, the number of the last
-	// gone call of each id.
-	seq    uint64
-	claims []claimTicket
-	goneAt map[string]uint64
+	// claims are the claims under way and what was settled meanwhile
+	// (see claimTicket). mu is held around every use but begin and end,
+	// which lock claims alone.
+	claims claimLog
 
 	parked map[string]parkedEntry // by entry id
 }
@@ -119,7 +116,7 @@ func (t *hand) add(handlerCtx context.Context, msgs []*Message, sizes []int64, l
 	jobs := make([]job, 0, len(msgs))
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	defer t.endClaimLocked(claim)
+	defer t.claims.end(claim)
 	if t.closed {
 		return msgs, true
 	}
@@ -133,7 +130,7 @@ func (t *hand) add(handlerCtx context.Context, msgs []*Message, sizes []int64, l
 			continue
 		}
 		if claim != 0 {
-			if at, ok := t.goneAt[m.ID]; ok && at > uint64(claim) {
+			if t.claims.goneDuring(m.ID, claim) {
 				skipped = append(skipped, m) // acked during the claim: stale
 				continue
 			}
@@ -205,42 +202,73 @@ func (t *hand) close() {
 	t.mu.Unlock()
 }
 
-// beginClaim returns the ticket of a claim about to be sent; add (or
-// endClaim, when the claim failed) ends it.
-func (t *hand) beginClaim() claimTicket {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.seq++
-	c := claimTicket(t.seq)
-	t.claims = append(t.claims, c)
-	return c
+// claimLog numbers the claims under way (see claimTicket) and, while one
+// is, the entries that left the PEL meanwhile: seq numbers claims and gone
+// calls in the order they happen; goneAt holds the number of the last
+// gone call of each id, only while a claim is under way.
+type claimLog struct {
+	mu     sync.Mutex
+	seq    uint64
+	claims []claimTicket
+	goneAt map[string]uint64
 }
 
-// endClaim ends a claim whose entries will not be added (it failed).
-func (t *hand) endClaim(c claimTicket) {
-	t.mu.Lock()
-	t.endClaimLocked(c)
-	t.mu.Unlock()
+// begin returns the ticket of a claim about to be sent; the hand's add
+// (or end, when the claim failed) ends it.
+func (c *claimLog) begin() claimTicket {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	t := claimTicket(c.seq)
+	c.claims = append(c.claims, t)
+	return t
 }
 
-// endClaimLocked ends claim c (zero: none) and drops the gone ids no claim
-// under way can return any more. mu is held.
-func (t *hand) endClaimLocked(c claimTicket) {
-	i := slices.Index(t.claims, c)
-	if c == 0 || i < 0 {
+// end ends claim t (zero: none) and drops the gone ids no claim under way
+// can return any more.
+func (c *claimLog) end(t claimTicket) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := slices.Index(c.claims, t)
+	if t == 0 || i < 0 {
 		return
 	}
-	t.claims = slices.Delete(t.claims, i, i+1)
-	if len(t.claims) == 0 {
-		clear(t.goneAt)
+	c.claims = slices.Delete(c.claims, i, i+1)
+	if len(c.claims) == 0 {
+		clear(c.goneAt)
 		return
 	}
-	oldest := uint64(slices.Min(t.claims))
-	for id, at := range t.goneAt {
+	oldest := uint64(slices.Min(c.claims))
+	for id, at := range c.goneAt {
 		if at < oldest {
-			delete(t.goneAt, id)
+			delete(c.goneAt, id)
 		}
 	}
+}
+
+// noteGone notes that ids left the PEL, when a claim is under way.
+func (c *claimLog) noteGone(ids []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.claims) == 0 {
+		return
+	}
+	if c.goneAt == nil {
+		c.goneAt = map[string]uint64{}
+	}
+	c.seq++
+	for _, id := range ids {
+		c.goneAt[id] = c.seq
+	}
+}
+
+// goneDuring reports whether id left the PEL after claim t began: the
+// claim's copy of it is stale.
+func (c *claimLog) goneDuring(id string, t claimTicket) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.goneAt[id]
+	return ok && at > uint64(t)
 }
 
 // forget stops tracking ids, which are still pending (released, or owned
@@ -262,16 +290,7 @@ func (t *hand) gone(ids ...string) {
 	for _, id := range ids {
 		delete(t.entries, id)
 	}
-	if len(t.claims) == 0 {
-		return
-	}
-	if t.goneAt == nil {
-		t.goneAt = map[string]uint64{}
-	}
-	t.seq++
-	for _, id := range ids {
-		t.goneAt[id] = t.seq
-	}
+	t.claims.noteGone(ids) // under mu: add sees it or the entry
 }
 
 // delay holds id back until at, a clock reading (a RetryAfter beyond
@@ -378,3 +397,211 @@ func (t *hand) count() int {
 	defer t.mu.Unlock()
 	return len(t.entries)
 }
+
+// jobQueue hands dispatched entries to the handler workers, first in first
+// out.
+//
+// It replaces a channel of jobs. A send on a channel with parked receivers
+// wakes one receiver per job, so a batch of 500 entries cost 500 goroutine
+// wake-ups and switches even when two running workers could have taken
+// every job in less time than the wake-ups took. Here wake-ups are chained:
+// a push wakes one parked worker, and a woken worker that finds more jobs
+// queued wakes the next, so at most one wake-up is in flight. Workers that
+// are running keep taking jobs without parking; parallelism still grows to
+// every worker within microseconds per worker when handlers block.
+type jobQueue struct {
+	mu      sync.Mutex
+	jobs    []job
+	head    int  // jobs[head:] are queued
+	closed  bool // no more pushes; get returns false once the queue is empty
+	parked  int  // workers waiting in get
+	waking  bool // a wake-up is in flight: its worker has not looked yet
+	wakeups chan struct{}
+	// starved is set whenever a worker finds the queue empty and parks
+	// (the window's signal to grow).
+	starved *atomic.Bool
+}
+
+// newJobQueue returns a queue for at most workers concurrent getters; it
+// sets starved whenever a worker runs out of jobs.
+func newJobQueue(workers int, starved *atomic.Bool) *jobQueue {
+	return &jobQueue{wakeups: make(chan struct{}, workers), starved: starved}
+}
+
+// push queues jobs. It never blocks. It reports false, queueing nothing,
+// once the queue is closed.
+func (q *jobQueue) push(jobs ...job) bool {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return false
+	}
+	if q.head > 0 && q.head >= len(q.jobs)/2 {
+		// Reuse the taken front: under steady load the queue may never be
+		// empty, and appending behind an ever-advancing head would grow
+		// the slice without bound.
+		n := copy(q.jobs, q.jobs[q.head:])
+		clear(q.jobs[n:])
+		q.jobs, q.head = q.jobs[:n], 0
+	}
+	q.jobs = append(q.jobs, jobs...)
+	wake := q.wakeOneLocked()
+	q.mu.Unlock()
+	if wake {
+		q.wakeups <- struct{}{}
+	}
+	return true
+}
+
+// wakeOneLocked decides whether to wake a parked worker for queued jobs:
+// yes when one is parked and no wake-up is in flight already.
+func (q *jobQueue) wakeOneLocked() bool {
+	if q.head == len(q.jobs) || q.parked == 0 || q.waking {
+		return false
+	}
+	q.parked--
+	q.waking = true
+	return true
+}
+
+// get returns the next job, waiting while the queue is empty. It returns
+// false once the queue is closed and empty.
+func (q *jobQueue) get() (job, bool) {
+	woken := false
+	q.mu.Lock()
+	for {
+		if woken {
+			q.waking = false
+			woken = false
+		}
+		if q.head < len(q.jobs) {
+			j := q.jobs[q.head]
+			q.jobs[q.head] = job{} // the queue does not keep the entry alive
+			q.head++
+			wake := q.wakeOneLocked()
+			q.mu.Unlock()
+			if wake {
+				q.wakeups <- struct{}{}
+			}
+			return j, true
+		}
+		if q.closed {
+			q.mu.Unlock()
+			return job{}, false
+		}
+		q.parked++
+		q.mu.Unlock()
+		if !q.starved.Load() {
+			q.starved.Store(true)
+		}
+		<-q.wakeups
+		woken = true
+		q.mu.Lock()
+	}
+}
+
+// close stops pushes and wakes every parked worker; they take what is
+// queued, then get returns false. It returns nothing: the workers see the
+// queued jobs (and skip them at shutdown).
+func (q *jobQueue) close() {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
+	q.closed = true
+	n := q.parked
+	q.parked = 0
+	q.mu.Unlock()
+	for range n {
+		q.wakeups <- struct{}{}
+	}
+}
+
+// drain removes and returns the queued jobs.
+func (q *jobQueue) drain() []job {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := append([]job(nil), q.jobs[q.head:]...)
+	clear(q.jobs)
+	q.jobs, q.head = q.jobs[:0], 0
+	return out
+}
+
+// entryContext is the context a handler gets: the consumer's handler
+// context, plus cancellation of this one entry when its lease is lost.
+//
+// Cancelling one handler needs a context of its own per entry, and
+// context.WithCancelCause for every entry costs more client CPU than a
+// fast handler does (it registers with the parent under the parent's lock,
+// and unregisters). So the per-entry context is made on first use: a
+// handler that never looks at its context, or whose entry is never lost,
+// pays nothing. A cause set before the context is made cancels it as soon
+// as it is made.
+type entryContext struct {
+	parent context.Context
+
+	made atomic.Pointer[cancelPair] // nil until first use
+
+	mu    sync.Mutex
+	cause error // cancellation asked for before the context was made
+}
+
+type cancelPair struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+var _ context.Context = (*entryContext)(nil)
+
+func newEntryContext(parent context.Context) *entryContext {
+	return &entryContext{parent: parent}
+}
+
+// get returns the per-entry context, making it on first use.
+func (e *entryContext) get() context.Context {
+	if p := e.made.Load(); p != nil {
+		return p.ctx
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p := e.made.Load(); p != nil {
+		return p.ctx
+	}
+	ctx, cancel := context.WithCancelCause(e.parent)
+	if e.cause != nil {
+		cancel(e.cause)
+	}
+	e.made.Store(&cancelPair{ctx: ctx, cancel: cancel})
+	return ctx
+}
+
+// Deadline implements context.Context.
+func (e *entryContext) Deadline() (time.Time, bool) { return e.parent.Deadline() }
+
+// Done implements context.Context.
+func (e *entryContext) Done() <-chan struct{} { return e.get().Done() }
+
+// Err implements context.Context.
+func (e *entryContext) Err() error { return e.get().Err() }
+
+// Value implements context.Context. It goes through the per-entry context
+// so that context.Cause finds it.
+func (e *entryContext) Value(key any) any { return e.get().Value(key) }
+
+// cancelWith cancels the entry's context with cause, now or when it is made.
+func (e *entryContext) cancelWith(cause error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cause == nil {
+		e.cause = cause
+	}
+	if p := e.made.Load(); p != nil {
+		p.cancel(cause)
+	}
+}
+
+// finish cancels the entry's context once its handler returned, freeing
+// it if it was made (a goroutine the handler left behind that looks at the
+// context later finds it cancelled).
+func (e *entryContext) finish() { e.cancelWith(context.Canceled) }

@@ -77,13 +77,13 @@ func TestTrackerClaimTickets(t *testing.T) {
 	require.Empty(t, add(0, "1-0", "2-0", "3-0", "4-0", "9-0"))
 
 	tr.gone("1-0") // acked before any claim: nothing to note
-	require.Empty(t, tr.goneAt)
-	older := tr.beginClaim()
+	require.Empty(t, tr.claims.goneAt)
+	older := tr.claims.begin()
 	tr.gone("2-0")   // acked during older
 	tr.forget("9-0") // released during older: still pending
-	newer := tr.beginClaim()
+	newer := tr.claims.begin()
 	tr.gone("3-0") // acked during both
-	require.Len(t, tr.goneAt, 2)
+	require.Len(t, tr.claims.goneAt, 2)
 
 	// newer returns 1-0, 2-0, 3-0 and 9-0: 3-0 is stale; 1-0 and 2-0 went
 	// before newer began (it cannot have run before those acks), and 9-0
@@ -91,32 +91,32 @@ func TestTrackerClaimTickets(t *testing.T) {
 	skipped := add(newer, "1-0", "2-0", "3-0", "9-0")
 	require.Equal(t, []string{"3-0"}, messageIDs(skipped))
 	tr.gone("1-0", "2-0")
-	require.Len(t, tr.goneAt, 3, "older is still under way")
+	require.Len(t, tr.claims.goneAt, 3, "older is still under way")
 
 	// older failed: nothing under way, nothing kept.
-	tr.endClaim(older)
-	require.Empty(t, tr.goneAt)
-	require.Empty(t, tr.claims)
+	tr.claims.end(older)
+	require.Empty(t, tr.claims.goneAt)
+	require.Empty(t, tr.claims.claims)
 	tr.gone("4-0", "3-0")
-	require.Empty(t, tr.goneAt)
+	require.Empty(t, tr.claims.goneAt)
 
 	// A claim ended by add drops the gone ids older than every claim left.
-	a := tr.beginClaim()
+	a := tr.claims.begin()
 	tr.gone("5-0")
-	b := tr.beginClaim()
+	b := tr.claims.begin()
 	tr.gone("6-0")
 	require.Equal(t, []string{"5-0"}, messageIDs(add(a, "5-0", "7-0")))
-	require.Equal(t, map[string]uint64{"6-0": tr.seq}, tr.goneAt, "5-0 went before b began")
+	require.Equal(t, map[string]uint64{"6-0": tr.claims.seq}, tr.claims.goneAt, "5-0 went before b began")
 	require.Equal(t, []string{"6-0"}, messageIDs(add(b, "6-0")))
-	require.Empty(t, tr.goneAt)
+	require.Empty(t, tr.claims.goneAt)
 
 	// After close the claim ends too.
-	c := tr.beginClaim()
+	c := tr.claims.begin()
 	tr.close()
 	msgs, sizes := trackerMsgs("8-0")
 	_, closed := tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, c)
 	require.True(t, closed)
-	require.Empty(t, tr.claims)
+	require.Empty(t, tr.claims.claims)
 }
 
 // heartbeatDue: which entries get a lease extension on a tick, which delayed

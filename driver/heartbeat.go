@@ -19,7 +19,7 @@ import (
 type keeper struct {
 	cfg    Config
 	m      Metrics
-	srv    laneServer // extend
+	srv    settleServer // extend
 	clock  clock
 	hand   *hand
 	settle *settler

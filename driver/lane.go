@@ -26,10 +26,11 @@ type lane struct {
 	srv   laneServer
 	clock clock
 
-	sess  *session     // the Run's core, shutdown and workers
-	scope *streamScope // the stream's configuration, log and server, for the core
-	flow  *window      // the session's
-	jobs  *jobQueue    // the session's
+	sess   *session     // the Run's core, shutdown and workers
+	faults streamFaults // the core's error policy, for this stream
+	scope  *streamScope // the stream's configuration, log and server, for the core
+	flow   *window      // the session's
+	jobs   *jobQueue    // the session's
 
 	hand *hand  // the entries of this stream in hand
 	acks *acker // sends the acks of entries whose handler succeeded
@@ -95,17 +96,18 @@ func newLane(s *session, sc *streamScope, srv laneServer, clk clock, single bool
 		sess: s, scope: sc, flow: s.flow, jobs: s.jobs,
 		hand: newHand(clk), reclaimNow: make(chan struct{}, 1),
 	}
+	l.faults = streamFaults{core: s.core, scope: sc}
 	l.acks = newAcker(acker{
-		srv: srv, hand: l.hand, clock: clk, m: cfg.Metrics, log: log, faults: l,
+		srv: srv, hand: l.hand, clock: clk, m: cfg.Metrics, log: log, faults: l.faults,
 		batch: cfg.AckBatch, limit: ackLimit, interval: min(cfg.AckInterval, cfg.MinIdle/4),
 		flushTimeout: cfg.ShutdownTimeout,
 	})
 	l.drain.acks = l.acks
-	l.settle = &settler{cfg: cfg, log: log, m: cfg.Metrics, srv: srv, hand: l.hand, faults: l, run: s}
+	l.settle = &settler{cfg: cfg, log: log, m: cfg.Metrics, srv: srv, hand: l.hand, faults: l.faults, run: s}
 	l.exec = &executor{cfg: cfg, log: log, m: cfg.Metrics, clock: clk, hand: l.hand, flow: s.flow, acks: l.acks,
 		settle: l.settle, run: s.core, drain: &l.drain, readClaim: &l.readClaim}
-	l.keep = &keeper{cfg: cfg, m: cfg.Metrics, srv: srv, clock: clk, hand: l.hand, settle: l.settle, faults: l}
-	l.maint = &maintainer{cfg: cfg, log: log, m: cfg.Metrics, srv: srv, clock: clk, faults: l, hand: l.hand, sweeps: &l.sweeps}
+	l.keep = &keeper{cfg: cfg, m: cfg.Metrics, srv: srv, clock: clk, hand: l.hand, settle: l.settle, faults: l.faults}
+	l.maint = &maintainer{cfg: cfg, log: log, m: cfg.Metrics, srv: srv, clock: clk, faults: l.faults, hand: l.hand, sweeps: &l.sweeps}
 	return l
 }
 
@@ -120,21 +122,35 @@ func (l *lane) startLoops(ctx, handlerCtx context.Context, loops *sync.WaitGroup
 	l.maint.start(ctx, loops)
 }
 
-// stopping reports whether stop was called.
-func (l *lane) stopping() bool { return l.sess.stopping() }
-
-// commandError applies the core's error policy to a failed call of
-// the lane (see core.commandError).
-func (l *lane) commandError(what string, err error, attempt int) {
-	l.sess.commandError(l.scope, what, err, attempt)
+// faults is how a stream's parts report failed server calls
+// (streamFaults implements it).
+type faults interface {
+	// commandError counts and logs a failed call (attempt from 0), stops
+	// the consumer at a fatal error and pauses it at a full server.
+	commandError(what string, err error, attempt int)
+	// failedForGood applies the policy for a call that will not be
+	// retried (see core.failedForGood); it reports whether to go on.
+	failedForGood(ctx context.Context, what string, err error) bool
+	// stopping reports whether the consumer is stopping.
+	stopping() bool
 }
 
-// failedForGood applies the core's policy to a call of the lane that
-// will not be retried (see core.failedForGood). It reports whether to go
-// on.
-func (l *lane) failedForGood(ctx context.Context, what string, err error) bool {
-	return l.sess.failedForGood(ctx, l.scope, what, err)
+// streamFaults applies the core's policy to the failed calls of one
+// stream (the faults of its parts).
+type streamFaults struct {
+	core  *core
+	scope *streamScope
 }
+
+func (f streamFaults) commandError(what string, err error, attempt int) {
+	f.core.commandError(f.scope, what, err, attempt)
+}
+
+func (f streamFaults) failedForGood(ctx context.Context, what string, err error) bool {
+	return f.core.failedForGood(ctx, f.scope, what, err)
+}
+
+func (f streamFaults) stopping() bool { return f.core.stopping() }
 
 // drain tells the acker to flush without waiting for a full batch once
 // the lane has drained: nothing dispatched is queued or running and the

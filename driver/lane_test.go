@@ -97,13 +97,13 @@ func TestCommandError(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, nil)
-			h.l.commandError("op", c.err, 0)
+			h.l.faults.commandError("op", c.err, 0)
 			require.Equal(t, 1, h.m.get(EventCommandError))
 			require.Equal(t, c.stopped, h.s.stopping())
 			require.Equal(t, c.paused, h.l.flow.paused)
 			require.Equal(t, c.stale, h.srv.stales)
 			if c.paused {
-				h.l.commandError("op", c.err, 1)
+				h.l.faults.commandError("op", c.err, 1)
 				require.Equal(t, 1, h.m.get(EventPaused), "paused once")
 				h.s.memoryFreed("op")
 				require.False(t, h.l.flow.paused)

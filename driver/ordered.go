@@ -190,7 +190,7 @@ func (r *orderedRun) balance(ctx context.Context) (next time.Duration) {
 	kept := 0
 	for i := n - 1; i >= 0; i-- {
 		o := r.tenures[i]
-		if o == nil || o.handingOver() {
+		if o == nil || o.handOver.raised() {
 			continue
 		}
 		if kept < share {

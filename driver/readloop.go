@@ -66,7 +66,7 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 		var ticket claimTicket // a read that claims can return entries settled meanwhile
 		if l.readClaim.Load() && !newTurn {
 			claim = l.cfg.MinIdle
-			ticket = l.hand.beginClaim()
+			ticket = l.hand.claims.begin()
 		}
 		err := retry(ctx, l.readGiveUp, l.readFailed, func(ctx context.Context) error {
 			began = l.clock.now()
@@ -76,9 +76,9 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 			return err
 		})
 		if err != nil {
-			l.hand.endClaim(ticket)
+			l.hand.claims.end(ticket)
 			l.flow.giveBack(res)
-			if ctx.Err() != nil || l.stopping() {
+			if ctx.Err() != nil || l.faults.stopping() {
 				return
 			}
 			if errors.Is(err, errReadClaimRefused) {
@@ -92,7 +92,7 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 				first = true
 				continue
 			}
-			if !l.failedForGood(ctx, "read", err) {
+			if !l.faults.failedForGood(ctx, "read", err) {
 				return
 			}
 			continue
@@ -191,12 +191,12 @@ func (l *lane) idlePoll(ctx context.Context) bool {
 // missing group among them) and at a refused CLAIM, both handled by the
 // caller, and once the consumer is stopping.
 func (l *lane) readGiveUp(err error, _ int) bool {
-	return permanent(err) || errors.Is(err, errReadClaimRefused) || l.stopping()
+	return permanent(err) || errors.Is(err, errReadClaimRefused) || l.faults.stopping()
 }
 
 func (l *lane) readFailed(err error, attempt int) {
 	if !errors.Is(err, pelwarden.ErrNoGroup) && !errors.Is(err, errReadClaimRefused) {
-		l.commandError("read", err, attempt)
+		l.faults.commandError("read", err, attempt)
 	}
 }
 
@@ -215,7 +215,7 @@ func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reserva
 		l.log.Debug("flow window resized", "max_in_hand", limit)
 	}
 	if len(msgs) == 0 {
-		l.hand.endClaim(claim)
+		l.hand.claims.end(claim)
 		return
 	}
 	l.drain.add(len(msgs))

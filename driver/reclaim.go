@@ -60,7 +60,7 @@ func (l *lane) anythingIdle(ctx context.Context) bool {
 	idle, err := l.srv.anyIdle(ctx, l.cfg.MinIdle)
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, pelwarden.ErrNoGroup) {
-			l.commandError("check for idle entries", err, 0)
+			l.faults.commandError("check for idle entries", err, 0)
 		}
 		return true
 	}
@@ -88,13 +88,13 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 		}
 		var page *pelwarden.ClaimPage
 		var began, rtt time.Duration
-		claim := l.hand.beginClaim()
+		claim := l.hand.claims.begin()
 		err := retry(ctx, claimGiveUp(l.passBesideReads), func(err error, attempt int) {
 			if outOfMemory(err) && l.passBesideReads() {
 				return // the pass ends; see passBesideReads
 			}
 			if !errors.Is(err, pelwarden.ErrNoGroup) && !permanent(err) {
-				l.commandError("reclaim", err, attempt)
+				l.faults.commandError("reclaim", err, attempt)
 			}
 		}, func(ctx context.Context) error {
 			began = l.clock.now()
@@ -105,12 +105,12 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 			return err
 		})
 		if err != nil {
-			l.hand.endClaim(claim)
+			l.hand.claims.end(claim)
 			l.flow.giveBack(res)
 			switch {
 			case ctx.Err() != nil:
 			case permanent(err):
-				if l.failedForGood(ctx, "reclaim", err) {
+				if l.faults.failedForGood(ctx, "reclaim", err) {
 					continue // the group was created again
 				}
 			}

@@ -22,7 +22,7 @@ type maintainer struct {
 	cfg    Config
 	log    *slog.Logger
 	m      Metrics
-	srv    laneServer // trim, reap, time, trimDeadLetters, idlePending
+	srv    upkeepServer // trim, reap, time, trimDeadLetters, idlePending
 	clock  clock
 	faults faults
 	hand   *hand

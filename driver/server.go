@@ -17,9 +17,20 @@ import (
 )
 
 // laneServer is every server operation of one lane, bound to its stream,
-// dead-letter stream, group and consumer. redisLane is the real one; the
-// unit tests use a fake.
+// dead-letter stream, group and consumer, in one part per role: the
+// lane's reads and claims (fetchServer), the writes that settle entries in
+// hand (settleServer), the upkeep (upkeepServer) and the group and
+// topology calls of the core (streamServer). redisLane is the real one;
+// the unit tests use a fake.
 type laneServer interface {
+	fetchServer
+	settleServer
+	upkeepServer
+	streamServer
+}
+
+// fetchServer is what the lane asks of the server to fetch entries.
+type fetchServer interface {
 	// read runs one XREADGROUP ">" for at most count entries, blocking up
 	// to ReadBlock when block is set; nil when there is nothing new. With
 	// claim > 0 it adds CLAIM claim (Redis 8.4+):
@@ -28,18 +39,16 @@ type laneServer interface {
 	// that refuses the option fails with an error matching
 	// errReadClaimRefused.
 	read(ctx context.Context, count int, block bool, claim time.Duration) ([]*Message, error)
-	// deadLetterSpent moves entries this consumer owns, handed over by a
-	// read's CLAIM after MaxDeliveries deliveries, to the dead-letter
-	// stream with reason pelwarden.ReasonMaxDeliveries (one atomic call).
-	deadLetterSpent(ctx context.Context, ids []string) (*pelwarden.DeadLetterResult, error)
 	// anyIdle reports whether some pending entry has been idle for minIdle.
 	anyIdle(ctx context.Context, minIdle time.Duration) (bool, error)
-	// idlePending returns at most count pending entries idle for at least
-	// idle, lowest ids first.
-	idlePending(ctx context.Context, idle time.Duration, count int) ([]pendingEntry, error)
 	// claim is one page of the claim function (a reclaim pass); Stream,
 	// DeadLetterStream, Group and Consumer of a are the lane's.
 	claim(ctx context.Context, a pelwarden.ClaimArgs) (*pelwarden.ClaimPage, error)
+}
+
+// settleServer is what the acker, the keeper and the settler ask of the
+// server: the writes that settle entries this consumer owns.
+type settleServer interface {
 	// ack is a plain XACK; it returns how many ids were pending.
 	ack(ctx context.Context, ids []string) (int64, error)
 	// ackFenced acks through the fenced ack function: only what this
@@ -60,6 +69,17 @@ type laneServer interface {
 	// deadLetter moves one entry this consumer owns to the dead-letter
 	// stream on its handler's request, with the error text.
 	deadLetter(ctx context.Context, id, errText string) (*pelwarden.DeadLetterResult, error)
+	// deadLetterSpent moves entries this consumer owns, handed over by a
+	// read's CLAIM after MaxDeliveries deliveries, to the dead-letter
+	// stream with reason pelwarden.ReasonMaxDeliveries (one atomic call).
+	deadLetterSpent(ctx context.Context, ids []string) (*pelwarden.DeadLetterResult, error)
+}
+
+// upkeepServer is what the maintainer asks of the server.
+type upkeepServer interface {
+	// idlePending returns at most count pending entries idle for at least
+	// idle, lowest ids first.
+	idlePending(ctx context.Context, idle time.Duration, count int) ([]pendingEntry, error)
 	// trim deletes at most limit entries every group acknowledged.
 	trim(ctx context.Context, limit int) (*pelwarden.TrimResult, error)
 	// reap deletes the group's consumers idle longer than idle that own
@@ -70,10 +90,6 @@ type laneServer interface {
 	// trimDeadLetters applies XTRIM to the dead-letter stream: MINID with
 	// a minID, else MAXLEN maxLen. It returns how many records it deleted.
 	trimDeadLetters(ctx context.Context, minID string, maxLen int64) (int64, error)
-	groupServer // createGroup, checkGroup
-	// stale tells the client that err suggests its cluster slot map is out
-	// of date (see followTopology).
-	stale(err error)
 }
 
 // pendingEntry is one entry of the PEL, as XPENDING's extended form
@@ -84,8 +100,9 @@ type pendingEntry struct {
 	Deliveries   int64
 }
 
-// redisLane is the laneServer of a real server: rdb, and lib over it.
-type redisLane struct {
+// redisStream is one stream's binding on a real server: rdb, lib over it,
+// and the stream's names; each role's part of redisLane has it.
+type redisStream struct {
 	rdb                      redis.UniversalClient
 	lib                      *pelwarden.Library
 	stream, deadLetterStream string
@@ -93,6 +110,27 @@ type redisLane struct {
 	group, consumer          string
 	readBlock                time.Duration   // Config.ReadBlock
 	backoff                  []time.Duration // Config.Backoff
+}
+
+// redisLane is the laneServer of a real server, a part per role over one
+// redisStream.
+type redisLane struct {
+	*redisStream
+	redisFetch
+	redisSettle
+	redisUpkeep
+}
+
+// The roles' parts of redisLane.
+type (
+	redisFetch  struct{ *redisStream }
+	redisSettle struct{ *redisStream }
+	redisUpkeep struct{ *redisStream }
+)
+
+// newRedisLane returns the laneServer of s.
+func newRedisLane(s *redisStream) *redisLane {
+	return &redisLane{redisStream: s, redisFetch: redisFetch{s}, redisSettle: redisSettle{s}, redisUpkeep: redisUpkeep{s}}
 }
 
 var _ laneServer = (*redisLane)(nil)
@@ -105,7 +143,7 @@ const readMargin = 2 * time.Second
 // a fork behind the same address, say after a failover).
 var errReadClaimRefused = errors.New("the server refused XREADGROUP ... CLAIM")
 
-func (s *redisLane) read(ctx context.Context, count int, block bool, claim time.Duration) ([]*Message, error) {
+func (s redisFetch) read(ctx context.Context, count int, block bool, claim time.Duration) ([]*Message, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.readBlock+readMargin)
 	defer cancel()
 	args := []any{"XREADGROUP", "GROUP", s.group, s.consumer, "COUNT", count}
@@ -131,7 +169,7 @@ func (s *redisLane) read(ctx context.Context, count int, block bool, claim time.
 	return decodeRead(v, s.stream, s.group, s.consumer)
 }
 
-func (s *redisLane) deadLetterSpent(ctx context.Context, ids []string) (*pelwarden.DeadLetterResult, error) {
+func (s redisSettle) deadLetterSpent(ctx context.Context, ids []string) (*pelwarden.DeadLetterResult, error) {
 	var res *pelwarden.DeadLetterResult
 	err := s.lastErrors.with(func(key string) (err error) {
 		res, err = s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: s.stream, DeadLetterStream: s.deadLetterStream,
@@ -141,7 +179,7 @@ func (s *redisLane) deadLetterSpent(ctx context.Context, ids []string) (*pelward
 	return res, err
 }
 
-func (s *redisLane) anyIdle(ctx context.Context, minIdle time.Duration) (bool, error) {
+func (s redisFetch) anyIdle(ctx context.Context, minIdle time.Duration) (bool, error) {
 	p, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.stream, Group: s.group,
 		Idle: minIdle, Start: "-", End: "+", Count: 1}).Result()
 	if err != nil {
@@ -150,7 +188,7 @@ func (s *redisLane) anyIdle(ctx context.Context, minIdle time.Duration) (bool, e
 	return len(p) > 0, nil
 }
 
-func (s *redisLane) idlePending(ctx context.Context, idle time.Duration, count int) ([]pendingEntry, error) {
+func (s redisUpkeep) idlePending(ctx context.Context, idle time.Duration, count int) ([]pendingEntry, error) {
 	p, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.stream, Group: s.group,
 		Idle: idle, Start: "-", End: "+", Count: int64(count)}).Result()
 	if err != nil {
@@ -163,7 +201,7 @@ func (s *redisLane) idlePending(ctx context.Context, idle time.Duration, count i
 	return out, nil
 }
 
-func (s *redisLane) claim(ctx context.Context, a pelwarden.ClaimArgs) (*pelwarden.ClaimPage, error) {
+func (s redisFetch) claim(ctx context.Context, a pelwarden.ClaimArgs) (*pelwarden.ClaimPage, error) {
 	a.Stream, a.DeadLetterStream, a.Group, a.Consumer = s.stream, s.deadLetterStream, s.group, s.consumer
 	var page *pelwarden.ClaimPage
 	err := s.lastErrors.with(func(key string) (err error) {
@@ -174,7 +212,7 @@ func (s *redisLane) claim(ctx context.Context, a pelwarden.ClaimArgs) (*pelwarde
 	return page, err
 }
 
-func (s *redisLane) ack(ctx context.Context, ids []string) (int64, error) {
+func (s redisSettle) ack(ctx context.Context, ids []string) (int64, error) {
 	n, err := s.rdb.XAck(ctx, s.stream, s.group, ids...).Result()
 	if err != nil {
 		return 0, &pelwarden.CommandError{Command: "XACK", Key: s.stream, Err: err}
@@ -182,20 +220,20 @@ func (s *redisLane) ack(ctx context.Context, ids []string) (int64, error) {
 	return n, nil
 }
 
-func (s *redisLane) ackFenced(ctx context.Context, ids []string) (*pelwarden.AckResult, error) {
+func (s redisSettle) ackFenced(ctx context.Context, ids []string) (*pelwarden.AckResult, error) {
 	return s.lib.Ack(ctx, pelwarden.AckArgs{Stream: s.stream, Group: s.group, Consumer: s.consumer, IDs: ids})
 }
 
-func (s *redisLane) extend(ctx context.Context, ids []string) (*pelwarden.ExtendResult, error) {
+func (s redisSettle) extend(ctx context.Context, ids []string) (*pelwarden.ExtendResult, error) {
 	return s.lib.Extend(ctx, pelwarden.ExtendArgs{Stream: s.stream, Group: s.group, Consumer: s.consumer, IDs: ids})
 }
 
-func (s *redisLane) release(ctx context.Context, ids []string, minIdle, delay time.Duration) (*pelwarden.ReleaseResult, error) {
+func (s redisSettle) release(ctx context.Context, ids []string, minIdle, delay time.Duration) (*pelwarden.ReleaseResult, error) {
 	return s.lib.Release(ctx, pelwarden.ReleaseArgs{Stream: s.stream, Group: s.group, Consumer: s.consumer,
 		IDs: ids, MinIdle: minIdle, Delay: delay})
 }
 
-func (s *redisLane) fail(ctx context.Context, id string, minIdle, delay time.Duration, errText string) (*pelwarden.ReleaseResult, error) {
+func (s redisSettle) fail(ctx context.Context, id string, minIdle, delay time.Duration, errText string) (*pelwarden.ReleaseResult, error) {
 	var res *pelwarden.ReleaseResult
 	err := s.lastErrors.with(func(key string) (err error) {
 		res, err = s.lib.Fail(ctx, pelwarden.FailArgs{Stream: s.stream, LastErrors: key, Group: s.group, Consumer: s.consumer,
@@ -205,11 +243,11 @@ func (s *redisLane) fail(ctx context.Context, id string, minIdle, delay time.Dur
 	return res, err
 }
 
-func (s *redisLane) giveBack(ctx context.Context, ids []string, minIdle time.Duration) (*pelwarden.ReleaseResult, error) {
+func (s redisSettle) giveBack(ctx context.Context, ids []string, minIdle time.Duration) (*pelwarden.ReleaseResult, error) {
 	return s.lib.GiveBack(ctx, pelwarden.ReleaseArgs{Stream: s.stream, Group: s.group, Consumer: s.consumer, IDs: ids, MinIdle: minIdle})
 }
 
-func (s *redisLane) deadLetter(ctx context.Context, id, errText string) (*pelwarden.DeadLetterResult, error) {
+func (s redisSettle) deadLetter(ctx context.Context, id, errText string) (*pelwarden.DeadLetterResult, error) {
 	var res *pelwarden.DeadLetterResult
 	err := s.lastErrors.with(func(key string) (err error) {
 		res, err = s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: s.stream, DeadLetterStream: s.deadLetterStream,
@@ -219,15 +257,15 @@ func (s *redisLane) deadLetter(ctx context.Context, id, errText string) (*pelwar
 	return res, err
 }
 
-func (s *redisLane) trim(ctx context.Context, limit int) (*pelwarden.TrimResult, error) {
+func (s redisUpkeep) trim(ctx context.Context, limit int) (*pelwarden.TrimResult, error) {
 	return s.lib.Trim(ctx, pelwarden.TrimArgs{Stream: s.stream, Limit: limit})
 }
 
-func (s *redisLane) reap(ctx context.Context, idle time.Duration) (*pelwarden.ReapResult, error) {
+func (s redisUpkeep) reap(ctx context.Context, idle time.Duration) (*pelwarden.ReapResult, error) {
 	return s.lib.Reap(ctx, pelwarden.ReapArgs{Stream: s.stream, Group: s.group, Idle: idle, Keep: []string{s.consumer}})
 }
 
-func (s *redisLane) time(ctx context.Context) (time.Time, error) {
+func (s redisUpkeep) time(ctx context.Context) (time.Time, error) {
 	t, err := s.rdb.Time(ctx).Result()
 	if err != nil {
 		return time.Time{}, &pelwarden.CommandError{Command: "TIME", Err: err}
@@ -235,7 +273,7 @@ func (s *redisLane) time(ctx context.Context) (time.Time, error) {
 	return t, nil
 }
 
-func (s *redisLane) trimDeadLetters(ctx context.Context, minID string, maxLen int64) (int64, error) {
+func (s redisUpkeep) trimDeadLetters(ctx context.Context, minID string, maxLen int64) (int64, error) {
 	if minID != "" {
 		n, err := s.rdb.XTrimMinID(ctx, s.deadLetterStream, minID).Result()
 		if err != nil {
@@ -250,16 +288,16 @@ func (s *redisLane) trimDeadLetters(ctx context.Context, minID string, maxLen in
 	return n, nil
 }
 
-func (s *redisLane) createGroup(ctx context.Context, startID string) error {
+func (s *redisStream) createGroup(ctx context.Context, startID string) error {
 	return s.rdb.XGroupCreateMkStream(ctx, s.stream, s.group, startID).Err()
 }
 
-func (s *redisLane) checkGroup(ctx context.Context) error {
+func (s *redisStream) checkGroup(ctx context.Context) error {
 	_, err := s.lib.Stats(ctx, pelwarden.StatsArgs{Stream: s.stream, DeadLetterStream: s.deadLetterStream, Group: s.group})
 	return err
 }
 
-func (s *redisLane) stale(err error) { followTopology(s.rdb, err) }
+func (s *redisStream) stale(err error) { followTopology(s.rdb, err) }
 
 // minIDBefore is the XTRIM MINID bound of records older than age at now.
 func minIDBefore(now time.Time, age time.Duration) string {

@@ -23,7 +23,7 @@ type settler struct {
 	cfg    Config
 	log    *slog.Logger
 	m      Metrics
-	srv    laneServer
+	srv    settleServer
 	hand   *hand
 	faults faults
 	run    settleRun

@@ -56,16 +56,29 @@ type tenure struct {
 	cancel context.CancelCauseFunc
 	watch  leaseWatch
 
-	handOver     chan struct{} // closed: hand the partition over at the next boundary
-	handOverOnce sync.Once
+	handOver flag // hand the partition over at the next boundary
 }
+
+// flag is one-way and can be waited for: raised once, for good.
+type flag struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func newFlag() flag { return flag{ch: make(chan struct{})} }
+
+// raise raises the flag (again: nothing).
+func (s *flag) raise() { s.once.Do(func() { close(s.ch) }) }
+
+// raised reports whether the flag is up.
+func (s *flag) raised() bool { return closedNow(s.ch) }
 
 // newTenure returns the holder of p, holding its lease with token since a
 // renewing call sent at sent.
 func newTenure(r *orderedRun, p *partition, token int64, sent time.Duration) *tenure {
 	o := &tenure{run: r, p: p, srv: p.srv, log: p.log.With("token", token), token: token,
 		validUntil: sent + r.cfg.partitionLease - r.cfg.leaseMargin(), renewedAt: sent,
-		handOver: make(chan struct{})}
+		handOver: newFlag()}
 	o.ctx, o.cancel = context.WithCancelCause(r.handlerCtx)
 	o.watch.o = o
 	return o
@@ -73,10 +86,7 @@ func newTenure(r *orderedRun, p *partition, token int64, sent time.Duration) *te
 
 // handOverSoon asks the holder to give the partition back once its
 // current handler (if any) returned.
-func (o *tenure) handOverSoon() { o.handOverOnce.Do(func() { close(o.handOver) }) }
-
-// handingOver reports whether handOverSoon was called.
-func (o *tenure) handingOver() bool { return closedNow(o.handOver) }
+func (o *tenure) handOverSoon() { o.handOver.raise() }
 
 // own handles the partition until it is handed over or lost, then gives
 // the lease back (acking the entries handled since the last next call and
@@ -98,7 +108,7 @@ func (o *tenure) own() {
 			pm.PartitionOwned(o.p.cfg.Stream, false)
 		}
 	}()
-	for !o.handingOver() {
+	for !o.handOver.raised() {
 		if o.hold(o.run.places, 0, true) != holdWoken {
 			return
 		}
@@ -117,7 +127,7 @@ func (o *tenure) own() {
 			}
 			o.unblocked()
 			o.idle = 0
-			o.batch = o.messages(res.Entries)
+			o.batch = partitionMessages(res.Entries, o.p.cfg.Stream, o.run.cfg.Group, o.run.cfg.Consumer)
 		}
 		m := &o.batch[0]
 		o.batch = o.batch[1:]
@@ -156,7 +166,7 @@ func (o *tenure) hold(wake <-chan struct{}, d time.Duration, interruptible bool)
 	if !o.keep() {
 		return holdLost
 	}
-	if interruptible && o.handingOver() {
+	if interruptible && o.handOver.raised() {
 		return holdHandOver
 	}
 	select {
@@ -172,7 +182,7 @@ func (o *tenure) hold(wake <-chan struct{}, d time.Duration, interruptible bool)
 	}
 	var handOver <-chan struct{}
 	if interruptible {
-		handOver = o.handOver
+		handOver = o.handOver.ch
 	}
 	tick := time.NewTicker(o.run.tick)
 	defer tick.Stop()
@@ -284,7 +294,7 @@ func (o *tenure) next() (*pelwarden.LeaseNextResult, bool) {
 	o.nonePending = res.NonePending && len(res.Deferred) == 0
 	if n := len(res.DeadLettered); n > 0 {
 		o.run.m.DeadLettered(pelwarden.ReasonMaxDeliveries, n)
-		o.entryLog(true, "dead-lettered the partition's head after MaxDeliveries; the partition moves on", "ids", firstIDs(res.DeadLettered), "count", n)
+		o.run.entryLog(o.log, true, "dead-lettered the partition's head after MaxDeliveries; the partition moves on", "ids", firstIDs(res.DeadLettered), "count", n)
 	}
 	if n := len(res.Deleted); n > 0 {
 		o.run.m.Count(EventDeletedFromPEL, n)
@@ -328,14 +338,13 @@ func (o *tenure) ackWhileFull(ctx context.Context) {
 	}
 }
 
-// messages returns entries as the handlers' messages, in one allocation
-// (the handlers may keep them: nothing is reused).
-func (o *tenure) messages(entries []pelwarden.Entry) []Message {
-	r := o.run
+// partitionMessages returns a partition's entries as the handlers'
+// messages, in one allocation (the handlers may keep them: nothing is
+// reused).
+func partitionMessages(entries []pelwarden.Entry, stream, group, consumer string) []Message {
 	msgs := make([]Message, len(entries))
 	for i, e := range entries {
-		msgs[i] = Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries,
-			Stream: o.p.cfg.Stream, Group: r.cfg.Group, Consumer: r.cfg.Consumer}
+		msgs[i] = Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: stream, Group: group, Consumer: consumer}
 	}
 	return msgs
 }
@@ -437,7 +446,7 @@ func (o *tenure) handle(m *Message) (goOn bool, wait time.Duration, settled bool
 	err, panicked := runHandler(o.ctx, r.cfg.Handler, m, r.m, r.entryLogs, o.log)
 	if o.watch.disarm() {
 		r.m.Count(EventLostOwnership, 1)
-		o.entryLog(true, "partition lease lost while a handler ran: its context was cancelled and its outcome dropped", "id", m.ID, "err", err)
+		o.run.entryLog(o.log, true, "partition lease lost while a handler ran: its context was cancelled and its outcome dropped", "id", m.ID, "err", err)
 		return false, 0, false
 	}
 	r.m.HandlerDuration(r.clock.now() - start)
@@ -450,15 +459,15 @@ func (o *tenure) handle(m *Message) (goOn bool, wait time.Duration, settled bool
 	r.m.Count(EventHandlerError, 1)
 	switch {
 	case r.handlerCtx.Err() != nil:
-		o.entryLog(true, "handler cancelled by shutdown; entry stays pending for the partition's next owner", "id", m.ID, "err", err)
+		o.run.entryLog(o.log, true, "handler cancelled by shutdown; entry stays pending for the partition's next owner", "id", m.ID, "err", err)
 		return false, 0, false
 	case out.Action == ActionDeadLetter:
 		goOn, dead := o.deadLetter(m, out.ErrText)
 		return goOn, 0, dead
 	case out.Retry:
-		o.entryLog(false, "handler asked for a retry; the partition waits", "id", m.ID, "deliveries", m.Deliveries, "after", out.Delay, "err", err)
+		o.run.entryLog(o.log, false, "handler asked for a retry; the partition waits", "id", m.ID, "deliveries", m.Deliveries, "after", out.Delay, "err", err)
 	case !panicked:
-		o.entryLog(true, "handler failed; the partition tries its head again", "id", m.ID, "deliveries", m.Deliveries, "err", err)
+		o.run.entryLog(o.log, true, "handler failed; the partition tries its head again", "id", m.ID, "deliveries", m.Deliveries, "err", err)
 	}
 	// The failure is recorded (its Backoff counts from now, its error kept
 	// for a dead letter at MaxDeliveries) before the partition moves on.
@@ -495,7 +504,7 @@ func (o *tenure) deadLetter(m *Message, text string) (goOn, settled bool) {
 	}
 	if n := len(res.DeadLettered); n > 0 {
 		r.m.DeadLettered(pelwarden.ReasonHandler, n)
-		o.entryLog(true, "dead-lettered entry on handler request", "id", m.ID, "err", text)
+		o.run.entryLog(o.log, true, "dead-lettered entry on handler request", "id", m.ID, "err", text)
 	}
 	if n := len(res.Deleted); n > 0 {
 		r.m.Count(EventDeletedFromPEL, n)
@@ -551,10 +560,4 @@ func (o *tenure) releaseLease() {
 	}
 	r.m.Count(EventLeaseReleased, 1)
 	o.log.Info("partition handed over", "acked", res.Acked, "given_back", res.GivenBack)
-}
-
-// entryLog writes a per-entry record at level warn (or info),
-// rate-limited by the run's entryLogs.
-func (o *tenure) entryLog(warn bool, msg string, args ...any) {
-	o.run.entryLog(o.log, warn, msg, args...)
 }

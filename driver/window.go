@@ -71,18 +71,18 @@ type window struct {
 	mu    sync.Mutex
 	limit int // current size in entries
 	held  int // entries in hand plus reservations of calls in flight
-	// bytes of field data in hand; hand entry the bytes the calls in flight
+	// bytes of field data in hand; inflight the bytes the calls in flight
 	// may return (their entries times the mean entry size), so the reads
 	// and claims of many streams together stay within maxBytes.
 	bytes    int64
 	inflight int64
-	perEntry float64               // mean field bytes per entry seen (0: none yet)
-	rtt      float64               // mean round trip of a call, in seconds
-	handling float64               // mean handling time of an entry, in seconds
-	last     party                 // the last taker, for turns
-	calls    uint64                // reservations made so far: each call's ticket
-	grownAt  uint64                // tickets up to this one may not grow the window
-	waiters  [numParties][]*waiter // per party, first come first served
+	perEntry float64 // mean field bytes per entry seen (0: none yet)
+	rtt      float64 // mean round trip of a call, in seconds
+	handling float64 // mean handling time of an entry, in seconds
+	last     party   // the last taker, for turns
+	calls    uint64  // reservations made so far: each call's ticket
+	grownAt  uint64  // tickets up to this one may not grow the window
+	waiters  waiters // per party, first come first served
 	paused   bool
 	resumed  chan struct{} // closed when a pause ends
 	// testWaiting, set by tests only (before any reserve), is called each
@@ -90,11 +90,44 @@ type window struct {
 	// for it instead of for a while.
 	testWaiting func(p party)
 
-	// Handler timings since the last resize, added by the workers without
-	// the lock: queue wait (dispatch to start) and handling time, in ns.
-	waitSum, runSum, timed atomic.Int64
+	// timings are the handlers' since the last resize, added by the
+	// workers without the lock.
+	timings timings
 	// starved is set when a handler worker found no job queued.
 	starved atomic.Bool
+}
+
+// waiters are the takers waiting for room, per party, first come first
+// served. The window's mu guards them.
+type waiters [numParties][]*waiter
+
+// head is the first waiting taker of p, or nil.
+func (ws *waiters) head(p party) *waiter {
+	if len(ws[p]) == 0 {
+		return nil
+	}
+	return ws[p][0]
+}
+
+// drop removes wt (nil: nothing) from p's waiters, if it is still there.
+func (ws *waiters) drop(p party, wt *waiter) {
+	for i, x := range ws[p] {
+		if x == wt {
+			ws[p] = append(ws[p][:i:i], ws[p][i+1:]...)
+			return
+		}
+	}
+}
+
+// timings sums the handlers' queue wait (dispatch to start) and handling
+// time, in ns, since the window last took them.
+type timings struct{ waitSum, runSum, timed atomic.Int64 }
+
+// add records one handler's wait and handling time.
+func (t *timings) add(wait, took time.Duration) {
+	t.waitSum.Add(int64(wait))
+	t.runSum.Add(int64(took))
+	t.timed.Add(1)
 }
 
 type waiter struct {
@@ -144,7 +177,7 @@ type reservation struct {
 	// room, not want or the batch size, set n.
 	bound  bool
 	ticket uint64 // the call's number
-	bytes  int64  // the bytes it may return, counted in window.hand entry
+	bytes  int64  // the bytes it may return, counted in window.inflight
 }
 
 // reserve waits for room and reserves it for one call of p fetching at most
@@ -193,12 +226,12 @@ func (w *window) reserve(ctx context.Context, p party, want int) reservation {
 			recheck.Stop()
 		case <-recheck.C:
 			w.mu.Lock()
-			w.dropWaiterLocked(p, wt)
+			w.waiters.drop(p, wt)
 			w.mu.Unlock()
 		case <-ctx.Done():
 			recheck.Stop()
 			w.mu.Lock()
-			w.dropWaiterLocked(p, wt)
+			w.waiters.drop(p, wt)
 			w.wakeLocked() // the room it was to take may suit the next
 			w.mu.Unlock()
 			return reservation{}
@@ -230,7 +263,7 @@ func (w *window) offerLocked(p party, want int, waited bool) (n int, bound bool)
 	if !waited && len(w.waiters[p]) > 0 {
 		return 0, false // takers of p that came first go first
 	}
-	if other := w.head(1 - p); other != nil && w.last == p {
+	if other := w.waiters.head(1 - p); other != nil && w.last == p {
 		if _, otherNeed := w.sizeLocked(other.want); room >= otherNeed {
 			return 0, false // the other taker's turn
 		}
@@ -279,28 +312,9 @@ func (w *window) wakeLocked() {
 		if w.paused && p != partyReclaim {
 			continue
 		}
-		if wt := w.head(p); wt != nil && room >= w.needLocked(wt.want) {
+		if wt := w.waiters.head(p); wt != nil && room >= w.needLocked(wt.want) {
 			close(wt.wake)
 			w.waiters[p] = w.waiters[p][1:]
-			return
-		}
-	}
-}
-
-// head is the first waiting taker of p, or nil.
-func (w *window) head(p party) *waiter {
-	if len(w.waiters[p]) == 0 {
-		return nil
-	}
-	return w.waiters[p][0]
-}
-
-// dropWaiterLocked removes wt (nil: nothing) from p's waiters, if it is
-// still there.
-func (w *window) dropWaiterLocked(p party, wt *waiter) {
-	for i, x := range w.waiters[p] {
-		if x == wt {
-			w.waiters[p] = append(w.waiters[p][:i:i], w.waiters[p][i+1:]...)
 			return
 		}
 	}
@@ -351,10 +365,10 @@ func (w *window) resizeLocked(r reservation, more bool) {
 	if w.fixed {
 		return
 	}
-	if n := w.timed.Load(); n >= minTimed {
-		wait := float64(w.waitSum.Swap(0)) / float64(n) / 1e9
-		took := float64(w.runSum.Swap(0)) / float64(n) / 1e9
-		w.timed.Store(0)
+	if n := w.timings.timed.Load(); n >= minTimed {
+		wait := float64(w.timings.waitSum.Swap(0)) / float64(n) / 1e9
+		took := float64(w.timings.runSum.Swap(0)) / float64(n) / 1e9
+		w.timings.timed.Store(0)
 		if w.handling == 0 {
 			w.handling = took
 		} else {
@@ -404,13 +418,6 @@ func (w *window) free(bytes int64) {
 		w.wakeLocked()
 	}
 	w.mu.Unlock()
-}
-
-// timing records one handler's queue wait and handling time.
-func (w *window) timing(wait, took time.Duration) {
-	w.waitSum.Add(int64(wait))
-	w.runSum.Add(int64(took))
-	w.timed.Add(1)
 }
 
 // pause stops the read loop's taking until resume, and limits the reclaim

@@ -55,7 +55,7 @@ func TestWindowGrowsWhenHandlersStarve(t *testing.T) {
 	// Slow handlers: the queue already covers the round trips.
 	slow := newWindow(16, 100, false, 32<<20, time.Minute)
 	for range minTimed {
-		slow.timing(0, 40*time.Millisecond)
+		slow.timings.add(0, 40*time.Millisecond)
 	}
 	for range 10 {
 		call(slow, 500, true, true)
@@ -121,7 +121,7 @@ func TestWindowShrinksWhenEntriesWait(t *testing.T) {
 	w := newWindow(16, 100, false, 32<<20, time.Minute)
 	w.limit = 64
 	for range minTimed {
-		w.timing(80*time.Millisecond, 40*time.Millisecond)
+		w.timings.add(80*time.Millisecond, 40*time.Millisecond)
 	}
 	r := w.reserve(ctx, partyRead, 1)
 	w.fill(r, r.n, 10, time.Millisecond, true)
@@ -131,7 +131,7 @@ func TestWindowShrinksWhenEntriesWait(t *testing.T) {
 
 	// Waits shorter than the handling time: no change.
 	for range minTimed {
-		w.timing(20*time.Millisecond, 40*time.Millisecond)
+		w.timings.add(20*time.Millisecond, 40*time.Millisecond)
 	}
 	r = w.reserve(ctx, partyRead, 1)
 	w.fill(r, r.n, 10, time.Millisecond, true)
@@ -141,7 +141,7 @@ func TestWindowShrinksWhenEntriesWait(t *testing.T) {
 
 	for range 20 {
 		for range minTimed {
-			w.timing(time.Second, time.Millisecond)
+			w.timings.add(time.Second, time.Millisecond)
 		}
 		r = w.reserve(ctx, partyRead, 1)
 		w.fill(r, r.n, 10, time.Millisecond, true)
@@ -152,7 +152,7 @@ func TestWindowShrinksWhenEntriesWait(t *testing.T) {
 
 	fixed := newWindow(4, 12, true, 32<<20, time.Minute)
 	for range minTimed {
-		fixed.timing(time.Second, time.Millisecond)
+		fixed.timings.add(time.Second, time.Millisecond)
 	}
 	r = fixed.reserve(ctx, partyRead, 500)
 	require.Equal(t, 4, r.n, "the first call still takes at most Concurrency")
@@ -362,7 +362,7 @@ func TestWindowShrinksBeforeLeasesAreNeeded(t *testing.T) {
 	w := newWindow(16, 100, false, 32<<20, 80*time.Millisecond)
 	w.limit = 64
 	for range minTimed {
-		w.timing(20*time.Millisecond, 100*time.Millisecond)
+		w.timings.add(20*time.Millisecond, 100*time.Millisecond)
 	}
 	r := w.reserve(ctx, partyRead, 1)
 	w.fill(r, r.n, 10, time.Millisecond, true)
