@@ -16,6 +16,10 @@ export PELWARDEN_TEST_VALKEY_IMAGE ?= pelwarden/valkey:8.1
 
 GO ?= go
 
+# The servers the driver's fake is checked against besides
+# PELWARDEN_SERVER_IMAGE's (TestFakeAgreesWithServer; `make unit`).
+AGREE_IMAGES ?= pelwarden/redis:7.0 pelwarden/redis:8.6 pelwarden/valkey:8.1 pelwarden/valkey:9.1
+
 ## The repository's Go modules (go.work ties them for development): the
 ## core module (the library, the driver and the producer: go-redis and
 ## nothing heavy), one module per heavy dependency a user chooses
@@ -83,9 +87,12 @@ deps:
 ## unit: every module but integration_test, with -race. The core module's
 ## own tests need no Docker (`go test ./...` there passes without it); its
 ## runnable examples run here against a throwaway server. pelwardentest's
-## tests start containers (the images `images` builds).
+## tests start containers (the images `images` builds). The driver's fake
+## is checked against every server of AGREE_IMAGES too.
 unit:
 	./scripts/with-server.sh $(GO) test -race -count=1 ./...
+	@for img in $(AGREE_IMAGES); do echo "the driver's fake against $$img"; \
+	  PELWARDEN_SERVER_IMAGE=$$img ./scripts/with-server.sh $(GO) test -count=1 -run '^TestFakeAgreesWithServer$$' ./driver/ || exit 1; done
 	@for m in $(filter-out integration_test pelwardenwatermill,$(MODULES)); do echo "go test: $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 30m ./...) || exit 1; done
 
 ## integration: the integration matrix, then the Watermill adapter's tests

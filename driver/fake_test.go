@@ -272,7 +272,7 @@ func (f *fakeServer) claim(_ context.Context, a pelwarden.ClaimArgs) (*pelwarden
 	}
 	ids := make([]string, 0, len(f.pel))
 	for id := range f.pel {
-		if a.Cursor == "0-0" || compareFakeIDs(id, a.Cursor) >= 0 {
+		if a.Cursor == "" || a.Cursor == "0-0" || compareFakeIDs(id, a.Cursor) >= 0 {
 			ids = append(ids, id)
 		}
 	}
