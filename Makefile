@@ -17,7 +17,8 @@ export PELWARDEN_TEST_VALKEY_IMAGE ?= pelwarden/valkey:8.1
 GO ?= go
 
 # The servers the driver's fake is checked against besides
-# PELWARDEN_SERVER_IMAGE's (TestFakeAgreesWithServer; `make unit`).
+# PELWARDEN_SERVER_IMAGE's (TestFakeAgreesWithServer and its ordered twin;
+# `make unit`).
 AGREE_IMAGES ?= pelwarden/redis:7.0 pelwarden/redis:8.6 pelwarden/valkey:8.1 pelwarden/valkey:9.1
 
 ## The repository's Go modules (go.work ties them for development): the
@@ -92,7 +93,7 @@ deps:
 unit:
 	./scripts/with-server.sh $(GO) test -race -count=1 ./...
 	@for img in $(AGREE_IMAGES); do echo "the driver's fake against $$img"; \
-	  PELWARDEN_SERVER_IMAGE=$$img ./scripts/with-server.sh $(GO) test -count=1 -run '^TestFakeAgreesWithServer$$' ./driver/ || exit 1; done
+	  PELWARDEN_SERVER_IMAGE=$$img ./scripts/with-server.sh $(GO) test -count=1 -run '^Test(Ordered)?FakeAgreesWithServer$$' ./driver/ || exit 1; done
 	@for m in $(filter-out integration_test pelwardenwatermill,$(MODULES)); do echo "go test: $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 30m ./...) || exit 1; done
 
 ## integration: the integration matrix, then the Watermill adapter's tests

@@ -411,3 +411,170 @@ func (w *realAgree) dead() []string {
 	}
 	return out
 }
+
+// orderedAgreeWorld is one partition with group "g" in ordered mode as a
+// scripted scenario sees it: the fake world (fakeWorld) or a real server
+// (redisPartition), for consumers "me" and "other".
+type orderedAgreeWorld interface {
+	add(n int) []string
+	srv(consumer string) partitionServer
+	// pel returns the pending entries as "id owner deliveries"; dead the
+	// dead-lettered ids, in order.
+	pel() []string
+	dead() []string
+}
+
+// The ordered step, scripted: the fake world's lease, lease_next, fail,
+// dead-letter and lease_release calls answer as the library's do.
+func orderedAgreeScenario(t *transcript, w orderedAgreeWorld) {
+	ctx := t.ctx
+	me, other := w.srv("me"), w.srv("other")
+	t.named(w.add(3))
+	l, err := me.acquire(ctx, 10*time.Second)
+	if t.err("acquire", err) {
+		return
+	}
+	t.line("acquire held %v token %d", l.Held, l.Token)
+	token := l.Token
+	lo, err := other.acquire(ctx, 10*time.Second)
+	if !t.err("acquire by other", err) {
+		t.line("acquire by other held %v owner %s token %d", lo.Held, lo.Owner, lo.Token)
+	}
+	step := func(what string, acks, giveBack []string) []pelwarden.Entry {
+		res, err := me.next(ctx, token, 10*time.Second, acks, giveBack, false)
+		if t.err(what, err) {
+			return nil
+		}
+		var got []string
+		for _, e := range res.Entries {
+			got = append(got, fmt.Sprintf("%s/%d", t.name(e.ID), e.Deliveries))
+		}
+		t.line("%s: held %v acked %d given back %d entries %v dead-lettered %s none pending %v", what, res.Held, res.Acked,
+			res.GivenBack, got, t.list(res.DeadLettered), res.NonePending)
+		return res.Entries
+	}
+	batch := step("next", nil, nil)
+	if len(batch) != 3 {
+		return
+	}
+	head := step("next, the first acked, the rest given back", []string{batch[0].ID}, []string{batch[1].ID, batch[2].ID})
+	if len(head) != 1 {
+		return
+	}
+	rel, err := me.fail(ctx, head[0].ID, "failed")
+	if !t.err("fail", err) {
+		t.line("fail released %d not owned %s", rel.Released, t.list(rel.NotOwned))
+	}
+	again := step("next after the failure", nil, nil)
+	if len(again) != 1 {
+		return
+	}
+	if _, err := me.fail(ctx, again[0].ID, "failed again"); t.err("fail again", err) {
+		return
+	}
+	// At MaxDeliveries (2) the head is dead-lettered by the next call.
+	last := step("next at MaxDeliveries", nil, nil)
+	if len(last) == 1 {
+		dl, err := me.deadLetter(ctx, last[0].ID, "poison")
+		if !t.err("deadLetter", err) {
+			t.line("deadLetter %s", t.list(dl.DeadLettered))
+		}
+	}
+	step("next after the dead letters", nil, nil)
+	res, err := other.next(ctx, token, 10*time.Second, nil, nil, false)
+	if !t.err("next by other", err) {
+		t.line("next by other held %v", res.Held)
+	}
+	rl, err := me.releaseLease(ctx, token, nil, nil)
+	if !t.err("releaseLease", err) {
+		t.line("releaseLease released %v", rl.Released)
+	}
+	lo, err = other.acquire(ctx, 10*time.Second)
+	if !t.err("acquire by other after the release", err) {
+		t.line("acquire by other after the release held %v token %d", lo.Held, lo.Token)
+	}
+	var pel []string
+	for _, row := range w.pel() {
+		f := strings.Fields(row)
+		pel = append(pel, t.name(f[0])+" "+f[1]+" "+f[2])
+	}
+	slices.Sort(pel)
+	var dead []string
+	for _, id := range w.dead() {
+		dead = append(dead, t.name(id))
+	}
+	t.line("pel %v; dead %v", pel, dead)
+}
+
+// The ordered fake agrees with real servers (see TestFakeAgreesWithServer).
+func TestOrderedFakeAgreesWithServer(t *testing.T) {
+	url := os.Getenv("PELWARDEN_TEST_REDIS_URL")
+	if url == "" {
+		t.Skip("set PELWARDEN_TEST_REDIS_URL=redis://host:port (make test does)")
+	}
+	opts, err := redis.ParseURL(url)
+	require.NoError(t, err)
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	lib := pelwarden.NewLibrary(rdb)
+	_, err = lib.Load(t.Context())
+	require.NoError(t, err)
+
+	fake := &transcript{ctx: t.Context(), names: map[string]string{}}
+	orderedAgreeScenario(fake, &fakeOrderedAgree{w: newFakeWorld("{p}"), stream: "{p}"})
+	real := &transcript{ctx: t.Context(), names: map[string]string{}}
+	stream := fmt.Sprintf("{pwagree-%d}", time.Now().UnixNano())
+	require.NoError(t, rdb.XGroupCreateMkStream(t.Context(), stream, "g", "0").Err())
+	t.Cleanup(func() {
+		rdb.Del(context.WithoutCancel(t.Context()), stream, pelwarden.DeadLetterStreamFor(stream), pelwarden.LeaseKeyFor(stream),
+			pelwarden.LastErrorsKeyFor(stream))
+	})
+	orderedAgreeScenario(real, &realOrderedAgree{realAgree: &realAgree{t: t, rdb: rdb, stream: stream}, lib: lib})
+	require.Equal(t, real.lines, fake.lines, "the fake's transcript (actual) against the server's (expected)")
+	t.Logf("transcript:\n%s", strings.Join(real.lines, "\n"))
+}
+
+// fakeOrderedAgree is the fake world's partition; MaxDeliveries is 2.
+type fakeOrderedAgree struct {
+	w      *fakeWorld
+	stream string
+}
+
+func (a *fakeOrderedAgree) add(n int) []string { return a.w.add(a.stream, n) }
+func (a *fakeOrderedAgree) srv(consumer string) partitionServer {
+	return &fakePartitionServer{w: a.w, stream: a.stream, consumer: consumer, maxDeliveries: 2, count: orderedBatch}
+}
+
+func (a *fakeOrderedAgree) pel() []string {
+	a.w.mu.Lock()
+	defer a.w.mu.Unlock()
+	var out []string
+	for id, p := range a.w.parts[a.stream].pel {
+		out = append(out, fmt.Sprintf("%s %s %d", id, p.owner, p.deliveries))
+	}
+	return out
+}
+
+func (a *fakeOrderedAgree) dead() []string { return a.w.deadOf(a.stream) }
+
+// realOrderedAgree is a real server's partition; MaxDeliveries is 2.
+type realOrderedAgree struct {
+	*realAgree
+	lib *pelwarden.Library
+}
+
+func (a *realOrderedAgree) srv(consumer string) partitionServer {
+	log := slog.New(slog.DiscardHandler)
+	return &redisPartition{rdb: a.rdb, lib: a.lib, tx: &txProbe{rdb: a.rdb, log: log}, stream: a.stream,
+		deadLetterStream: pelwarden.DeadLetterStreamFor(a.stream), lease: pelwarden.LeaseKeyFor(a.stream),
+		lastErrors: newLastErrors(a.stream, log), group: "g", consumer: consumer, maxDeliveries: 2}
+}
+
+func (a *realOrderedAgree) dead() []string {
+	var out []string
+	for _, row := range a.realAgree.dead() {
+		id, _, _ := strings.Cut(row, " ")
+		out = append(out, id)
+	}
+	return out
+}
