@@ -147,11 +147,9 @@ func (l *Library) Claim(ctx context.Context, a ClaimArgs) (*ClaimPage, error) {
 	}
 	args := []any{a.Group, a.Consumer, ms(a.MinIdle), cursor, count, maxDeliveries,
 		flag(a.DeleteDeadLettered), flag(!a.DeadLetterOnly), a.MaxBytes}
-	for i, d := range a.Backoff {
-		if err := checkDuration(fn, fmt.Sprintf("Backoff[%d]", i), d); err != nil {
-			return nil, err
-		}
-		args = append(args, ms(d))
+	args, err = appendBackoff(fn, args, a.Backoff)
+	if err != nil {
+		return nil, err
 	}
 	v, err := l.call(ctx, fn, keys, args...)
 	if err != nil {
@@ -458,12 +456,9 @@ func (l *Library) Fail(ctx context.Context, a FailArgs) (*ReleaseResult, error) 
 	if len(a.Backoff) > MaxCount {
 		return nil, argError(fn, "Backoff", "at most %d values, got %d", MaxCount, len(a.Backoff))
 	}
-	head := []any{a.Group, a.Consumer, ms(a.MinIdle), ms(a.Delay), TruncateError(a.Error), len(a.Backoff)}
-	for i, d := range a.Backoff {
-		if err := checkDuration(fn, fmt.Sprintf("Backoff[%d]", i), d); err != nil {
-			return nil, err
-		}
-		head = append(head, ms(d))
+	head, err := appendBackoff(fn, []any{a.Group, a.Consumer, ms(a.MinIdle), ms(a.Delay), TruncateError(a.Error), len(a.Backoff)}, a.Backoff)
+	if err != nil {
+		return nil, err
 	}
 	args, err := idArgs(fn, a.IDs, head...)
 	if err != nil {
@@ -1399,13 +1394,26 @@ func (l *Library) leaseNextArgs(a LeaseNextArgs) ([]string, []any, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	for i, d := range a.Backoff {
+	args, err = appendBackoff(fn, args, a.Backoff)
+	if err != nil {
+		return nil, nil, err
+	}
+	return keys, args, nil
+}
+
+// appendBackoff appends a Backoff argument to args, in milliseconds, after
+// checking each value. The rule itself (an entry delivered n times waits
+// Backoff[min(n, len(Backoff))-1] after its last delivery or failure) has
+// one home: the library's retrydelay, which claim, fail and lease_next
+// share.
+func appendBackoff(fn string, args []any, backoff []time.Duration) ([]any, error) {
+	for i, d := range backoff {
 		if err := checkDuration(fn, fmt.Sprintf("Backoff[%d]", i), d); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		args = append(args, ms(d))
 	}
-	return keys, args, nil
+	return args, nil
 }
 
 // LeaseNextRead is LeaseNext with the new entries read apart from the
