@@ -85,6 +85,9 @@ type window struct {
 	waiters  waiters // per party, first come first served
 	paused   bool
 	resumed  chan struct{} // closed when a pause ends
+	// recheck is recheckEvery; tests that must see a wake-up itself set it
+	// beyond their bound (before any reserve).
+	recheck time.Duration
 	// testWaiting, set by tests only (before any reserve), is called each
 	// time a reserve of p finds no room and is about to wait: tests wait
 	// for it instead of for a while.
@@ -163,6 +166,7 @@ func newWindow(floor, ceil int, fixed bool, maxBytes int64, minIdle time.Duratio
 		floor: floor, ceil: ceil, least: least, fixed: fixed, maxBytes: maxBytes, maxWait: (minIdle / 8).Seconds(),
 		batchBytes: min(batchBytesTarget, max(maxBytes/2, 1)),
 		limit:      least,
+		recheck:    recheckEvery,
 	}
 	if fixed {
 		w.limit = ceil
@@ -220,7 +224,7 @@ func (w *window) reserve(ctx context.Context, p party, want int) reservation {
 		// A waiter also looks again every recheckEvery: should a wake-up
 		// ever be missed (a taker that yielded its turn, a size that
 		// changed under it), the call is delayed, never stuck.
-		recheck := time.NewTimer(recheckEvery)
+		recheck := time.NewTimer(w.recheck)
 		select {
 		case <-wake:
 			recheck.Stop()

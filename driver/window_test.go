@@ -376,6 +376,7 @@ func TestWindowWaiterFollowsAShrink(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	w := newWindow(4, 400, false, 32<<20, time.Minute)
+	w.recheck = time.Hour // only the wake-up itself ends the wait within the bound below
 	w.limit = 200
 	w.perEntry = 10
 	r := w.reserve(ctx, partyRead, 500)
