@@ -291,8 +291,9 @@ func TestErrorPolicy(t *testing.T) {
 				r.refuseWrites(oom)
 				r.provokeClaim()
 				release()
-				eventually(t, "paused, and the entry in hand acked while the server refuses writes", func() bool {
-					return r.m.get(EventPaused) == 1 && !slices.Contains(r.pending(), first[0])
+				eventually(t, "paused (counted and logged), and the entry in hand acked while the server refuses writes", func() bool {
+					return r.m.get(EventPaused) == 1 && countOf(r.logs.String(), "server out of memory") > 0 &&
+						!slices.Contains(r.pending(), first[0])
 				})
 				require.Equal(t, 1, r.m.get(EventPaused), "one pause")
 				require.Equal(t, 1, countOf(r.logs.String(), "server out of memory"), "logged once")
