@@ -28,8 +28,8 @@ type hand struct {
 	closed    bool                     // shutdown began: add refuses
 
 	// claims are the claims under way and what was settled meanwhile
-	// (see claimTicket). mu is held around every use but begin and end,
-	// which lock claims alone.
+	// (see claimTicket). It has its own lock; add and gone take it under
+	// mu, so an add sees either the entry or the mark its gone left.
 	claims claimLog
 
 	parked map[string]parkedEntry // by entry id
