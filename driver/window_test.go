@@ -389,11 +389,14 @@ func TestWindowWaiterFollowsAShrink(t *testing.T) {
 	w.limit = 8 // shrunk meanwhile
 	w.mu.Unlock()
 	for range 200 - 4 {
-		w.free(10) // 4 held: room for 4, and 2 are worth a call now
+		w.free(10) // down to 4 held: room for 4; 2 are worth a call
 	}
 	select {
 	case n := <-got:
-		require.Equal(t, 4, n)
+		// Woken once the room is worth a call (2 places) at the latest
+		// when the last free leaves 4: the frees race with the wake-up.
+		require.GreaterOrEqual(t, n, 2)
+		require.LessOrEqual(t, n, 4)
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter still waits for the room it needed before the shrink")
 	}
