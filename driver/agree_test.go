@@ -79,14 +79,20 @@ func (t *transcript) line(format string, a ...any) {
 	t.lines = append(t.lines, fmt.Sprintf(format, a...))
 }
 
+// pel names the entries of PEL rows ("id owner deliveries"), sorted.
+func (t *transcript) pel(rows []string) []string {
+	out := make([]string, 0, len(rows))
+	for _, row := range rows {
+		f := strings.Fields(row)
+		out = append(out, t.name(f[0])+" "+f[1]+" "+f[2])
+	}
+	slices.Sort(out)
+	return out
+}
+
 // state writes the PEL and the dead letters.
 func (t *transcript) state(w agreeWorld) {
-	var pel []string
-	for _, row := range w.pel() {
-		f := strings.Fields(row)
-		pel = append(pel, t.name(f[0])+" "+f[1]+" "+f[2])
-	}
-	slices.Sort(pel)
+	pel := t.pel(w.pel())
 	var dead []string
 	for _, row := range w.dead() {
 		id, rest, _ := strings.Cut(row, " ")
@@ -242,21 +248,15 @@ var agreeScenarios = []agreeScenario{
 // PELWARDEN_TEST_REDIS_URL names the server (`make unit` runs this test
 // on every server of the matrix); without it the test is skipped.
 func TestFakeAgreesWithServer(t *testing.T) {
-	url := os.Getenv("PELWARDEN_TEST_REDIS_URL")
-	if url == "" {
-		t.Skip("set PELWARDEN_TEST_REDIS_URL=redis://host:port (make test does)")
+	rdb, lib := agreeServer(t)
+	// The fake's reads claim where the server's do (Redis 8.4+): the
+	// driver's own read, on a scratch stream, asks the server.
+	probe := newRealAgree(t, rdb, lib, fmt.Sprintf("{pwagree-probe-%d}", time.Now().UnixNano()))
+	_, err := probe.lane.read(t.Context(), 1, false, time.Second)
+	claims := err == nil
+	if !errors.Is(err, errReadClaimRefused) {
+		require.NoError(t, err)
 	}
-	opts, err := redis.ParseURL(url)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	lib := pelwarden.NewLibrary(rdb)
-	_, err = lib.Load(t.Context())
-	require.NoError(t, err)
-	// The fake's reads claim where the server's do (Redis 8.4+).
-	info, err := rdb.Info(t.Context(), "server").Result()
-	require.NoError(t, err)
-	claims := serverHasReadClaim(info)
 	t.Logf("server reads claim: %v", claims)
 	for i, sc := range agreeScenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -271,6 +271,24 @@ func TestFakeAgreesWithServer(t *testing.T) {
 	}
 }
 
+// agreeServer returns a client of the server PELWARDEN_TEST_REDIS_URL
+// names, with the library loaded, or skips the test without it.
+func agreeServer(t *testing.T) (*redis.Client, *pelwarden.Library) {
+	t.Helper()
+	url := os.Getenv("PELWARDEN_TEST_REDIS_URL")
+	if url == "" {
+		t.Skip("set PELWARDEN_TEST_REDIS_URL=redis://host:port (make test does)")
+	}
+	opts, err := redis.ParseURL(url)
+	require.NoError(t, err)
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	lib := pelwarden.NewLibrary(rdb)
+	_, err = lib.Load(t.Context())
+	require.NoError(t, err)
+	return rdb, lib
+}
+
 // fakeAgree is the fake's world.
 type fakeAgree struct{ f *fakeServer }
 
@@ -281,28 +299,6 @@ func newFakeAgree(claims bool) *fakeAgree {
 }
 
 func (w *fakeAgree) idle(d time.Duration) { w.f.clock.advance(d) }
-
-// serverHasReadClaim reports whether INFO server's text names a server with
-// XREADGROUP ... CLAIM: Redis 8.4 or later (Valkey has none).
-func serverHasReadClaim(info string) bool {
-	if strings.Contains(info, "valkey_version:") || strings.Contains(info, "server_name:valkey") {
-		return false
-	}
-	for line := range strings.Lines(info) {
-		v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:")
-		if !ok {
-			continue
-		}
-		parts := strings.SplitN(v, ".", 3)
-		major, _ := strconv.Atoi(parts[0])
-		minor := 0
-		if len(parts) > 1 {
-			minor, _ = strconv.Atoi(parts[1])
-		}
-		return major > 8 || (major == 8 && minor >= 4)
-	}
-	return false
-}
 
 func (w *fakeAgree) add(n int) []string { return w.f.add(n) }
 func (w *fakeAgree) srv() laneServer    { return w.f }
@@ -493,12 +489,7 @@ func orderedAgreeScenario(t *transcript, w orderedAgreeWorld) {
 	if !t.err("acquire by other after the release", err) {
 		t.line("acquire by other after the release held %v token %d", lo.Held, lo.Token)
 	}
-	var pel []string
-	for _, row := range w.pel() {
-		f := strings.Fields(row)
-		pel = append(pel, t.name(f[0])+" "+f[1]+" "+f[2])
-	}
-	slices.Sort(pel)
+	pel := t.pel(w.pel())
 	var dead []string
 	for _, id := range w.dead() {
 		dead = append(dead, t.name(id))
@@ -508,17 +499,7 @@ func orderedAgreeScenario(t *transcript, w orderedAgreeWorld) {
 
 // The ordered fake agrees with real servers (see TestFakeAgreesWithServer).
 func TestOrderedFakeAgreesWithServer(t *testing.T) {
-	url := os.Getenv("PELWARDEN_TEST_REDIS_URL")
-	if url == "" {
-		t.Skip("set PELWARDEN_TEST_REDIS_URL=redis://host:port (make test does)")
-	}
-	opts, err := redis.ParseURL(url)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	lib := pelwarden.NewLibrary(rdb)
-	_, err = lib.Load(t.Context())
-	require.NoError(t, err)
+	rdb, lib := agreeServer(t)
 
 	fake := &transcript{ctx: t.Context(), names: map[string]string{}}
 	orderedAgreeScenario(fake, &fakeOrderedAgree{w: newFakeWorld("{p}"), stream: "{p}"})

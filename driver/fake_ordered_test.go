@@ -307,22 +307,7 @@ func (s *fakePartitionServer) ack(_ context.Context, ids []string) (*pelwarden.A
 	if err := s.w.call("ack", s.consumer, s.stream); err != nil {
 		return nil, err
 	}
-	p := s.w.parts[s.stream]
-	res := &pelwarden.AckResult{}
-	for _, id := range ids {
-		e, ok := p.pel[id]
-		switch {
-		case !ok:
-			res.NotOwned = append(res.NotOwned, id)
-			res.NotPending = append(res.NotPending, id)
-		case e.owner != s.consumer:
-			res.NotOwned = append(res.NotOwned, id)
-		default:
-			delete(p.pel, id)
-			res.Acked++
-		}
-	}
-	return res, nil
+	return fakeFencedAck(s.w.parts[s.stream].pel, s.consumer, ids), nil
 }
 
 func (s *fakePartitionServer) releaseLease(_ context.Context, token int64, acks, giveBack []string) (*pelwarden.ReleaseLeaseResult, error) {

@@ -329,21 +329,28 @@ func (f *fakeServer) ackFenced(_ context.Context, ids []string) (*pelwarden.AckR
 	if err := f.call("ackFenced"); err != nil {
 		return nil, err
 	}
+	return fakeFencedAck(f.pel, f.consumer, ids), nil
+}
+
+// fakeFencedAck is the library's ack function on a fake PEL: each id
+// consumer owns is acked; the others are reported not owned, and not
+// pending when no consumer holds them.
+func fakeFencedAck(pel map[string]*fakePending, consumer string, ids []string) *pelwarden.AckResult {
 	res := &pelwarden.AckResult{}
 	for _, id := range ids {
-		p, ok := f.pel[id]
+		p, ok := pel[id]
 		switch {
 		case !ok:
 			res.NotOwned = append(res.NotOwned, id)
 			res.NotPending = append(res.NotPending, id)
-		case p.owner != f.consumer:
+		case p.owner != consumer:
 			res.NotOwned = append(res.NotOwned, id)
 		default:
-			delete(f.pel, id)
+			delete(pel, id)
 			res.Acked++
 		}
 	}
-	return res, nil
+	return res
 }
 
 func (f *fakeServer) extend(_ context.Context, ids []string) (*pelwarden.ExtendResult, error) {

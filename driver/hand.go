@@ -120,6 +120,9 @@ func (t *hand) add(handlerCtx context.Context, msgs []*Message, sizes []int64, l
 	if t.closed {
 		return msgs, true
 	}
+	// What left the PEL since the claim began: gone takes mu, so nothing
+	// is added to it during this call.
+	gone := t.claims.goneSince(claim)
 	for i, m := range msgs {
 		if _, busy := t.entries[m.ID]; busy {
 			skipped = append(skipped, m)
@@ -129,11 +132,9 @@ func (t *hand) add(handlerCtx context.Context, msgs []*Message, sizes []int64, l
 			skipped = append(skipped, m)
 			continue
 		}
-		if claim != 0 {
-			if t.claims.goneDuring(m.ID, claim) {
-				skipped = append(skipped, m) // acked during the claim: stale
-				continue
-			}
+		if gone[m.ID] {
+			skipped = append(skipped, m) // acked during the claim: stale
+			continue
 		}
 		f := &fs[i]
 		f.queued = now
@@ -262,13 +263,24 @@ func (c *claimLog) noteGone(ids []string) {
 	}
 }
 
-// goneDuring reports whether id left the PEL after claim t began: the
-// claim's copy of it is stale.
-func (c *claimLog) goneDuring(id string, t claimTicket) bool {
+// goneSince returns the ids that left the PEL after claim t began (nil
+// when none did, or t is zero): a claim's copies of them are stale.
+func (c *claimLog) goneSince(t claimTicket) map[string]bool {
+	if t == 0 {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	at, ok := c.goneAt[id]
-	return ok && at > uint64(t)
+	var out map[string]bool
+	for id, at := range c.goneAt {
+		if at > uint64(t) {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[id] = true
+		}
+	}
+	return out
 }
 
 // forget stops tracking ids, which are still pending (released, or owned
