@@ -276,7 +276,9 @@ type Config struct {
 type Tuning struct {
 	// HeartbeatInterval: in-flight entries whose handler has run this long get
 	// their lease extended, and again every HeartbeatInterval, so a slow but
-	// healthy handler is not reclaimed by another consumer. Defaults to
+	// healthy handler is not reclaimed by another consumer. An extension
+	// comes at most halfway between HeartbeatInterval and MinIdle after the
+	// entry's read or last extension (MinIdle/2 by default). Defaults to
 	// MinIdle/3; must be below MinIdle. NoHeartbeat disables the heartbeat;
 	// an entry held past MinIdle may then be taken over by whichever
 	// consumer claims it first, this one included (its own reclaim pass,
@@ -635,6 +637,20 @@ func defaultConsumerName() string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+// heartbeatTick is how often the keeper looks at the entries in hand. An
+// entry is extended on the first tick at least HeartbeatInterval after its
+// last reset, so at most HeartbeatInterval+tick after it: half the shorter
+// of HeartbeatInterval and MinIdle-HeartbeatInterval keeps that at most
+// halfway between HeartbeatInterval and MinIdle (MinIdle/2 by default),
+// whatever the tick's phase. Without a heartbeat, only RetryAfter holds
+// need ticks: MinIdle/3.
+func (c Config) heartbeatTick() time.Duration {
+	if c.HeartbeatInterval == NoHeartbeat {
+		return c.MinIdle / 3
+	}
+	return max(min(c.HeartbeatInterval, c.MinIdle-c.HeartbeatInterval)/2, time.Millisecond)
 }
 
 // idleResetFrom is the idle-time reset of entries whose idle time a call begun at began

@@ -330,22 +330,28 @@ func (t *hand) takeUnstarted() []string {
 	return ids
 }
 
-// heartbeatDue returns the entries whose lease to extend now: held for at
-// least every (heartbeat true) and delayed ones whose retry time is more
-// than MinIdle-every away. Delayed entries due sooner are removed and
+// heartbeatDue returns the entries whose lease to extend now, on a tick
+// that comes every tick apart: those whose idle time was last reset at
+// least every ago (heartbeat true), and delayed ones whose retry time is
+// more than MinIdle-tick away. Delayed entries due sooner are removed and
 // returned in release, with the longest delay left among them, to be
 // released with that delay.
-func (t *hand) heartbeatDue(heartbeat bool, every, minIdle time.Duration) (extend, release []string, releaseDelay time.Duration) {
+//
+// The age is counted from the entry's last reset, not from the tick's
+// phase: an entry is extended at most every+tick after its read began,
+// however its read fell between two ticks (Config.heartbeatTick keeps that
+// within MinIdle).
+func (t *hand) heartbeatDue(heartbeat bool, every, tick, minIdle time.Duration) (extend, release []string, releaseDelay time.Duration) {
 	now := t.clock.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if heartbeat {
 		for id, f := range t.entries {
-			age := now - f.queued
-			if age < every || f.lost.Load() {
+			resetAt := time.Duration(f.resetAt.Load())
+			if now-resetAt < every || f.lost.Load() {
 				continue
 			}
-			if f.acking.Load() && now+every+minIdle/8 < time.Duration(f.resetAt.Load())+minIdle {
+			if f.acking.Load() && now+tick+minIdle/8 < resetAt+minIdle {
 				// Its handler is done and its ack queued, and the next tick
 				// still comes before another consumer could take the entry
 				// over (MinIdle after its lease began, less MinIdle/8 for a
@@ -363,7 +369,7 @@ func (t *hand) heartbeatDue(heartbeat bool, every, minIdle time.Duration) (exten
 	}
 	for id, at := range t.delayed {
 		left := at - now
-		if left <= minIdle-every {
+		if left <= minIdle-tick {
 			release = append(release, id)
 			releaseDelay = max(releaseDelay, left)
 			delete(t.delayed, id)

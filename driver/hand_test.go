@@ -1,7 +1,6 @@
 package driver
 
 import (
-	"cmp"
 	"context"
 	"slices"
 	"sync/atomic"
@@ -125,6 +124,7 @@ func TestTrackerLeaseDue(t *testing.T) {
 	t.Parallel()
 	const minIdle = time.Second
 	const every = 300 * time.Millisecond
+	const tick = every / 2
 	type entry struct {
 		id          string
 		age         time.Duration // held this long
@@ -135,7 +135,6 @@ func TestTrackerLeaseDue(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name         string
-		every        time.Duration // default every
 		heartbeat    bool
 		entries      []entry
 		extend       []string
@@ -147,6 +146,9 @@ func TestTrackerLeaseDue(t *testing.T) {
 		{name: "held for every: extended", heartbeat: true,
 			entries: []entry{{id: "1-0", age: every}, {id: "2-0", age: 2 * every}, {id: "3-0", age: 0}},
 			extend:  []string{"1-0", "2-0"}},
+		{name: "extended less than every ago: not yet again", heartbeat: true,
+			entries: []entry{{id: "1-0", age: 3 * every, leased: every - 1}, {id: "2-0", age: 3 * every, leased: every}},
+			extend:  []string{"2-0"}},
 		{name: "no heartbeat: nothing extended", heartbeat: false,
 			entries: []entry{{id: "1-0", age: 2 * every}}},
 		{name: "lost entries are not extended", heartbeat: true,
@@ -154,24 +156,23 @@ func TestTrackerLeaseDue(t *testing.T) {
 		{name: "an ack queued needs no extension while the next tick comes in time", heartbeat: true,
 			entries: []entry{
 				{id: "1-0", age: every, acking: true},
-				{id: "2-0", age: minIdle - every - minIdle/8 - 1, acking: true},
-				{id: "3-0", age: minIdle - every - minIdle/8, acking: true},
+				{id: "2-0", age: minIdle - tick - minIdle/8 - 1, acking: true},
+				{id: "3-0", age: minIdle - tick - minIdle/8, acking: true},
 				{id: "4-0", age: minIdle, acking: true},
 			},
 			extend: []string{"3-0", "4-0"}},
 		{name: "however long its handler ran", heartbeat: true,
-			entries: []entry{{id: "1-0", age: 3 * minIdle, leased: every, acking: true}, {id: "2-0", age: 3 * minIdle, leased: minIdle - every - minIdle/8, acking: true}},
+			entries: []entry{{id: "1-0", age: 3 * minIdle, leased: every, acking: true}, {id: "2-0", age: 3 * minIdle, leased: minIdle - tick - minIdle/8, acking: true}},
 			extend:  []string{"2-0"}},
 		{name: "a delay far off is extended, one due soon released", heartbeat: false,
-			entries: []entry{{id: "1-0", delayedLeft: minIdle}, {id: "2-0", delayedLeft: minIdle - every}, {id: "3-0", delayedLeft: every}},
-			extend:  []string{"1-0"}, release: []string{"2-0", "3-0"}, releaseDelay: minIdle - every},
+			entries: []entry{{id: "1-0", delayedLeft: minIdle}, {id: "2-0", delayedLeft: minIdle - tick}, {id: "3-0", delayedLeft: tick}},
+			extend:  []string{"1-0"}, release: []string{"2-0", "3-0"}, releaseDelay: minIdle - tick},
 		{name: "a delay already past is released at once", heartbeat: true,
 			entries: []entry{{id: "1-0", delayedLeft: -time.Second}},
 			release: []string{"1-0"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			every := cmp.Or(c.every, every)
 			clk := &fakeClock{}
 			clk.advance(time.Hour)
 			tr := newHand(clk)
@@ -192,16 +193,57 @@ func TestTrackerLeaseDue(t *testing.T) {
 				f.acking.Store(e.acking)
 				f.lost.Store(e.lost)
 			}
-			extend, release, delay := tr.heartbeatDue(c.heartbeat, every, minIdle)
+			extend, release, delay := tr.heartbeatDue(c.heartbeat, every, tick, minIdle)
 			slices.Sort(extend)
 			slices.Sort(release)
 			require.Equal(t, c.extend, extend, "extend")
 			require.Equal(t, c.release, release, "release")
 			require.Equal(t, c.releaseDelay, delay, "release delay")
 			// Released delays are no longer held.
-			_, again, _ := tr.heartbeatDue(c.heartbeat, every, minIdle)
+			_, again, _ := tr.heartbeatDue(c.heartbeat, every, tick, minIdle)
 			require.Empty(t, again)
 		})
+	}
+}
+
+// Whatever the tick's phase against an entry's read, every extension of a
+// slow handler's entry comes at most HeartbeatInterval+tick after the
+// reset before it, which heartbeatTick keeps at most halfway between
+// HeartbeatInterval and MinIdle: the margin against another consumer's
+// claim never rests on the phase. (The keeper used to count an entry's
+// age from its dispatch on ticks HeartbeatInterval apart, so a read just
+// after a tick was first extended up to 2 HeartbeatIntervals, 2/3 MinIdle,
+// after it.)
+func TestHeartbeatMarginIgnoresPhase(t *testing.T) {
+	t.Parallel()
+	for _, every := range []time.Duration{0, 100 * time.Millisecond, 500 * time.Millisecond, 900 * time.Millisecond} {
+		cfg := testConfig(t, func(c *Config) { c.MinIdle = time.Second; c.HeartbeatInterval = every })
+		every = cfg.HeartbeatInterval
+		tick := cfg.heartbeatTick()
+		bound := every + (cfg.MinIdle-every)/2
+		for phase := time.Duration(0); phase < tick; phase += tick / 16 {
+			clk := &fakeClock{}
+			tr := newHand(clk)
+			q := newJobQueue(1, &atomic.Bool{})
+			msgs, sizes := trackerMsgs("1-0")
+			clk.advance(phase) // the read lands phase after a tick
+			tr.add(t.Context(), msgs, sizes, idleReset{from: clk.now()}, q, nil, 0)
+			q.drain()
+			lastReset, extensions := clk.now(), 0
+			for now := tick; now < 10*cfg.MinIdle; now += tick {
+				clk.t.Store(int64(now))
+				extend, _, _ := tr.heartbeatDue(true, every, tick, cfg.MinIdle)
+				if len(extend) == 0 {
+					require.Less(t, now+tick-lastReset, cfg.MinIdle, "every %v phase %v: the next tick comes in time", every, phase)
+					continue
+				}
+				require.LessOrEqual(t, now-lastReset, bound, "every %v phase %v: extended at %v after its reset", every, phase, now-lastReset)
+				tr.extended(extend, idleReset{from: now})
+				lastReset = now
+				extensions++
+			}
+			require.Greater(t, extensions, 10, "every %v phase %v", every, phase)
+		}
 	}
 }
 
@@ -222,7 +264,7 @@ func TestTrackerLoseExtendForget(t *testing.T) {
 	require.True(t, jobs[1].f.lost.Load())
 	require.ErrorIs(t, context.Cause(jobs[1].f.ctx), ErrLostOwnership)
 	require.NoError(t, jobs[0].f.ctx.Err())
-	extend, _, _ := tr.heartbeatDue(false, time.Second, time.Minute)
+	extend, _, _ := tr.heartbeatDue(false, time.Second, time.Second, time.Minute)
 	require.Empty(t, extend, "the lost delayed entry is no longer held")
 
 	tr.extended([]string{"1-0", "2-0", "7-0"}, idleReset{from: 4 * time.Second, ownedUntil: 9 * time.Second})
@@ -240,8 +282,8 @@ func TestTrackerLoseExtendForget(t *testing.T) {
 	tr.delay("5-0", time.Hour)
 	msgs, sizes = trackerMsgs("5-0")
 	tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0)
-	_, release, _ := tr.heartbeatDue(false, time.Second, 2*time.Hour)
+	_, release, _ := tr.heartbeatDue(false, time.Second, time.Second, 2*time.Hour)
 	require.Empty(t, release)
-	extend, _, _ = tr.heartbeatDue(false, time.Second, 2*time.Hour)
+	extend, _, _ = tr.heartbeatDue(false, time.Second, time.Second, 2*time.Hour)
 	require.Empty(t, extend)
 }

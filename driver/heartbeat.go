@@ -26,16 +26,12 @@ type keeper struct {
 	faults faults
 }
 
-// heartbeatLoop extends the lease of entries held longer than HeartbeatInterval,
-// cancels handlers whose entry was taken over, and holds entries whose
-// RetryAfter delay is longer than MinIdle: a leaseTick every
-// HeartbeatInterval (MinIdle/3 with NoHeartbeat).
+// heartbeatLoop extends the lease of entries whose idle time was last
+// reset HeartbeatInterval ago or more, cancels handlers whose entry was
+// taken over, and holds entries whose RetryAfter delay is longer than
+// MinIdle: a heartbeatTick every Config.heartbeatTick.
 func (k *keeper) heartbeatLoop(ctx context.Context) {
-	every := k.cfg.HeartbeatInterval
-	if every == NoHeartbeat {
-		// No heartbeat; RetryAfter delays beyond MinIdle still need a tick.
-		every = k.cfg.MinIdle / 3
-	}
+	every := k.cfg.heartbeatTick()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -48,11 +44,11 @@ func (k *keeper) heartbeatLoop(ctx context.Context) {
 	}
 }
 
-// heartbeatTick is one tick of the heartbeat loop, every apart: it releases the
-// delayed entries due within MinIdle and extends the leases due (see
+// heartbeatTick is one tick of the heartbeat loop, tick apart: it releases
+// the delayed entries due within MinIdle and extends the leases due (see
 // hand.heartbeatDue), marking lost those another consumer owns now.
-func (k *keeper) heartbeatTick(ctx context.Context, every time.Duration) {
-	ids, toRelease, releaseDelay := k.hand.heartbeatDue(k.cfg.HeartbeatInterval != NoHeartbeat, every, k.cfg.MinIdle)
+func (k *keeper) heartbeatTick(ctx context.Context, tick time.Duration) {
+	ids, toRelease, releaseDelay := k.hand.heartbeatDue(k.cfg.HeartbeatInterval != NoHeartbeat, k.cfg.HeartbeatInterval, tick, k.cfg.MinIdle)
 	if len(toRelease) > 0 {
 		k.settle.release(ctx, toRelease, releaseDelay)
 	}

@@ -277,7 +277,7 @@ func TestReadLoopParksTooLarge(t *testing.T) {
 	require.True(t, h.l.hand.holds(big))
 	require.Zero(t, h.l.drain.unfinished.Load(), "a parked entry holds no place")
 	require.Contains(t, h.logs.String(), "parked")
-	extend, _, _ := h.l.hand.heartbeatDue(false, time.Millisecond, h.l.cfg.MinIdle)
+	extend, _, _ := h.l.hand.heartbeatDue(false, time.Millisecond, time.Millisecond, h.l.cfg.MinIdle)
 	require.Equal(t, []string{big}, extend, "under the lease even without the heartbeat")
 
 	// Its lease lapsed (nothing extends it here): a read takes it again;

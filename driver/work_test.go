@@ -79,7 +79,7 @@ func TestRunJobOutcomes(t *testing.T) {
 			require.Equal(t, c.pending, len(h.srv.pendingIDs()) == 1, "pending")
 			require.Equal(t, c.dead, len(h.srv.deadLettered()) == 1, "dead-lettered")
 			require.Equal(t, c.released, h.srv.releases(ids[0]), "releases")
-			extend, _, _ := h.l.hand.heartbeatDue(false, time.Second/3, time.Second)
+			extend, _, _ := h.l.hand.heartbeatDue(false, time.Second/3, time.Second/6, time.Second)
 			require.Equal(t, c.delayed, len(extend) == 1, "held back by the lease loop")
 			require.Equal(t, c.handled, h.m.get(EventHandled))
 			require.Equal(t, c.errs, h.m.get(EventHandlerError))
