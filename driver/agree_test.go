@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -260,8 +261,11 @@ func TestFakeAgreesWithServer(t *testing.T) {
 	t.Logf("server reads claim: %v", claims)
 	for i, sc := range agreeScenarios {
 		t.Run(sc.name, func(t *testing.T) {
-			fake := &transcript{ctx: t.Context(), names: map[string]string{}}
-			sc.run(fake, newFakeAgree(claims))
+			var fake *transcript
+			synctest.Test(t, func(t *testing.T) {
+				fake = &transcript{ctx: t.Context(), names: map[string]string{}}
+				sc.run(fake, newFakeAgree(claims))
+			})
 			real := &transcript{ctx: t.Context(), names: map[string]string{}}
 			stream := fmt.Sprintf("{pwagree-%d-%d}", time.Now().UnixNano(), i)
 			sc.run(real, newRealAgree(t, rdb, lib, stream))
@@ -293,12 +297,12 @@ func agreeServer(t *testing.T) (*redis.Client, *pelwarden.Library) {
 type fakeAgree struct{ f *fakeServer }
 
 func newFakeAgree(claims bool) *fakeAgree {
-	f := newFakeServer(&fakeClock{}, "me")
+	f := newFakeServer(newClock(), "me")
 	f.claims = claims
 	return &fakeAgree{f: f}
 }
 
-func (w *fakeAgree) idle(d time.Duration) { w.f.clock.advance(d) }
+func (w *fakeAgree) idle(d time.Duration) { advance(d) } // in a synctest bubble
 
 func (w *fakeAgree) add(n int) []string { return w.f.add(n) }
 func (w *fakeAgree) srv() laneServer    { return w.f }
@@ -501,8 +505,11 @@ func orderedAgreeScenario(t *transcript, w orderedAgreeWorld) {
 func TestOrderedFakeAgreesWithServer(t *testing.T) {
 	rdb, lib := agreeServer(t)
 
-	fake := &transcript{ctx: t.Context(), names: map[string]string{}}
-	orderedAgreeScenario(fake, &fakeOrderedAgree{w: newFakeWorld("{p}"), stream: "{p}"})
+	var fake *transcript
+	synctest.Test(t, func(t *testing.T) {
+		fake = &transcript{ctx: t.Context(), names: map[string]string{}}
+		orderedAgreeScenario(fake, &fakeOrderedAgree{w: newFakeWorld("{p}"), stream: "{p}"})
+	})
 	real := &transcript{ctx: t.Context(), names: map[string]string{}}
 	stream := fmt.Sprintf("{pwagree-%d}", time.Now().UnixNano())
 	require.NoError(t, rdb.XGroupCreateMkStream(t.Context(), stream, "g", "0").Err())

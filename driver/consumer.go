@@ -106,9 +106,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		members := &redisMembers{rdb: c.rdb, key: MembersKey(c.cfg.Streams, c.cfg.Group), consumer: c.cfg.Consumer}
 		tx := &txProbe{rdb: c.rdb, log: c.log}
 		partitionOf := func(cfg Config) partitionServer { return c.partitionServer(cfg, tx) }
-		lingering, err = newOrderedRun(c.cfg, c.log, c.lib, partitionOf, members, monoClock{}).serve(ctx)
+		lingering, err = newOrderedRun(c.cfg, c.log, c.lib, partitionOf, members, newClock()).serve(ctx)
 	} else {
-		s, lanes := newSession(c.cfg, c.log, c.lib, c.laneServer, monoClock{})
+		s, lanes := newSession(c.cfg, c.log, c.lib, c.laneServer, newClock())
 		lingering, err = s.serve(ctx, lanes)
 	}
 	if lingering == nil {

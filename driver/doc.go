@@ -87,9 +87,10 @@
 // contexts; the window (window.go) decides how many more the lane may
 // fetch, and pauses it while the server refuses writes for lack of
 // memory. Each part reaches the server only through its role's part of
-// the laneServer (server.go), and the times its rules compare come from its
-// clock (its timers and tickers are still real ones), so its
-// rules run in unit tests against a fake. Every Redis call is retried by
+// the laneServer (server.go), and all its time comes from the time
+// package (readings through clock.go's clock), so its rules run in unit
+// tests against a fake server inside testing/synctest bubbles, where that
+// time is fake: timers, tickers and deadlines included. Every Redis call is retried by
 // one helper (retry.go) with its own give-up rule.
 //
 // One new entry, from read to ack, passes through five files and three

@@ -22,10 +22,10 @@ import (
 // hash) and the membership set, shared by several consumers, each seeing
 // it through its own fakePartitionServer and fakeMembers. The lease rules
 // follow lua/pelwarden.lua's lease, lease_release and lease_next; the
-// server's clock is the fake clock. (fakeServer is one consumer's view of
+// server's clock is the test's (its synctest bubble's). (fakeServer is one consumer's view of
 // one stream; ordered mode needs several consumers on several streams.)
 type fakeWorld struct {
-	clock *fakeClock
+	clock clock
 
 	mu      sync.Mutex
 	parts   map[string]*fakePartition
@@ -36,6 +36,15 @@ type fakeWorld struct {
 	calls   map[string]int            // "op consumer stream" -> calls
 	acks    map[string][]string       // "releaseLease consumer stream" -> the ack-ids it carried
 	hook    func(op, consumer string) // called with mu held
+	slow    *fakeSlowCall             // see slowCall
+}
+
+// fakeSlowCall is a call that takes time on the server (see slowCall).
+type fakeSlowCall struct {
+	op, consumer string
+	after, takes time.Duration
+	sent         time.Duration // when the slow call was sent
+	done         chan struct{}
 }
 
 type fakePartition struct {
@@ -54,7 +63,7 @@ type fakePartition struct {
 var errCut = errors.New("dial tcp: connection refused")
 
 func newFakeWorld(streams ...string) *fakeWorld {
-	w := &fakeWorld{clock: &fakeClock{}, parts: map[string]*fakePartition{}, members: map[string]time.Duration{},
+	w := &fakeWorld{clock: newClock(), parts: map[string]*fakePartition{}, members: map[string]time.Duration{},
 		cut: map[string]bool{}, fails: map[string]error{}, calls: map[string]int{}, acks: map[string][]string{}}
 	for _, s := range streams {
 		w.parts[s] = &fakePartition{entries: map[string][]pelwarden.Field{}, pel: map[string]*fakePending{}}
@@ -194,14 +203,9 @@ func (w *fakeWorld) deadOf(stream string) []string {
 	return slices.Clone(w.parts[stream].dead)
 }
 
-// pass advances the clock by d in steps of step, giving the consumers'
-// holders real time after each step to look at the clock and renew.
-func (w *fakeWorld) pass(d, step time.Duration) {
-	for moved := time.Duration(0); moved < d; moved += step {
-		w.clock.advance(min(step, d-moved))
-		time.Sleep(3 * time.Millisecond)
-	}
-}
+// pass moves the clock on by d, the consumers' holders renewing on their
+// timers on the way.
+func (w *fakeWorld) pass(d time.Duration) { advance(d) }
 
 // fakePartitionServer is one consumer's view of one partition.
 type fakePartitionServer struct {
@@ -263,7 +267,37 @@ func (s *fakePartitionServer) giveBack(p *fakePartition, ids []string) (given in
 	return given
 }
 
+// slowCall makes the first call of op by consumer at or after the clock
+// reading after take the clock's time takes first, as a slow server would;
+// the returned call's done closes when it has run, and its sent is when it
+// was sent.
+func (w *fakeWorld) slowCall(op, consumer string, after, takes time.Duration) *fakeSlowCall {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.slow = &fakeSlowCall{op: op, consumer: consumer, after: after, takes: takes, done: make(chan struct{})}
+	return w.slow
+}
+
+// delay runs the slow call due for op by consumer, if any: it sleeps
+// outside the lock, so the other goroutines of the test go on meanwhile.
+func (w *fakeWorld) delay(op, consumer string) (finish func()) {
+	w.mu.Lock()
+	sl := w.slow
+	due := sl != nil && sl.op == op && sl.consumer == consumer && w.clock.now() >= sl.after
+	if due {
+		w.slow = nil
+		sl.sent = w.clock.now()
+	}
+	w.mu.Unlock()
+	if !due {
+		return func() {}
+	}
+	time.Sleep(sl.takes)
+	return func() { close(sl.done) }
+}
+
 func (s *fakePartitionServer) acquire(_ context.Context, ttl time.Duration) (*pelwarden.Lease, error) {
+	defer s.w.delay("acquire", s.consumer)()
 	s.w.mu.Lock()
 	defer s.w.mu.Unlock()
 	if err := s.w.call("acquire", s.consumer, s.stream); err != nil {
@@ -517,7 +551,6 @@ func (w *fakeWorld) start(t *testing.T, streams []string, name string, change fu
 		return &fakePartitionServer{w: w, stream: pcfg.Stream, consumer: name, maxDeliveries: pcfg.deliveryLimit(), backoff: pcfg.Backoff, count: orderedBatch}
 	}
 	c.run = newOrderedRun(cfg, consumerLogger(cfg), &fakeLoader{}, partitionOf, &fakeMembers{w: w, consumer: name}, w.clock)
-	c.run.balanceEvery, c.run.tick, c.run.idleMax = 2*time.Millisecond, time.Millisecond, 2*time.Millisecond
 	ctx, cancel := context.WithCancel(t.Context())
 	c.cancel = cancel
 	go func() {

@@ -10,8 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -20,11 +20,11 @@ import (
 )
 
 // fakeServer is an in-memory laneServer: one stream with one group, its
-// PEL (owner, deliveries, last delivery by the fake clock) and its
+// PEL (owner, deliveries, last delivery by the test's clock) and its
 // dead-letter stream, modelled as far as the lane's rules need. Failures
 // are scripted per operation with failNext.
 type fakeServer struct {
-	clock    *fakeClock
+	clock    clock
 	consumer string
 
 	mu       sync.Mutex
@@ -52,10 +52,10 @@ type fakeServer struct {
 type fakePending struct {
 	owner      string
 	deliveries int64
-	at         time.Duration // last delivery or extension, by the fake clock
+	at         time.Duration // last delivery or extension, by the test's clock
 }
 
-func newFakeServer(clk *fakeClock, consumer string) *fakeServer {
+func newFakeServer(clk clock, consumer string) *fakeServer {
 	return &fakeServer{clock: clk, consumer: consumer, entries: map[string][]pelwarden.Field{},
 		pel: map[string]*fakePending{}, deadText: map[string]string{}, released: map[string][]string{},
 		failures: map[string][]error{}, calls: map[string]int{}}
@@ -547,11 +547,17 @@ func (f *fakeServer) stale(error) {
 	f.mu.Unlock()
 }
 
-// fakeClock is a clock moved by hand.
-type fakeClock struct{ t atomic.Int64 }
-
-func (c *fakeClock) now() time.Duration      { return time.Duration(c.t.Load()) }
-func (c *fakeClock) advance(d time.Duration) { c.t.Add(int64(d)) }
+// advance moves the test's clock on by d. The tests that read time run
+// in testing/synctest bubbles, where sleeping moves the fake clock as soon
+// as every goroutine of the test waits, timers and tickers firing on the
+// way; outside a bubble it would really sleep, so it refuses to (a
+// bubble's clock starts at midnight UTC, 2000-01-01).
+func advance(d time.Duration) {
+	if time.Now().Year() != 2000 {
+		panic("advance outside a synctest bubble")
+	}
+	time.Sleep(d)
+}
 
 // fakeLoader is a library that loads at once, or fails with its errors.
 type fakeLoader struct {
@@ -672,10 +678,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// harness is a session of one lane on a fakeServer, with a fake clock.
+// harness is a session of one lane on a fakeServer, on the clock of the
+// test's synctest bubble.
 type harness struct {
 	t     *testing.T
-	clock *fakeClock
+	clock clock
 	srv   *fakeServer
 	m     *countingMetrics
 	logs  *syncBuffer
@@ -699,7 +706,7 @@ func testConfig(t *testing.T, change func(*Config)) Config {
 
 func newHarness(t *testing.T, change func(*Config)) *harness {
 	t.Helper()
-	h := &harness{t: t, clock: &fakeClock{}, m: &countingMetrics{}, logs: &syncBuffer{}, lib: &fakeLoader{}}
+	h := &harness{t: t, clock: newClock(), m: &countingMetrics{}, logs: &syncBuffer{}, lib: &fakeLoader{}}
 	h.srv = newFakeServer(h.clock, "me")
 	cfg := testConfig(t, func(c *Config) {
 		c.Metrics = h.m
@@ -752,10 +759,21 @@ func loopUntil(t *testing.T, what string, loop func(ctx context.Context), cond f
 	<-done
 }
 
-// eventually waits up to 10s for cond.
+// eventually waits up to 10s (of the bubble's clock) for cond, looking
+// each time every goroutine of the test waits: first at once, then after
+// each millisecond.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	require.Eventually(t, cond, 10*time.Second, time.Millisecond, what)
+	for waited := time.Duration(0); ; waited += time.Millisecond {
+		synctest.Wait()
+		if cond() {
+			return
+		}
+		if waited >= 10*time.Second {
+			t.Fatalf("%s: not within %v", what, waited)
+		}
+		advance(time.Millisecond)
+	}
 }
 
 var errHandler = errors.New("handler failed")

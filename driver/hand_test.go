@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -24,36 +25,38 @@ func trackerMsgs(ids ...string) ([]*Message, []int64) {
 // skipped (its running handler settles it); after close nothing is added.
 func TestTrackerAdd(t *testing.T) {
 	t.Parallel()
-	clk := &fakeClock{}
-	clk.advance(time.Second)
-	tr := newHand(clk)
-	q := newJobQueue(1, &atomic.Bool{})
-	msgs, sizes := trackerMsgs("1-0", "2-0")
-	skipped, closed := tr.add(t.Context(), msgs, sizes, idleReset{ownedUntil: 5 * time.Second}, q, nil, 0)
-	require.False(t, closed)
-	require.Empty(t, skipped)
-	require.Equal(t, 2, tr.count())
-	jobs := q.drain()
-	require.Len(t, jobs, 2)
-	require.Equal(t, time.Second, jobs[0].f.queued)
-	require.EqualValues(t, 5*time.Second, jobs[0].f.ownedUntil.Load())
-	require.EqualValues(t, 3, jobs[1].f.bytes)
+	synctest.Test(t, func(t *testing.T) {
+		clk := newClock()
+		advance(time.Second)
+		tr := newHand(clk)
+		q := newJobQueue(1, &atomic.Bool{})
+		msgs, sizes := trackerMsgs("1-0", "2-0")
+		skipped, closed := tr.add(t.Context(), msgs, sizes, idleReset{ownedUntil: 5 * time.Second}, q, nil, 0)
+		require.False(t, closed)
+		require.Empty(t, skipped)
+		require.Equal(t, 2, tr.count())
+		jobs := q.drain()
+		require.Len(t, jobs, 2)
+		require.Equal(t, time.Second, jobs[0].f.queued)
+		require.EqualValues(t, 5*time.Second, jobs[0].f.ownedUntil.Load())
+		require.EqualValues(t, 3, jobs[1].f.bytes)
 
-	// A reclaim pass took back 2-0 while its handler runs: skipped.
-	msgs, sizes = trackerMsgs("2-0", "3-0")
-	skipped, closed = tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0)
-	require.False(t, closed)
-	require.Equal(t, []*Message{msgs[0]}, skipped)
-	require.Len(t, q.drain(), 1)
-	require.Equal(t, 3, tr.count())
+		// A reclaim pass took back 2-0 while its handler runs: skipped.
+		msgs, sizes = trackerMsgs("2-0", "3-0")
+		skipped, closed = tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0)
+		require.False(t, closed)
+		require.Equal(t, []*Message{msgs[0]}, skipped)
+		require.Len(t, q.drain(), 1)
+		require.Equal(t, 3, tr.count())
 
-	tr.close()
-	msgs, sizes = trackerMsgs("4-0")
-	skipped, closed = tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0)
-	require.True(t, closed)
-	require.Equal(t, msgs, skipped)
-	require.Empty(t, q.drain())
-	require.Equal(t, 3, tr.count())
+		tr.close()
+		msgs, sizes = trackerMsgs("4-0")
+		skipped, closed = tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0)
+		require.True(t, closed)
+		require.Equal(t, msgs, skipped)
+		require.Empty(t, q.drain())
+		require.Equal(t, 3, tr.count())
+	})
 }
 
 // A claim's entries gone from the PEL here (acked, dead-lettered) while
@@ -63,59 +66,61 @@ func TestTrackerAdd(t *testing.T) {
 // can return them is under way.
 func TestTrackerClaimTickets(t *testing.T) {
 	t.Parallel()
-	tr := newHand(&fakeClock{})
-	q := newJobQueue(1, &atomic.Bool{})
-	add := func(claim claimTicket, ids ...string) []*Message {
-		t.Helper()
-		msgs, sizes := trackerMsgs(ids...)
-		skipped, closed := tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, claim)
-		require.False(t, closed)
-		q.drain()
-		return skipped
-	}
-	require.Empty(t, add(0, "1-0", "2-0", "3-0", "4-0", "9-0"))
+	synctest.Test(t, func(t *testing.T) {
+		tr := newHand(newClock())
+		q := newJobQueue(1, &atomic.Bool{})
+		add := func(claim claimTicket, ids ...string) []*Message {
+			t.Helper()
+			msgs, sizes := trackerMsgs(ids...)
+			skipped, closed := tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, claim)
+			require.False(t, closed)
+			q.drain()
+			return skipped
+		}
+		require.Empty(t, add(0, "1-0", "2-0", "3-0", "4-0", "9-0"))
 
-	tr.gone("1-0") // acked before any claim: nothing to note
-	require.Empty(t, tr.claims.goneAt)
-	older := tr.claims.begin()
-	tr.gone("2-0")   // acked during older
-	tr.forget("9-0") // released during older: still pending
-	newer := tr.claims.begin()
-	tr.gone("3-0") // acked during both
-	require.Len(t, tr.claims.goneAt, 2)
+		tr.gone("1-0") // acked before any claim: nothing to note
+		require.Empty(t, tr.claims.goneAt)
+		older := tr.claims.begin()
+		tr.gone("2-0")   // acked during older
+		tr.forget("9-0") // released during older: still pending
+		newer := tr.claims.begin()
+		tr.gone("3-0") // acked during both
+		require.Len(t, tr.claims.goneAt, 2)
 
-	// newer returns 1-0, 2-0, 3-0 and 9-0: 3-0 is stale; 1-0 and 2-0 went
-	// before newer began (it cannot have run before those acks), and 9-0
-	// is a delivery of a released entry.
-	skipped := add(newer, "1-0", "2-0", "3-0", "9-0")
-	require.Equal(t, []string{"3-0"}, messageIDs(skipped))
-	tr.gone("1-0", "2-0")
-	require.Len(t, tr.claims.goneAt, 3, "older is still under way")
+		// newer returns 1-0, 2-0, 3-0 and 9-0: 3-0 is stale; 1-0 and 2-0 went
+		// before newer began (it cannot have run before those acks), and 9-0
+		// is a delivery of a released entry.
+		skipped := add(newer, "1-0", "2-0", "3-0", "9-0")
+		require.Equal(t, []string{"3-0"}, messageIDs(skipped))
+		tr.gone("1-0", "2-0")
+		require.Len(t, tr.claims.goneAt, 3, "older is still under way")
 
-	// older failed: nothing under way, nothing kept.
-	tr.claims.end(older)
-	require.Empty(t, tr.claims.goneAt)
-	require.Empty(t, tr.claims.claims)
-	tr.gone("4-0", "3-0")
-	require.Empty(t, tr.claims.goneAt)
+		// older failed: nothing under way, nothing kept.
+		tr.claims.end(older)
+		require.Empty(t, tr.claims.goneAt)
+		require.Empty(t, tr.claims.claims)
+		tr.gone("4-0", "3-0")
+		require.Empty(t, tr.claims.goneAt)
 
-	// A claim ended by add drops the gone ids older than every claim left.
-	a := tr.claims.begin()
-	tr.gone("5-0")
-	b := tr.claims.begin()
-	tr.gone("6-0")
-	require.Equal(t, []string{"5-0"}, messageIDs(add(a, "5-0", "7-0")))
-	require.Equal(t, map[string]uint64{"6-0": tr.claims.seq}, tr.claims.goneAt, "5-0 went before b began")
-	require.Equal(t, []string{"6-0"}, messageIDs(add(b, "6-0")))
-	require.Empty(t, tr.claims.goneAt)
+		// A claim ended by add drops the gone ids older than every claim left.
+		a := tr.claims.begin()
+		tr.gone("5-0")
+		b := tr.claims.begin()
+		tr.gone("6-0")
+		require.Equal(t, []string{"5-0"}, messageIDs(add(a, "5-0", "7-0")))
+		require.Equal(t, map[string]uint64{"6-0": tr.claims.seq}, tr.claims.goneAt, "5-0 went before b began")
+		require.Equal(t, []string{"6-0"}, messageIDs(add(b, "6-0")))
+		require.Empty(t, tr.claims.goneAt)
 
-	// After close the claim ends too.
-	c := tr.claims.begin()
-	tr.close()
-	msgs, sizes := trackerMsgs("8-0")
-	_, closed := tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, c)
-	require.True(t, closed)
-	require.Empty(t, tr.claims.claims)
+		// After close the claim ends too.
+		c := tr.claims.begin()
+		tr.close()
+		msgs, sizes := trackerMsgs("8-0")
+		_, closed := tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, c)
+		require.True(t, closed)
+		require.Empty(t, tr.claims.claims)
+	})
 }
 
 // heartbeatDue: which entries get a lease extension on a tick, which delayed
@@ -173,35 +178,35 @@ func TestTrackerLeaseDue(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			clk := &fakeClock{}
-			clk.advance(time.Hour)
-			tr := newHand(clk)
-			q := newJobQueue(1, &atomic.Bool{})
-			for _, e := range c.entries {
-				if e.delayedLeft != 0 {
-					tr.delay(e.id, clk.now()+e.delayedLeft)
-					continue
+			synctest.Test(t, func(t *testing.T) {
+				clk := newClock()
+				advance(time.Hour)
+				tr := newHand(clk)
+				q := newJobQueue(1, &atomic.Bool{})
+				for _, e := range c.entries {
+					if e.delayedLeft != 0 {
+						tr.delay(e.id, clk.now()+e.delayedLeft)
+						continue
+					}
+					msgs, sizes := trackerMsgs(e.id)
+					tr.add(t.Context(), msgs, sizes, idleReset{from: clk.now() - e.age}, q, nil, 0) // read e.age ago
+					f := q.drain()[0].f
+					if e.leased > 0 {
+						tr.extended([]string{e.id}, idleReset{from: clk.now() - e.leased})
+					}
+					f.acking.Store(e.acking)
+					f.lost.Store(e.lost)
 				}
-				clk.t.Add(-int64(e.age))
-				msgs, sizes := trackerMsgs(e.id)
-				tr.add(t.Context(), msgs, sizes, idleReset{from: clk.now()}, q, nil, 0)
-				clk.advance(e.age)
-				f := q.drain()[0].f
-				if e.leased > 0 {
-					tr.extended([]string{e.id}, idleReset{from: clk.now() - e.leased})
-				}
-				f.acking.Store(e.acking)
-				f.lost.Store(e.lost)
-			}
-			extend, release, delay := tr.heartbeatDue(c.heartbeat, every, tick, minIdle)
-			slices.Sort(extend)
-			slices.Sort(release)
-			require.Equal(t, c.extend, extend, "extend")
-			require.Equal(t, c.release, release, "release")
-			require.Equal(t, c.releaseDelay, delay, "release delay")
-			// Released delays are no longer held.
-			_, again, _ := tr.heartbeatDue(c.heartbeat, every, tick, minIdle)
-			require.Empty(t, again)
+				extend, release, delay := tr.heartbeatDue(c.heartbeat, every, tick, minIdle)
+				slices.Sort(extend)
+				slices.Sort(release)
+				require.Equal(t, c.extend, extend, "extend")
+				require.Equal(t, c.release, release, "release")
+				require.Equal(t, c.releaseDelay, delay, "release delay")
+				// Released delays are no longer held.
+				_, again, _ := tr.heartbeatDue(c.heartbeat, every, tick, minIdle)
+				require.Empty(t, again)
+			})
 		})
 	}
 }
@@ -216,35 +221,37 @@ func TestTrackerLeaseDue(t *testing.T) {
 // after it.)
 func TestHeartbeatMarginIgnoresPhase(t *testing.T) {
 	t.Parallel()
-	for _, every := range []time.Duration{0, 100 * time.Millisecond, 500 * time.Millisecond, 900 * time.Millisecond} {
-		cfg := testConfig(t, func(c *Config) { c.MinIdle = time.Second; c.HeartbeatInterval = every })
-		every = cfg.HeartbeatInterval
-		tick := cfg.heartbeatTick()
-		bound := every + (cfg.MinIdle-every)/2
-		for phase := time.Duration(0); phase < tick; phase += tick / 16 {
-			clk := &fakeClock{}
-			tr := newHand(clk)
-			q := newJobQueue(1, &atomic.Bool{})
-			msgs, sizes := trackerMsgs("1-0")
-			clk.advance(phase) // the read lands phase after a tick
-			tr.add(t.Context(), msgs, sizes, idleReset{from: clk.now()}, q, nil, 0)
-			q.drain()
-			lastReset, extensions := clk.now(), 0
-			for now := tick; now < 10*cfg.MinIdle; now += tick {
-				clk.t.Store(int64(now))
-				extend, _, _ := tr.heartbeatDue(true, every, tick, cfg.MinIdle)
-				if len(extend) == 0 {
-					require.Less(t, now+tick-lastReset, cfg.MinIdle, "every %v phase %v: the next tick comes in time", every, phase)
-					continue
+	synctest.Test(t, func(t *testing.T) {
+		for _, every := range []time.Duration{0, 100 * time.Millisecond, 500 * time.Millisecond, 900 * time.Millisecond} {
+			cfg := testConfig(t, func(c *Config) { c.MinIdle = time.Second; c.HeartbeatInterval = every })
+			every = cfg.HeartbeatInterval
+			tick := cfg.heartbeatTick()
+			bound := every + (cfg.MinIdle-every)/2
+			for phase := time.Duration(0); phase < tick; phase += tick / 16 {
+				clk := newClock()
+				tr := newHand(clk)
+				q := newJobQueue(1, &atomic.Bool{})
+				msgs, sizes := trackerMsgs("1-0")
+				advance(phase) // the read lands phase after a tick
+				tr.add(t.Context(), msgs, sizes, idleReset{from: clk.now()}, q, nil, 0)
+				q.drain()
+				lastReset, extensions := clk.now(), 0
+				for now := tick; now < 10*cfg.MinIdle; now += tick {
+					advance(now - clk.now())
+					extend, _, _ := tr.heartbeatDue(true, every, tick, cfg.MinIdle)
+					if len(extend) == 0 {
+						require.Less(t, now+tick-lastReset, cfg.MinIdle, "every %v phase %v: the next tick comes in time", every, phase)
+						continue
+					}
+					require.LessOrEqual(t, now-lastReset, bound, "every %v phase %v: extended at %v after its reset", every, phase, now-lastReset)
+					tr.extended(extend, idleReset{from: now})
+					lastReset = now
+					extensions++
 				}
-				require.LessOrEqual(t, now-lastReset, bound, "every %v phase %v: extended at %v after its reset", every, phase, now-lastReset)
-				tr.extended(extend, idleReset{from: now})
-				lastReset = now
-				extensions++
+				require.Greater(t, extensions, 10, "every %v phase %v", every, phase)
 			}
-			require.Greater(t, extensions, 10, "every %v phase %v", every, phase)
 		}
-	}
+	})
 }
 
 // extended moves the ownership bound on, except for lost entries; lost
@@ -252,38 +259,40 @@ func TestHeartbeatMarginIgnoresPhase(t *testing.T) {
 // forget, skipped and takeUnstarted give entries back.
 func TestTrackerLoseExtendForget(t *testing.T) {
 	t.Parallel()
-	clk := &fakeClock{}
-	tr := newHand(clk)
-	q := newJobQueue(1, &atomic.Bool{})
-	msgs, sizes := trackerMsgs("1-0", "2-0", "3-0")
-	tr.add(t.Context(), msgs, sizes, idleReset{ownedUntil: time.Second}, q, nil, 0)
-	jobs := q.drain()
-	tr.delay("9-0", time.Hour)
+	synctest.Test(t, func(t *testing.T) {
+		clk := newClock()
+		tr := newHand(clk)
+		q := newJobQueue(1, &atomic.Bool{})
+		msgs, sizes := trackerMsgs("1-0", "2-0", "3-0")
+		tr.add(t.Context(), msgs, sizes, idleReset{ownedUntil: time.Second}, q, nil, 0)
+		jobs := q.drain()
+		tr.delay("9-0", time.Hour)
 
-	tr.lost([]string{"2-0", "9-0"})
-	require.True(t, jobs[1].f.lost.Load())
-	require.ErrorIs(t, context.Cause(jobs[1].f.ctx), ErrLostOwnership)
-	require.NoError(t, jobs[0].f.ctx.Err())
-	extend, _, _ := tr.heartbeatDue(false, time.Second, time.Second, time.Minute)
-	require.Empty(t, extend, "the lost delayed entry is no longer held")
+		tr.lost([]string{"2-0", "9-0"})
+		require.True(t, jobs[1].f.lost.Load())
+		require.ErrorIs(t, context.Cause(jobs[1].f.ctx), ErrLostOwnership)
+		require.NoError(t, jobs[0].f.ctx.Err())
+		extend, _, _ := tr.heartbeatDue(false, time.Second, time.Second, time.Minute)
+		require.Empty(t, extend, "the lost delayed entry is no longer held")
 
-	tr.extended([]string{"1-0", "2-0", "7-0"}, idleReset{from: 4 * time.Second, ownedUntil: 9 * time.Second})
-	require.EqualValues(t, 9*time.Second, jobs[0].f.ownedUntil.Load())
-	require.EqualValues(t, 4*time.Second, jobs[0].f.resetAt.Load())
-	require.EqualValues(t, time.Second, jobs[1].f.ownedUntil.Load(), "a lost entry keeps its bound")
+		tr.extended([]string{"1-0", "2-0", "7-0"}, idleReset{from: 4 * time.Second, ownedUntil: 9 * time.Second})
+		require.EqualValues(t, 9*time.Second, jobs[0].f.ownedUntil.Load())
+		require.EqualValues(t, 4*time.Second, jobs[0].f.resetAt.Load())
+		require.EqualValues(t, time.Second, jobs[1].f.ownedUntil.Load(), "a lost entry keeps its bound")
 
-	tr.forget("1-0")
-	tr.skipped("3-0")
-	require.Equal(t, 1, tr.count())
-	require.Equal(t, []string{"3-0"}, tr.takeUnstarted())
-	require.Empty(t, tr.takeUnstarted())
+		tr.forget("1-0")
+		tr.skipped("3-0")
+		require.Equal(t, 1, tr.count())
+		require.Equal(t, []string{"3-0"}, tr.takeUnstarted())
+		require.Empty(t, tr.takeUnstarted())
 
-	// Adding an entry again drops its delay.
-	tr.delay("5-0", time.Hour)
-	msgs, sizes = trackerMsgs("5-0")
-	tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0)
-	_, release, _ := tr.heartbeatDue(false, time.Second, time.Second, 2*time.Hour)
-	require.Empty(t, release)
-	extend, _, _ = tr.heartbeatDue(false, time.Second, time.Second, 2*time.Hour)
-	require.Empty(t, extend)
+		// Adding an entry again drops its delay.
+		tr.delay("5-0", time.Hour)
+		msgs, sizes = trackerMsgs("5-0")
+		tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0)
+		_, release, _ := tr.heartbeatDue(false, time.Second, time.Second, 2*time.Hour)
+		require.Empty(t, release)
+		extend, _, _ = tr.heartbeatDue(false, time.Second, time.Second, 2*time.Hour)
+		require.Empty(t, extend)
+	})
 }

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -34,42 +35,44 @@ func TestLeaseTick(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, func(cfg *Config) {
-				if c.noLease {
-					cfg.HeartbeatInterval = NoHeartbeat
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, func(cfg *Config) {
+					if c.noLease {
+						cfg.HeartbeatInterval = NoHeartbeat
+					}
+				})
+				ids := h.srv.add(2)
+				jobs := h.read(t.Context(), 2)
+				before := jobs[1].f.ownedUntil.Load()
+				advance(c.heldFor)
+				if c.takenOver {
+					h.srv.pending("other", 2, 0, ids[0])
 				}
-			})
-			ids := h.srv.add(2)
-			jobs := h.read(t.Context(), 2)
-			before := jobs[1].f.ownedUntil.Load()
-			h.clock.advance(c.heldFor)
-			if c.takenOver {
-				h.srv.pending("other", 2, 0, ids[0])
-			}
-			if c.deleted {
-				h.srv.mu.Lock()
-				delete(h.srv.entries, ids[1])
-				h.srv.mu.Unlock()
-			}
-			if c.failure != nil {
-				h.srv.failNext("extend", c.failure)
-			}
-			h.l.keep.heartbeatTick(t.Context(), h.l.cfg.MinIdle/3)
-			require.Equal(t, c.extended, h.m.get(EventLeaseExtended))
-			for i, lost := range c.lost {
-				require.Equal(t, lost, jobs[i].f.lost.Load(), "entry %d lost", i)
-				if lost {
-					require.ErrorIs(t, context.Cause(jobs[i].f.ctx), ErrLostOwnership)
-				}
-			}
-			if c.fenceMove {
-				i := 1
 				if c.deleted {
-					i = 0
+					h.srv.mu.Lock()
+					delete(h.srv.entries, ids[1])
+					h.srv.mu.Unlock()
 				}
-				require.Greater(t, jobs[i].f.ownedUntil.Load(), before, "the fence moved with the lease")
-			}
-			require.Equal(t, c.errors, h.m.get(EventCommandError))
+				if c.failure != nil {
+					h.srv.failNext("extend", c.failure)
+				}
+				h.l.keep.heartbeatTick(t.Context(), h.l.cfg.MinIdle/3)
+				require.Equal(t, c.extended, h.m.get(EventLeaseExtended))
+				for i, lost := range c.lost {
+					require.Equal(t, lost, jobs[i].f.lost.Load(), "entry %d lost", i)
+					if lost {
+						require.ErrorIs(t, context.Cause(jobs[i].f.ctx), ErrLostOwnership)
+					}
+				}
+				if c.fenceMove {
+					i := 1
+					if c.deleted {
+						i = 0
+					}
+					require.Greater(t, jobs[i].f.ownedUntil.Load(), before, "the fence moved with the lease")
+				}
+				require.Equal(t, c.errors, h.m.get(EventCommandError))
+			})
 		})
 	}
 }
@@ -78,30 +81,34 @@ func TestLeaseTick(t *testing.T) {
 // until its retry time is within MinIdle, then released with the rest.
 func TestLeaseHoldsLongRetryAfter(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, nil) // MinIdle 1s, HeartbeatInterval 333ms
-	ids := h.srv.add(1)
-	jobs := h.read(t.Context(), 1)
-	j := jobs[0]
-	require.False(t, h.l.exec.applyOutcome(j.m, j.f, RetryAfter(3*time.Second, errHandler), false))
-	h.l.hand.forget(j.m.ID)
-	every := h.l.cfg.MinIdle / 3
-	h.l.keep.heartbeatTick(t.Context(), every)
-	require.Equal(t, 1, h.m.get(EventLeaseExtended), "held: extended")
-	require.Empty(t, h.srv.releases(ids[0]))
-	h.clock.advance(2*time.Second + every)
-	h.l.keep.heartbeatTick(t.Context(), every)
-	require.Equal(t, []string{(time.Second - every).String()}, h.srv.releases(ids[0]), "released for what is left")
-	h.l.keep.heartbeatTick(t.Context(), every)
-	require.Len(t, h.srv.releases(ids[0]), 1, "released once")
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil) // MinIdle 1s, HeartbeatInterval 333ms
+		ids := h.srv.add(1)
+		jobs := h.read(t.Context(), 1)
+		j := jobs[0]
+		require.False(t, h.l.exec.applyOutcome(j.m, j.f, RetryAfter(3*time.Second, errHandler), false))
+		h.l.hand.forget(j.m.ID)
+		every := h.l.cfg.MinIdle / 3
+		h.l.keep.heartbeatTick(t.Context(), every)
+		require.Equal(t, 1, h.m.get(EventLeaseExtended), "held: extended")
+		require.Empty(t, h.srv.releases(ids[0]))
+		advance(2*time.Second + every)
+		h.l.keep.heartbeatTick(t.Context(), every)
+		require.Equal(t, []string{(time.Second - every).String()}, h.srv.releases(ids[0]), "released for what is left")
+		h.l.keep.heartbeatTick(t.Context(), every)
+		require.Len(t, h.srv.releases(ids[0]), 1, "released once")
+	})
 }
 
 // The loop ticks until its context ends.
 func TestLeaseLoop(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(cfg *Config) { cfg.MinIdle = 30 * time.Millisecond; cfg.HeartbeatInterval = NoHeartbeat })
-	ids := h.srv.add(1)
-	jobs := h.read(t.Context(), 1)
-	h.l.exec.applyOutcome(jobs[0].m, jobs[0].f, RetryAfter(time.Hour, errHandler), false)
-	loopUntil(t, "the delayed entry extended", h.l.keep.heartbeatLoop, func() bool { return h.srv.callCount("extend") >= 2 })
-	require.Empty(t, h.srv.releases(ids[0]))
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(cfg *Config) { cfg.MinIdle = 30 * time.Millisecond; cfg.HeartbeatInterval = NoHeartbeat })
+		ids := h.srv.add(1)
+		jobs := h.read(t.Context(), 1)
+		h.l.exec.applyOutcome(jobs[0].m, jobs[0].f, RetryAfter(time.Hour, errHandler), false)
+		loopUntil(t, "the delayed entry extended", h.l.keep.heartbeatLoop, func() bool { return h.srv.callCount("extend") >= 2 })
+		require.Empty(t, h.srv.releases(ids[0]))
+	})
 }

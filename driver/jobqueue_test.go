@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -15,87 +16,91 @@ func testJob(id string) job { return job{m: &Message{ID: id}} }
 // waitParked waits until n workers are parked in get.
 func waitParked(t *testing.T, q *jobQueue, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	eventually(t, fmt.Sprintf("%d workers parked", n), func() bool {
 		q.mu.Lock()
 		defer q.mu.Unlock()
 		return q.parked == n
-	}, 10*time.Second, time.Millisecond)
+	})
 }
 
 // Every job is taken exactly once by many workers taking and pushers
 // pushing at once.
 func TestJobQueueDeliversEveryJobOnce(t *testing.T) {
 	t.Parallel()
-	const workers, pushers, perPusher = 16, 4, 2000
-	q := newJobQueue(workers, new(atomic.Bool))
-	var mu sync.Mutex
-	seen := map[string]int{}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				j, ok := q.get()
-				if !ok {
-					return
+	synctest.Test(t, func(t *testing.T) {
+		const workers, pushers, perPusher = 16, 4, 2000
+		q := newJobQueue(workers, new(atomic.Bool))
+		var mu sync.Mutex
+		seen := map[string]int{}
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for {
+					j, ok := q.get()
+					if !ok {
+						return
+					}
+					mu.Lock()
+					seen[j.m.ID]++
+					mu.Unlock()
 				}
-				mu.Lock()
-				seen[j.m.ID]++
-				mu.Unlock()
-			}
-		})
-	}
-	var pwg sync.WaitGroup
-	for p := range pushers {
-		pwg.Go(func() {
-			for i := 0; i < perPusher; i += 10 {
-				batch := make([]job, 10)
-				for k := range batch {
-					batch[k] = testJob(fmt.Sprintf("%d-%d", p, i+k))
+			})
+		}
+		var pwg sync.WaitGroup
+		for p := range pushers {
+			pwg.Go(func() {
+				for i := 0; i < perPusher; i += 10 {
+					batch := make([]job, 10)
+					for k := range batch {
+						batch[k] = testJob(fmt.Sprintf("%d-%d", p, i+k))
+					}
+					require.True(t, q.push(batch...))
 				}
-				require.True(t, q.push(batch...))
-			}
+			})
+		}
+		pwg.Wait()
+		eventually(t, "every job taken", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(seen) == pushers*perPusher
 		})
-	}
-	pwg.Wait()
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(seen) == pushers*perPusher
-	}, 10*time.Second, time.Millisecond)
-	q.close()
-	wg.Wait()
-	for id, n := range seen {
-		require.Equal(t, 1, n, "job %s taken %d times", id, n)
-	}
+		q.close()
+		wg.Wait()
+		for id, n := range seen {
+			require.Equal(t, 1, n, "job %s taken %d times", id, n)
+		}
+	})
 }
 
 // A queue that is never empty (pushes while jobs are still queued, as
 // under steady load with Prefetch) keeps its memory bounded, in order.
 func TestJobQueueNeverEmptyStaysBounded(t *testing.T) {
 	t.Parallel()
-	q := newJobQueue(1, new(atomic.Bool))
-	next, want := 0, 0
-	push := func(n int) {
-		batch := make([]job, n)
-		for i := range batch {
-			batch[i] = testJob(fmt.Sprint(next))
-			next++
-		}
-		require.True(t, q.push(batch...))
-	}
-	push(1000)
-	for range 300 {
-		push(500)
-		for range 500 {
-			j, ok := q.get()
-			if !ok || j.m.ID != fmt.Sprint(want) {
-				t.Fatalf("got %v (%v), want job %d: first in, first out", j.m, ok, want)
+	synctest.Test(t, func(t *testing.T) {
+		q := newJobQueue(1, new(atomic.Bool))
+		next, want := 0, 0
+		push := func(n int) {
+			batch := make([]job, n)
+			for i := range batch {
+				batch[i] = testJob(fmt.Sprint(next))
+				next++
 			}
-			want++
+			require.True(t, q.push(batch...))
 		}
-	}
-	require.LessOrEqual(t, cap(q.jobs), 4*1500, "the taken front is reused")
-	require.Len(t, q.drain(), 1000)
+		push(1000)
+		for range 300 {
+			push(500)
+			for range 500 {
+				j, ok := q.get()
+				if !ok || j.m.ID != fmt.Sprint(want) {
+					t.Fatalf("got %v (%v), want job %d: first in, first out", j.m, ok, want)
+				}
+				want++
+			}
+		}
+		require.LessOrEqual(t, cap(q.jobs), 4*1500, "the taken front is reused")
+		require.Len(t, q.drain(), 1000)
+	})
 }
 
 // A push wakes one parked worker, not one per job, and no second one while
@@ -103,22 +108,24 @@ func TestJobQueueNeverEmptyStaysBounded(t *testing.T) {
 // TestJobQueueStartsEveryWorkerForBlockingJobs).
 func TestJobQueueWakesOneAtATime(t *testing.T) {
 	t.Parallel()
-	q := newJobQueue(8, new(atomic.Bool))
-	q.parked = 8 // as if 8 workers waited in get
-	jobs := make([]job, 100)
-	for i := range jobs {
-		jobs[i] = testJob(fmt.Sprint(i))
-	}
-	require.True(t, q.push(jobs...))
-	require.Equal(t, 1, len(q.wakeups), "one wake-up for a batch")
-	require.True(t, q.push(testJob("more")))
-	require.Equal(t, 1, len(q.wakeups), "none while one is in flight")
-	require.Equal(t, 7, q.parked)
-	// A worker that was running takes a job without waking anyone.
-	j, ok := q.get()
-	require.True(t, ok)
-	require.Equal(t, "0", j.m.ID)
-	require.Equal(t, 1, len(q.wakeups))
+	synctest.Test(t, func(t *testing.T) {
+		q := newJobQueue(8, new(atomic.Bool))
+		q.parked = 8 // as if 8 workers waited in get
+		jobs := make([]job, 100)
+		for i := range jobs {
+			jobs[i] = testJob(fmt.Sprint(i))
+		}
+		require.True(t, q.push(jobs...))
+		require.Equal(t, 1, len(q.wakeups), "one wake-up for a batch")
+		require.True(t, q.push(testJob("more")))
+		require.Equal(t, 1, len(q.wakeups), "none while one is in flight")
+		require.Equal(t, 7, q.parked)
+		// A worker that was running takes a job without waking anyone.
+		j, ok := q.get()
+		require.True(t, ok)
+		require.Equal(t, "0", j.m.ID)
+		require.Equal(t, 1, len(q.wakeups))
+	})
 }
 
 // Handlers that block do not hold the other jobs back: the chained
@@ -126,72 +133,76 @@ func TestJobQueueWakesOneAtATime(t *testing.T) {
 // workers.
 func TestJobQueueStartsEveryWorkerForBlockingJobs(t *testing.T) {
 	t.Parallel()
-	const workers = 32
-	q := newJobQueue(workers, new(atomic.Bool))
-	var running sync.WaitGroup
-	running.Add(workers)
-	allRunning := make(chan struct{})
-	go func() { running.Wait(); close(allRunning) }()
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				if _, ok := q.get(); !ok {
-					return
+	synctest.Test(t, func(t *testing.T) {
+		const workers = 32
+		q := newJobQueue(workers, new(atomic.Bool))
+		var running sync.WaitGroup
+		running.Add(workers)
+		allRunning := make(chan struct{})
+		go func() { running.Wait(); close(allRunning) }()
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for {
+					if _, ok := q.get(); !ok {
+						return
+					}
+					running.Done()
+					<-allRunning // blocks until every job runs at once
 				}
-				running.Done()
-				<-allRunning // blocks until every job runs at once
-			}
-		})
-	}
-	waitParked(t, q, workers)
-	jobs := make([]job, workers)
-	for i := range jobs {
-		jobs[i] = testJob(fmt.Sprint(i))
-	}
-	require.True(t, q.push(jobs...))
-	select {
-	case <-allRunning:
-	case <-time.After(10 * time.Second):
-		t.Fatal("not every worker was woken for blocking jobs")
-	}
-	q.close()
-	wg.Wait()
+			})
+		}
+		waitParked(t, q, workers)
+		jobs := make([]job, workers)
+		for i := range jobs {
+			jobs[i] = testJob(fmt.Sprint(i))
+		}
+		require.True(t, q.push(jobs...))
+		select {
+		case <-allRunning:
+		case <-time.After(10 * time.Second):
+			t.Fatal("not every worker was woken for blocking jobs")
+		}
+		q.close()
+		wg.Wait()
+	})
 }
 
 // After close, pushes are refused, parked workers return, and queued jobs
 // are still handed out (the consumer's workers skip them) or drained.
 func TestJobQueueClose(t *testing.T) {
 	t.Parallel()
-	q := newJobQueue(2, new(atomic.Bool))
-	require.True(t, q.push(testJob("a"), testJob("b")))
-	q.close()
-	q.close() // idempotent
-	require.False(t, q.push(testJob("c")))
-	j, ok := q.get()
-	require.True(t, ok)
-	require.Equal(t, "a", j.m.ID)
-	rest := q.drain()
-	require.Len(t, rest, 1)
-	require.Equal(t, "b", rest[0].m.ID)
-	_, ok = q.get()
-	require.False(t, ok, "closed and empty")
+	synctest.Test(t, func(t *testing.T) {
+		q := newJobQueue(2, new(atomic.Bool))
+		require.True(t, q.push(testJob("a"), testJob("b")))
+		q.close()
+		q.close() // idempotent
+		require.False(t, q.push(testJob("c")))
+		j, ok := q.get()
+		require.True(t, ok)
+		require.Equal(t, "a", j.m.ID)
+		rest := q.drain()
+		require.Len(t, rest, 1)
+		require.Equal(t, "b", rest[0].m.ID)
+		_, ok = q.get()
+		require.False(t, ok, "closed and empty")
 
-	parked := newJobQueue(3, new(atomic.Bool))
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 3 {
-		wg.Go(func() {
-			_, ok := parked.get()
-			require.False(t, ok)
-		})
-	}
-	go func() { wg.Wait(); close(done) }()
-	waitParked(t, parked, 3)
-	parked.close()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("parked workers not released by close")
-	}
+		parked := newJobQueue(3, new(atomic.Bool))
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				_, ok := parked.get()
+				require.False(t, ok)
+			})
+		}
+		go func() { wg.Wait(); close(done) }()
+		waitParked(t, parked, 3)
+		parked.close()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("parked workers not released by close")
+		}
+	})
 }

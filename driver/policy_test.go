@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -235,11 +236,13 @@ func TestErrorPolicy(t *testing.T) {
 			} {
 				t.Run(c.name, func(t *testing.T) {
 					t.Parallel()
-					r := newRig(t, &policyHandler{}, false)
-					r.add(1)
-					r.failTaking(c.err)
-					done, _ := runRig(t, r)
-					c.check(t, waitErr(t, done))
+					synctest.Test(t, func(t *testing.T) {
+						r := newRig(t, &policyHandler{}, false)
+						r.add(1)
+						r.failTaking(c.err)
+						done, _ := runRig(t, r)
+						c.check(t, waitErr(t, done))
+					})
 				})
 			}
 
@@ -247,30 +250,34 @@ func TestErrorPolicy(t *testing.T) {
 			// on.
 			t.Run("group missing recreated", func(t *testing.T) {
 				t.Parallel()
-				h := &policyHandler{}
-				r := newRig(t, h, true)
-				ids := r.add(3)
-				r.failTaking(errNoGroup)
-				_, stop := runRig(t, r)
-				eventually(t, "entries handled after the group came back", func() bool { return len(h.ids()) == len(ids) })
-				require.NoError(t, stop())
-				require.Equal(t, 2, r.creates(), "created at the start and again")
-				require.Contains(t, r.logs.String(), "consumer group disappeared; creating it again")
+				synctest.Test(t, func(t *testing.T) {
+					h := &policyHandler{}
+					r := newRig(t, h, true)
+					ids := r.add(3)
+					r.failTaking(errNoGroup)
+					_, stop := runRig(t, r)
+					eventually(t, "entries handled after the group came back", func() bool { return len(h.ids()) == len(ids) })
+					require.NoError(t, stop())
+					require.Equal(t, 2, r.creates(), "created at the start and again")
+					require.Contains(t, r.logs.String(), "consumer group disappeared; creating it again")
+				})
 			})
 
 			// A call that got no reply refreshes the cluster's slot map and is
 			// tried again.
 			t.Run("stale topology retried", func(t *testing.T) {
 				t.Parallel()
-				h := &policyHandler{}
-				r := newRig(t, h, false)
-				ids := r.add(3)
-				r.failTaking(errCut, errCut)
-				_, stop := runRig(t, r)
-				eventually(t, "entries handled after the failures", func() bool { return len(h.ids()) == len(ids) })
-				require.NoError(t, stop())
-				require.GreaterOrEqual(t, r.stales(), 2)
-				require.Equal(t, 2, r.m.get(EventCommandError))
+				synctest.Test(t, func(t *testing.T) {
+					h := &policyHandler{}
+					r := newRig(t, h, false)
+					ids := r.add(3)
+					r.failTaking(errCut, errCut)
+					_, stop := runRig(t, r)
+					eventually(t, "entries handled after the failures", func() bool { return len(h.ids()) == len(ids) })
+					require.NoError(t, stop())
+					require.GreaterOrEqual(t, r.stales(), 2)
+					require.Equal(t, 2, r.m.get(EventCommandError))
+				})
 			})
 
 			// A server out of memory pauses the taking of new entries, once,
@@ -278,34 +285,36 @@ func TestErrorPolicy(t *testing.T) {
 			// that succeeds again ends the pause.
 			t.Run("out of memory pauses", func(t *testing.T) {
 				t.Parallel()
-				h := &policyHandler{}
-				r := newRig(t, h, false)
-				release := h.holdBack()
-				first := r.add(1)
-				_, stop := runRig(t, r)
-				select {
-				case <-h.started:
-				case <-time.After(10 * time.Second):
-					t.Fatal("no handler started")
-				}
-				r.refuseWrites(oom)
-				r.provokeClaim()
-				release()
-				eventually(t, "paused (counted and logged), and the entry in hand acked while the server refuses writes", func() bool {
-					return r.m.get(EventPaused) == 1 && countOf(r.logs.String(), "server out of memory") > 0 &&
-						!slices.Contains(r.pending(), first[0])
-				})
-				require.Equal(t, 1, r.m.get(EventPaused), "one pause")
-				require.Equal(t, 1, countOf(r.logs.String(), "server out of memory"), "logged once")
+				synctest.Test(t, func(t *testing.T) {
+					h := &policyHandler{}
+					r := newRig(t, h, false)
+					release := h.holdBack()
+					first := r.add(1)
+					_, stop := runRig(t, r)
+					select {
+					case <-h.started:
+					case <-time.After(10 * time.Second):
+						t.Fatal("no handler started")
+					}
+					r.refuseWrites(oom)
+					r.provokeClaim()
+					release()
+					eventually(t, "paused (counted and logged), and the entry in hand acked while the server refuses writes", func() bool {
+						return r.m.get(EventPaused) == 1 && countOf(r.logs.String(), "server out of memory") > 0 &&
+							!slices.Contains(r.pending(), first[0])
+					})
+					require.Equal(t, 1, r.m.get(EventPaused), "one pause")
+					require.Equal(t, 1, countOf(r.logs.String(), "server out of memory"), "logged once")
 
-				r.refuseWrites(nil)
-				later := r.add(2)
-				eventually(t, "entries taken again", func() bool {
-					got := h.ids()
-					return slices.Contains(got, later[0]) && slices.Contains(got, later[1])
+					r.refuseWrites(nil)
+					later := r.add(2)
+					eventually(t, "entries taken again", func() bool {
+						got := h.ids()
+						return slices.Contains(got, later[0]) && slices.Contains(got, later[1])
+					})
+					require.NoError(t, stop())
+					require.Contains(t, r.logs.String(), "server accepts writes again")
 				})
-				require.NoError(t, stop())
-				require.Contains(t, r.logs.String(), "server accepts writes again")
 			})
 		})
 	}

@@ -2,7 +2,9 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -12,10 +14,12 @@ import (
 // the window has room for.
 func TestWindowFirstCallTakesConcurrency(t *testing.T) {
 	t.Parallel()
-	w := newWindow(16, 2000, false, 32<<20, time.Minute)
-	r := w.reserve(t.Context(), partyRead, 500)
-	require.Equal(t, 16, r.n)
-	require.True(t, r.bound, "the window's room set the size")
+	synctest.Test(t, func(t *testing.T) {
+		w := newWindow(16, 2000, false, 32<<20, time.Minute)
+		r := w.reserve(t.Context(), partyRead, 500)
+		require.Equal(t, 16, r.n)
+		require.True(t, r.bound, "the window's room set the size")
+	})
 }
 
 // Workers that ran out of work during a full call that the window limited
@@ -24,58 +28,60 @@ func TestWindowFirstCallTakesConcurrency(t *testing.T) {
 // it asked for (the stream ran dry) does not grow it.
 func TestWindowGrowsWhenHandlersStarve(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	w := newWindow(16, 100, false, 32<<20, time.Minute)
-	call := func(w *window, got int, more, starved bool) {
-		r := w.reserve(ctx, partyRead, 500)
-		if starved {
-			w.starved.Store(true) // a worker parked while the call was in flight
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		w := newWindow(16, 100, false, 32<<20, time.Minute)
+		call := func(w *window, got int, more, starved bool) {
+			r := w.reserve(ctx, partyRead, 500)
+			if starved {
+				w.starved.Store(true) // a worker parked while the call was in flight
+			}
+			w.fill(r, min(got, r.n), int64(min(got, r.n))*100, time.Millisecond, more)
+			for range min(got, r.n) {
+				w.free(100)
+			}
 		}
-		w.fill(r, min(got, r.n), int64(min(got, r.n))*100, time.Millisecond, more)
-		for range min(got, r.n) {
-			w.free(100)
-		}
-	}
-	call(w, 500, true, true)
-	limit, held := w.size()
-	require.Equal(t, 24, limit)
-	require.Zero(t, held)
-	call(w, 500, true, true)
-	limit, _ = w.size()
-	require.Equal(t, 24, limit, "the call filling the new room does not count")
-	call(w, 500, true, true)
-	limit, _ = w.size()
-	require.Equal(t, 36, limit)
-	for range 10 {
 		call(w, 500, true, true)
-	}
-	limit, _ = w.size()
-	require.Equal(t, 100, limit, "capped at MaxInHand")
+		limit, held := w.size()
+		require.Equal(t, 24, limit)
+		require.Zero(t, held)
+		call(w, 500, true, true)
+		limit, _ = w.size()
+		require.Equal(t, 24, limit, "the call filling the new room does not count")
+		call(w, 500, true, true)
+		limit, _ = w.size()
+		require.Equal(t, 36, limit)
+		for range 10 {
+			call(w, 500, true, true)
+		}
+		limit, _ = w.size()
+		require.Equal(t, 100, limit, "capped at MaxInHand")
 
-	// Slow handlers: the queue already covers the round trips.
-	slow := newWindow(16, 100, false, 32<<20, time.Minute)
-	for range minTimed {
-		slow.timings.add(0, 40*time.Millisecond)
-	}
-	for range 10 {
-		call(slow, 500, true, true)
-	}
-	limit, _ = slow.size()
-	require.Equal(t, 24, limit, "grows once: 16 handlers of 40 ms cover 4 round trips of 1 ms with 1.6 entries")
+		// Slow handlers: the queue already covers the round trips.
+		slow := newWindow(16, 100, false, 32<<20, time.Minute)
+		for range minTimed {
+			slow.timings.add(0, 40*time.Millisecond)
+		}
+		for range 10 {
+			call(slow, 500, true, true)
+		}
+		limit, _ = slow.size()
+		require.Equal(t, 24, limit, "grows once: 16 handlers of 40 ms cover 4 round trips of 1 ms with 1.6 entries")
 
-	// Source ran dry: no growth.
-	w2 := newWindow(16, 100, false, 32<<20, time.Minute)
-	call(w2, 3, false, true)
-	call(w2, 3, false, true)
-	limit, _ = w2.size()
-	require.Equal(t, 16, limit)
+		// Source ran dry: no growth.
+		w2 := newWindow(16, 100, false, 32<<20, time.Minute)
+		call(w2, 3, false, true)
+		call(w2, 3, false, true)
+		limit, _ = w2.size()
+		require.Equal(t, 16, limit)
 
-	// Not starved: no growth.
-	w3 := newWindow(16, 100, false, 32<<20, time.Minute)
-	call(w3, 500, true, false)
-	call(w3, 500, true, false)
-	limit, _ = w3.size()
-	require.Equal(t, 16, limit)
+		// Not starved: no growth.
+		w3 := newWindow(16, 100, false, 32<<20, time.Minute)
+		call(w3, 500, true, false)
+		call(w3, 500, true, false)
+		limit, _ = w3.size()
+		require.Equal(t, 16, limit)
+	})
 }
 
 // A call that had to wait for room was held back by the window, whatever
@@ -84,32 +90,34 @@ func TestWindowGrowsWhenHandlersStarve(t *testing.T) {
 // asked for less than there was, does not.
 func TestWindowGrowsAfterAWaitForRoom(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	w := newWindow(16, 1000, false, 32<<20, time.Minute)
-	w.limit, w.perEntry = 100, 100
-	r := w.reserve(ctx, partyReclaim, 20)
-	require.Equal(t, 20, r.n)
-	w.starved.Store(true)
-	w.fill(r, 20, 2000, time.Millisecond, true)
-	limit, _ := w.size()
-	require.Equal(t, 100, limit, "room to spare: not held back")
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		w := newWindow(16, 1000, false, 32<<20, time.Minute)
+		w.limit, w.perEntry = 100, 100
+		r := w.reserve(ctx, partyReclaim, 20)
+		require.Equal(t, 20, r.n)
+		w.starved.Store(true)
+		w.fill(r, 20, 2000, time.Millisecond, true)
+		limit, _ := w.size()
+		require.Equal(t, 100, limit, "room to spare: not held back")
 
-	hold := w.reserve(ctx, partyRead, 70) // with the 20 above, 90 in hand
-	require.Equal(t, 70, hold.n)
-	got := make(chan reservation)
-	go func() { got <- w.reserve(ctx, partyReclaim, 20) }()
-	require.Eventually(t, func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return len(w.waiters[partyReclaim]) == 1
-	}, 10*time.Second, time.Millisecond, "waits for room")
-	w.fill(hold, 0, 0, time.Millisecond, false) // the read found nothing: its places free
-	r = <-got
-	require.Equal(t, 20, r.n)
-	w.starved.Store(true)
-	w.fill(r, 20, 2000, time.Millisecond, true)
-	limit, _ = w.size()
-	require.Equal(t, 150, limit)
+		hold := w.reserve(ctx, partyRead, 70) // with the 20 above, 90 in hand
+		require.Equal(t, 70, hold.n)
+		got := make(chan reservation)
+		go func() { got <- w.reserve(ctx, partyReclaim, 20) }()
+		eventually(t, "waits for room", func() bool {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return len(w.waiters[partyReclaim]) == 1
+		})
+		w.fill(hold, 0, 0, time.Millisecond, false) // the read found nothing: its places free
+		r = <-got
+		require.Equal(t, 20, r.n)
+		w.starved.Store(true)
+		w.fill(r, 20, 2000, time.Millisecond, true)
+		limit, _ = w.size()
+		require.Equal(t, 150, limit)
+	})
 }
 
 // Queued entries that wait longer than they take to handle (and longer
@@ -117,49 +125,51 @@ func TestWindowGrowsAfterAWaitForRoom(t *testing.T) {
 // Prefetch window never moves.
 func TestWindowShrinksWhenEntriesWait(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	w := newWindow(16, 100, false, 32<<20, time.Minute)
-	w.limit = 64
-	for range minTimed {
-		w.timings.add(80*time.Millisecond, 40*time.Millisecond)
-	}
-	r := w.reserve(ctx, partyRead, 1)
-	w.fill(r, r.n, 10, time.Millisecond, true)
-	w.free(10)
-	limit, _ := w.size()
-	require.Equal(t, 48, limit)
-
-	// Waits shorter than the handling time: no change.
-	for range minTimed {
-		w.timings.add(20*time.Millisecond, 40*time.Millisecond)
-	}
-	r = w.reserve(ctx, partyRead, 1)
-	w.fill(r, r.n, 10, time.Millisecond, true)
-	w.free(10)
-	limit, _ = w.size()
-	require.Equal(t, 48, limit)
-
-	for range 20 {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		w := newWindow(16, 100, false, 32<<20, time.Minute)
+		w.limit = 64
 		for range minTimed {
-			w.timings.add(time.Second, time.Millisecond)
+			w.timings.add(80*time.Millisecond, 40*time.Millisecond)
+		}
+		r := w.reserve(ctx, partyRead, 1)
+		w.fill(r, r.n, 10, time.Millisecond, true)
+		w.free(10)
+		limit, _ := w.size()
+		require.Equal(t, 48, limit)
+
+		// Waits shorter than the handling time: no change.
+		for range minTimed {
+			w.timings.add(20*time.Millisecond, 40*time.Millisecond)
 		}
 		r = w.reserve(ctx, partyRead, 1)
 		w.fill(r, r.n, 10, time.Millisecond, true)
 		w.free(10)
-	}
-	limit, _ = w.size()
-	require.Equal(t, 16, limit, "never below Concurrency")
+		limit, _ = w.size()
+		require.Equal(t, 48, limit)
 
-	fixed := newWindow(4, 12, true, 32<<20, time.Minute)
-	for range minTimed {
-		fixed.timings.add(time.Second, time.Millisecond)
-	}
-	r = fixed.reserve(ctx, partyRead, 500)
-	require.Equal(t, 4, r.n, "the first call still takes at most Concurrency")
-	fixed.starved.Store(true)
-	fixed.fill(r, r.n, 10, time.Millisecond, true)
-	limit, _ = fixed.size()
-	require.Equal(t, 12, limit, "Prefetch: fixed")
+		for range 20 {
+			for range minTimed {
+				w.timings.add(time.Second, time.Millisecond)
+			}
+			r = w.reserve(ctx, partyRead, 1)
+			w.fill(r, r.n, 10, time.Millisecond, true)
+			w.free(10)
+		}
+		limit, _ = w.size()
+		require.Equal(t, 16, limit, "never below Concurrency")
+
+		fixed := newWindow(4, 12, true, 32<<20, time.Minute)
+		for range minTimed {
+			fixed.timings.add(time.Second, time.Millisecond)
+		}
+		r = fixed.reserve(ctx, partyRead, 500)
+		require.Equal(t, 4, r.n, "the first call still takes at most Concurrency")
+		fixed.starved.Store(true)
+		fixed.fill(r, r.n, 10, time.Millisecond, true)
+		limit, _ = fixed.size()
+		require.Equal(t, 12, limit, "Prefetch: fixed")
+	})
 }
 
 // Calls follow the observed entry size: with 1 MiB entries a call fetches
@@ -167,55 +177,59 @@ func TestWindowShrinksWhenEntriesWait(t *testing.T) {
 // entries settle.
 func TestWindowFollowsEntrySize(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	const mib = 1 << 20
-	w := newWindow(16, 2000, false, 16*mib, time.Minute)
-	waiting := waitings(w)
-	require.EqualValues(t, 4*mib, w.pageBytes())
-	r := w.reserve(ctx, partyRead, 500)
-	require.Equal(t, 16, r.n)
-	w.fill(r, 2, 2*mib, time.Millisecond, false)
-	r = w.reserve(ctx, partyRead, 500)
-	require.Equal(t, 4, r.n, "4 MiB of 1 MiB entries")
-	w.fill(r, 4, 4*mib, time.Millisecond, true)
-	for range 2 {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		const mib = 1 << 20
+		w := newWindow(16, 2000, false, 16*mib, time.Minute)
+		waiting := waitings(w)
+		require.EqualValues(t, 4*mib, w.pageBytes())
+		r := w.reserve(ctx, partyRead, 500)
+		require.Equal(t, 16, r.n)
+		w.fill(r, 2, 2*mib, time.Millisecond, false)
 		r = w.reserve(ctx, partyRead, 500)
-		require.Equal(t, 4, r.n)
+		require.Equal(t, 4, r.n, "4 MiB of 1 MiB entries")
+		w.fill(r, 4, 4*mib, time.Millisecond, true)
+		for range 2 {
+			r = w.reserve(ctx, partyRead, 500)
+			require.Equal(t, 4, r.n)
+			w.fill(r, r.n, int64(r.n)*mib, time.Millisecond, true)
+		}
+		r = w.reserve(ctx, partyRead, 500)
+		require.Equal(t, 2, r.n, "14 MiB in hand: room for 2 MiB")
 		w.fill(r, r.n, int64(r.n)*mib, time.Millisecond, true)
-	}
-	r = w.reserve(ctx, partyRead, 500)
-	require.Equal(t, 2, r.n, "14 MiB in hand: room for 2 MiB")
-	w.fill(r, r.n, int64(r.n)*mib, time.Millisecond, true)
-	_, held := w.size()
-	require.Equal(t, 16, held)
+		_, held := w.size()
+		require.Equal(t, 16, held)
 
-	got := make(chan int)
-	go func() { got <- w.reserve(ctx, partyRead, 500).n }()
-	requireWaits(t, waiting, partyRead, got, "with the byte cap reached")
-	w.free(mib)
-	require.Equal(t, 1, <-got, "room for one more MiB")
+		got := make(chan int)
+		go func() { got <- w.reserve(ctx, partyRead, 500).n }()
+		requireWaits(t, waiting, partyRead, got, "with the byte cap reached")
+		w.free(mib)
+		require.Equal(t, 1, <-got, "room for one more MiB")
+	})
 }
 
 // Both takers waiting: they take turns, so neither starves.
 func TestWindowTakersTakeTurns(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	w := newWindow(4, 4, true, 32<<20, time.Minute)
-	r := w.reserve(ctx, partyRead, 4)
-	require.Equal(t, 4, r.n)
-	w.fill(r, r.n, 40, time.Millisecond, true)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		w := newWindow(4, 4, true, 32<<20, time.Minute)
+		r := w.reserve(ctx, partyRead, 4)
+		require.Equal(t, 4, r.n)
+		w.fill(r, r.n, 40, time.Millisecond, true)
 
-	reads, claims := make(chan reservation, 1), make(chan reservation, 1)
-	go func() { claims <- w.reserve(ctx, partyReclaim, 4) }()
-	waitWaiter(t, w, partyReclaim)
-	go func() { reads <- w.reserve(ctx, partyRead, 4) }()
-	waitWaiter(t, w, partyRead)
-	w.free(10) // one place: the read loop took last, so the claim goes first
-	c := <-claims
-	require.Equal(t, 1, c.n)
-	w.fill(c, 1, 10, time.Millisecond, true)
-	w.free(10)
-	require.Equal(t, 1, (<-reads).n)
+		reads, claims := make(chan reservation, 1), make(chan reservation, 1)
+		go func() { claims <- w.reserve(ctx, partyReclaim, 4) }()
+		waitWaiter(t, w, partyReclaim)
+		go func() { reads <- w.reserve(ctx, partyRead, 4) }()
+		waitWaiter(t, w, partyRead)
+		w.free(10) // one place: the read loop took last, so the claim goes first
+		c := <-claims
+		require.Equal(t, 1, c.n)
+		w.fill(c, 1, 10, time.Millisecond, true)
+		w.free(10)
+		require.Equal(t, 1, (<-reads).n)
+	})
 }
 
 // Several takers of one party (the read loops of several streams) are
@@ -223,47 +237,51 @@ func TestWindowTakersTakeTurns(t *testing.T) {
 // newcomer.
 func TestWindowTakersOfOnePartyQueue(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	w := newWindow(1, 1, true, 32<<20, time.Minute)
-	r := w.reserve(ctx, partyRead, 1)
-	require.Equal(t, 1, r.n)
-	w.fill(r, 1, 10, time.Millisecond, true)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		w := newWindow(1, 1, true, 32<<20, time.Minute)
+		r := w.reserve(ctx, partyRead, 1)
+		require.Equal(t, 1, r.n)
+		w.fill(r, 1, 10, time.Millisecond, true)
 
-	order := make(chan int, 3)
-	for i := range 3 {
-		go func() {
-			res := w.reserve(ctx, partyRead, 1)
-			order <- i
-			w.fill(res, 1, 10, time.Millisecond, true)
-		}()
-		waitWaiters(t, w, partyRead, i+1)
-	}
-	for want := range 3 {
-		w.free(10) // one place at a time
-		require.Equal(t, want, <-order)
-	}
+		order := make(chan int, 3)
+		for i := range 3 {
+			go func() {
+				res := w.reserve(ctx, partyRead, 1)
+				order <- i
+				w.fill(res, 1, 10, time.Millisecond, true)
+			}()
+			waitWaiters(t, w, partyRead, i+1)
+		}
+		for want := range 3 {
+			w.free(10) // one place at a time
+			require.Equal(t, want, <-order)
+		}
+	})
 }
 
 // The calls in flight count with the bytes they may return, so the reads
 // of many streams together stay within MaxInHandBytes.
 func TestWindowCountsCallsInFlight(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	const mib = 1 << 20
-	w := newWindow(16, 64, false, 8*mib, time.Minute)
-	waiting := waitings(w)
-	r := w.reserve(ctx, partyRead, 1)
-	w.fill(r, 1, mib, time.Millisecond, false) // 1 MiB entries
-	w.free(mib)
-	a := w.reserve(ctx, partyRead, 500)
-	require.Equal(t, 4, a.n, "a batch is 4 MiB")
-	b := w.reserve(ctx, partyRead, 500)
-	require.Equal(t, 4, b.n, "the second call gets the rest of the 8 MiB")
-	got := make(chan int)
-	go func() { got <- w.reserve(ctx, partyRead, 500).n }()
-	requireWaits(t, waiting, partyRead, got, "with 8 MiB in flight")
-	w.fill(a, 0, 0, time.Millisecond, false)
-	require.Equal(t, 4, <-got)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		const mib = 1 << 20
+		w := newWindow(16, 64, false, 8*mib, time.Minute)
+		waiting := waitings(w)
+		r := w.reserve(ctx, partyRead, 1)
+		w.fill(r, 1, mib, time.Millisecond, false) // 1 MiB entries
+		w.free(mib)
+		a := w.reserve(ctx, partyRead, 500)
+		require.Equal(t, 4, a.n, "a batch is 4 MiB")
+		b := w.reserve(ctx, partyRead, 500)
+		require.Equal(t, 4, b.n, "the second call gets the rest of the 8 MiB")
+		got := make(chan int)
+		go func() { got <- w.reserve(ctx, partyRead, 500).n }()
+		requireWaits(t, waiting, partyRead, got, "with 8 MiB in flight")
+		w.fill(a, 0, 0, time.Millisecond, false)
+		require.Equal(t, 4, <-got)
+	})
 }
 
 // waitings makes w report each reserve that finds no room and waits; set
@@ -294,63 +312,67 @@ func requireWaits(t *testing.T, waiting <-chan party, p party, got <-chan int, w
 
 func waitWaiters(t *testing.T, w *window, p party, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	eventually(t, fmt.Sprintf("%d waiters", n), func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		return len(w.waiters[p]) == n
-	}, time.Second, time.Millisecond)
+	})
 }
 
 func waitWaiter(t *testing.T, w *window, p party) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	eventually(t, "a waiter", func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		return len(w.waiters[p]) > 0
-	}, time.Second, time.Millisecond)
+	})
 }
 
 // A pause stops the read loop until resume, while the reclaim loop still
 // probes with claims of one entry; reserve still ends with its context.
 func TestWindowPause(t *testing.T) {
 	t.Parallel()
-	w := newWindow(4, 8, false, 32<<20, time.Minute)
-	waiting := waitings(w)
-	require.True(t, w.pause())
-	require.False(t, w.pause(), "already paused")
-	got := make(chan int)
-	go func() { got <- w.reserve(t.Context(), partyRead, 4).n }()
-	requireWaits(t, waiting, partyRead, got, "while paused")
-	r := w.reserve(t.Context(), partyReclaim, 500)
-	require.Equal(t, 1, r.n, "the reclaim loop probes a paused window with one entry")
-	w.giveBack(r)
-	require.True(t, w.resume())
-	require.Equal(t, 4, <-got)
+	synctest.Test(t, func(t *testing.T) {
+		w := newWindow(4, 8, false, 32<<20, time.Minute)
+		waiting := waitings(w)
+		require.True(t, w.pause())
+		require.False(t, w.pause(), "already paused")
+		got := make(chan int)
+		go func() { got <- w.reserve(t.Context(), partyRead, 4).n }()
+		requireWaits(t, waiting, partyRead, got, "while paused")
+		r := w.reserve(t.Context(), partyReclaim, 500)
+		require.Equal(t, 1, r.n, "the reclaim loop probes a paused window with one entry")
+		w.giveBack(r)
+		require.True(t, w.resume())
+		require.Equal(t, 4, <-got)
 
-	w.pause()
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	require.Zero(t, w.reserve(ctx, partyRead, 4).n)
+		w.pause()
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		require.Zero(t, w.reserve(ctx, partyRead, 4).n)
+	})
 }
 
 func TestLogLimiter(t *testing.T) {
 	t.Parallel()
-	l := newLogLimiter(3, 0.000001)
-	for range 3 {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLogLimiter(3, 0.000001)
+		for range 3 {
+			ok, n := l.allow()
+			require.True(t, ok)
+			require.Zero(t, n)
+		}
+		for range 5 {
+			ok, _ := l.allow()
+			require.False(t, ok)
+		}
+		l.mu.Lock()
+		l.tokens = 1
+		l.mu.Unlock()
 		ok, n := l.allow()
 		require.True(t, ok)
-		require.Zero(t, n)
-	}
-	for range 5 {
-		ok, _ := l.allow()
-		require.False(t, ok)
-	}
-	l.mu.Lock()
-	l.tokens = 1
-	l.mu.Unlock()
-	ok, n := l.allow()
-	require.True(t, ok)
-	require.Equal(t, 5, n, "reports what it suppressed")
+		require.Equal(t, 5, n, "reports what it suppressed")
+	})
 }
 
 // Queued entries that wait longer than MinIdle/8 shrink the window even
@@ -358,48 +380,52 @@ func TestLogLimiter(t *testing.T) {
 // just for waiting.
 func TestWindowShrinksBeforeLeasesAreNeeded(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	w := newWindow(16, 100, false, 32<<20, 80*time.Millisecond)
-	w.limit = 64
-	for range minTimed {
-		w.timings.add(20*time.Millisecond, 100*time.Millisecond)
-	}
-	r := w.reserve(ctx, partyRead, 1)
-	w.fill(r, r.n, 10, time.Millisecond, true)
-	limit, _ := w.size()
-	require.Equal(t, 48, limit)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		w := newWindow(16, 100, false, 32<<20, 80*time.Millisecond)
+		w.limit = 64
+		for range minTimed {
+			w.timings.add(20*time.Millisecond, 100*time.Millisecond)
+		}
+		r := w.reserve(ctx, partyRead, 1)
+		w.fill(r, r.n, 10, time.Millisecond, true)
+		limit, _ := w.size()
+		require.Equal(t, 48, limit)
+	})
 }
 
 // A waiter registered while the window was large is woken by the room it
 // needs once the window shrank, not by the room it needed then.
 func TestWindowWaiterFollowsAShrink(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	w := newWindow(4, 400, false, 32<<20, time.Minute)
-	w.recheck = time.Hour // only the wake-up itself ends the wait within the bound below
-	w.limit = 200
-	w.perEntry = 10
-	r := w.reserve(ctx, partyRead, 500)
-	require.Equal(t, 200, r.n)
-	w.fill(r, r.n, 2000, time.Millisecond, false)
-	got := make(chan int, 1)
-	go func() { got <- w.reserve(ctx, partyReclaim, 500).n }()
-	waitWaiter(t, w, partyReclaim) // waits for 98 places
-	w.mu.Lock()
-	w.limit = 8 // shrunk meanwhile
-	w.mu.Unlock()
-	for range 200 - 4 {
-		w.free(10) // down to 4 held: room for 4; 2 are worth a call
-	}
-	select {
-	case n := <-got:
-		// Woken once the room is worth a call (2 places) at the latest
-		// when the last free leaves 4: the frees race with the wake-up.
-		require.GreaterOrEqual(t, n, 2)
-		require.LessOrEqual(t, n, 4)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiter still waits for the room it needed before the shrink")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		w := newWindow(4, 400, false, 32<<20, time.Minute)
+		w.recheck = time.Hour // only the wake-up itself ends the wait within the bound below
+		w.limit = 200
+		w.perEntry = 10
+		r := w.reserve(ctx, partyRead, 500)
+		require.Equal(t, 200, r.n)
+		w.fill(r, r.n, 2000, time.Millisecond, false)
+		got := make(chan int, 1)
+		go func() { got <- w.reserve(ctx, partyReclaim, 500).n }()
+		waitWaiter(t, w, partyReclaim) // waits for 98 places
+		w.mu.Lock()
+		w.limit = 8 // shrunk meanwhile
+		w.mu.Unlock()
+		for range 200 - 4 {
+			w.free(10) // down to 4 held: room for 4; 2 are worth a call
+		}
+		select {
+		case n := <-got:
+			// Woken once the room is worth a call (2 places) at the latest
+			// when the last free leaves 4: the frees race with the wake-up.
+			require.GreaterOrEqual(t, n, 2)
+			require.LessOrEqual(t, n, 4)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the waiter still waits for the room it needed before the shrink")
+		}
+	})
 }
 
 // With Concurrency 1, an idle consumer's blocking read holds one place;
@@ -408,39 +434,43 @@ func TestWindowWaiterFollowsAShrink(t *testing.T) {
 // makes it wait only until that entry settles.
 func TestWindowOfOneHandlerLeavesRoomForReclaim(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	w := newWindow(1, 2000, false, 32<<20, time.Minute)
-	waiting := waitings(w)
-	read := w.reserve(ctx, partyRead, 1) // the idle read, blocking
-	require.Equal(t, 1, read.n)
-	short, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	claim := w.reserve(short, partyReclaim, 500)
-	require.Equal(t, 1, claim.n, "the reclaim pass got a place beside the blocked read")
-	w.fill(claim, 1, 10, time.Millisecond, false) // one entry in hand, handler running
-	got := make(chan reservation, 1)
-	go func() { got <- w.reserve(ctx, partyReclaim, 500) }()
-	select {
-	case r := <-got:
-		t.Fatalf("reclaim got %d places while the read and a handler hold the window", r.n)
-	case p := <-waiting: // it found no room and waits
-		require.Equal(t, partyReclaim, p)
-	}
-	w.free(10)
-	select {
-	case r := <-got:
-		require.Equal(t, 1, r.n)
-	case <-time.After(10 * time.Second): // only turns a hang into a failure: a missed wake-up still ends at the next recheck (recheckEvery)
-		t.Fatal("the settled entry's place did not reach the waiting reclaim pass")
-	}
-	w.giveBack(read)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		w := newWindow(1, 2000, false, 32<<20, time.Minute)
+		waiting := waitings(w)
+		read := w.reserve(ctx, partyRead, 1) // the idle read, blocking
+		require.Equal(t, 1, read.n)
+		short, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		claim := w.reserve(short, partyReclaim, 500)
+		require.Equal(t, 1, claim.n, "the reclaim pass got a place beside the blocked read")
+		w.fill(claim, 1, 10, time.Millisecond, false) // one entry in hand, handler running
+		got := make(chan reservation, 1)
+		go func() { got <- w.reserve(ctx, partyReclaim, 500) }()
+		select {
+		case r := <-got:
+			t.Fatalf("reclaim got %d places while the read and a handler hold the window", r.n)
+		case p := <-waiting: // it found no room and waits
+			require.Equal(t, partyReclaim, p)
+		}
+		w.free(10)
+		select {
+		case r := <-got:
+			require.Equal(t, 1, r.n)
+		case <-time.After(10 * time.Second): // only turns a hang into a failure: a missed wake-up still ends at the next recheck (recheckEvery)
+			t.Fatal("the settled entry's place did not reach the waiting reclaim pass")
+		}
+		w.giveBack(read)
+	})
 }
 
 // MaxInHand 1 keeps the window at one entry.
 func TestWindowOfOneStaysWithinMaxInHand(t *testing.T) {
 	t.Parallel()
-	w := newWindow(1, 1, false, 32<<20, time.Minute)
-	r := w.reserve(t.Context(), partyRead, 500)
-	require.Equal(t, 1, r.n)
-	require.Equal(t, 1, w.limit)
+	synctest.Test(t, func(t *testing.T) {
+		w := newWindow(1, 1, false, 32<<20, time.Minute)
+		r := w.reserve(t.Context(), partyRead, 500)
+		require.Equal(t, 1, r.n)
+		require.Equal(t, 1, w.limit)
+	})
 }

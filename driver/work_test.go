@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -57,42 +58,44 @@ func TestRunJobOutcomes(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, func(cfg *Config) { cfg.Handler = HandlerFunc(c.handler) })
-			ids := h.srv.add(1)
-			if c.huge {
-				h.srv.entries[ids[0]] = append(h.srv.entries[ids[0]], pelwarden.Field{Name: "huge"})
-			}
-			handlerCtx, cancel := context.WithCancel(t.Context())
-			defer cancel()
-			jobs := h.read(handlerCtx, 1)
-			if c.lost {
-				h.l.hand.lost(ids)
-			}
-			if c.shutdown {
-				cancel()
-			}
-			h.l.drain.unfinished.Store(1)
-			h.l.exec.runJob(jobs[0])
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, func(cfg *Config) { cfg.Handler = HandlerFunc(c.handler) })
+				ids := h.srv.add(1)
+				if c.huge {
+					h.srv.entries[ids[0]] = append(h.srv.entries[ids[0]], pelwarden.Field{Name: "huge"})
+				}
+				handlerCtx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				jobs := h.read(handlerCtx, 1)
+				if c.lost {
+					h.l.hand.lost(ids)
+				}
+				if c.shutdown {
+					cancel()
+				}
+				h.l.drain.unfinished.Store(1)
+				h.l.exec.runJob(jobs[0])
 
-			require.Len(t, h.l.acks.queue.take(), c.queued, "acks queued")
-			require.Equal(t, c.held, h.l.hand.count(), "held")
-			require.Equal(t, c.pending, len(h.srv.pendingIDs()) == 1, "pending")
-			require.Equal(t, c.dead, len(h.srv.deadLettered()) == 1, "dead-lettered")
-			require.Equal(t, c.released, h.srv.releases(ids[0]), "releases")
-			extend, _, _ := h.l.hand.heartbeatDue(false, time.Second/3, time.Second/6, time.Second)
-			require.Equal(t, c.delayed, len(extend) == 1, "held back by the lease loop")
-			require.Equal(t, c.handled, h.m.get(EventHandled))
-			require.Equal(t, c.errs, h.m.get(EventHandlerError))
-			require.Equal(t, c.panics, h.m.get(EventHandlerPanic))
-			require.Equal(t, c.lostEvents, h.m.get(EventLostOwnership))
-			require.Zero(t, h.l.drain.unfinished.Load(), "settled")
-			_, held := h.l.flow.size()
-			require.Zero(t, held, "its place in the window given back")
-			require.Error(t, jobs[0].f.ctx.Err(), "the entry's context is finished")
-			if c.dead {
-				require.Equal(t, errHandler.Error(), h.srv.deadText[ids[0]], "the dead-letter record has the handler's error")
-				require.Equal(t, 1, h.m.deadLettered(pelwarden.ReasonHandler))
-			}
+				require.Len(t, h.l.acks.queue.take(), c.queued, "acks queued")
+				require.Equal(t, c.held, h.l.hand.count(), "held")
+				require.Equal(t, c.pending, len(h.srv.pendingIDs()) == 1, "pending")
+				require.Equal(t, c.dead, len(h.srv.deadLettered()) == 1, "dead-lettered")
+				require.Equal(t, c.released, h.srv.releases(ids[0]), "releases")
+				extend, _, _ := h.l.hand.heartbeatDue(false, time.Second/3, time.Second/6, time.Second)
+				require.Equal(t, c.delayed, len(extend) == 1, "held back by the lease loop")
+				require.Equal(t, c.handled, h.m.get(EventHandled))
+				require.Equal(t, c.errs, h.m.get(EventHandlerError))
+				require.Equal(t, c.panics, h.m.get(EventHandlerPanic))
+				require.Equal(t, c.lostEvents, h.m.get(EventLostOwnership))
+				require.Zero(t, h.l.drain.unfinished.Load(), "settled")
+				_, held := h.l.flow.size()
+				require.Zero(t, held, "its place in the window given back")
+				require.Error(t, jobs[0].f.ctx.Err(), "the entry's context is finished")
+				if c.dead {
+					require.Equal(t, errHandler.Error(), h.srv.deadText[ids[0]], "the dead-letter record has the handler's error")
+					require.Equal(t, 1, h.m.deadLettered(pelwarden.ReasonHandler))
+				}
+			})
 		})
 	}
 }
@@ -101,15 +104,17 @@ func TestRunJobOutcomes(t *testing.T) {
 // pending.
 func TestRunJobAfterAckerStopped(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, nil)
-	h.srv.add(1)
-	jobs := h.read(t.Context(), 1)
-	h.l.acks.start(t.Context())
-	h.l.acks.stop()
-	<-h.l.acks.done()
-	h.l.exec.runJob(jobs[0])
-	require.Zero(t, h.l.hand.count())
-	require.Contains(t, h.logs.String(), "after the ack loop stopped")
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.srv.add(1)
+		jobs := h.read(t.Context(), 1)
+		h.l.acks.start(t.Context())
+		h.l.acks.stop()
+		<-h.l.acks.done()
+		h.l.exec.runJob(jobs[0])
+		require.Zero(t, h.l.hand.count())
+		require.Contains(t, h.logs.String(), "after the ack loop stopped")
+	})
 }
 
 // The dead-letter and release calls retry transient errors, end at an
@@ -144,22 +149,24 @@ func TestDeadLetterAndReleaseRetry(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t, func(cfg *Config) {
-				cfg.CreateGroup = c.createGroup
-				cfg.Handler = HandlerFunc(func(context.Context, *Message) error { return c.outcome })
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, func(cfg *Config) {
+					cfg.CreateGroup = c.createGroup
+					cfg.Handler = HandlerFunc(func(context.Context, *Message) error { return c.outcome })
+				})
+				handlersCancelled := make(chan struct{})
+				h.s.handlersDone = handlersCancelled
+				h.srv.add(1)
+				jobs := h.read(t.Context(), 1)
+				h.srv.failNext(c.op, c.errs...)
+				h.l.exec.runJob(jobs[0])
+				require.Equal(t, c.calls, h.srv.callCount(c.op), "calls")
+				require.Equal(t, c.pending, len(h.srv.pendingIDs()) == 1, "pending")
+				require.Equal(t, c.stopped, h.s.stopping(), "stopped")
+				require.Equal(t, c.paused, h.m.get(EventPaused) == 1, "paused meanwhile")
+				require.False(t, h.l.flow.paused, "not paused at the end")
+				require.Equal(t, len(c.errs), h.m.get(EventCommandError), "failures counted")
 			})
-			handlersCancelled := make(chan struct{})
-			h.s.handlersDone = handlersCancelled
-			h.srv.add(1)
-			jobs := h.read(t.Context(), 1)
-			h.srv.failNext(c.op, c.errs...)
-			h.l.exec.runJob(jobs[0])
-			require.Equal(t, c.calls, h.srv.callCount(c.op), "calls")
-			require.Equal(t, c.pending, len(h.srv.pendingIDs()) == 1, "pending")
-			require.Equal(t, c.stopped, h.s.stopping(), "stopped")
-			require.Equal(t, c.paused, h.m.get(EventPaused) == 1, "paused meanwhile")
-			require.False(t, h.l.flow.paused, "not paused at the end")
-			require.Equal(t, len(c.errs), h.m.get(EventCommandError), "failures counted")
 		})
 	}
 }
