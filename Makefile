@@ -31,7 +31,7 @@ AGREE_IMAGES ?= pelwarden/redis:7.0 pelwarden/redis:8.6 pelwarden/valkey:8.1 pel
 CORE_MODULE := .
 MODULES := driver/prommetrics pelwardenotel pelwardentest pelwardenwatermill cmd benchmarks integration_test
 
-.PHONY: watermill-stress test tools release-check release tidy images lint deps unit integration chaos soak soak-model fuzz fuzz-lua bench bench-drain demo ui-scale ui-screenshots
+.PHONY: watermill-stress watermill-matrix test tools release-check release tidy images lint deps unit integration chaos soak soak-model fuzz fuzz-lua bench bench-drain demo ui-scale ui-screenshots
 
 ## test: everything CI checks: formatting, vet of every module, the core
 ## module's dependency promise, unit tests with -race, the release check,
@@ -97,14 +97,23 @@ unit:
 	@for m in $(filter-out integration_test pelwardenwatermill,$(MODULES)); do echo "go test: $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 30m ./...) || exit 1; done
 
 ## integration: the integration matrix, then the Watermill adapter's tests
-## (watermill's universal suite on every server of the matrix among them;
-## -parallel 8: the suite's tests mostly wait), then watermill's stress
-## test on Redis 8.0 (about 4 minutes; the matrix is watermill-stress).
+## (watermill's universal suite among them, on the three servers where it
+## tests a path of its own, suite_test.go's suiteLabels; the matrix is
+## watermill-matrix; -parallel 8: the suite's tests mostly wait), then
+## watermill's stress test on Redis 8.0 (about 4 minutes; the matrix is
+## watermill-stress).
 integration:
 	cd integration_test && $(GO) test -race -count=1 -parallel 8 -timeout 20m ./...
 	cd pelwardenwatermill && $(GO) test -race -count=1 -parallel 8 -timeout 30m ./...
 	cd pelwardenwatermill && PELWARDEN_WATERMILL_STRESS=1 PELWARDEN_IMAGES=pelwarden/redis:8.0 \
 	  $(GO) test -race -count=1 -parallel 8 -timeout 30m -run '^TestPubSubStressTest$$' ./...
+
+## watermill-matrix: watermill's universal suite on every server of the
+## matrix (about 2.5 minutes per server; make integration runs it on three).
+watermill-matrix:
+	./scripts/images.sh
+	cd pelwardenwatermill && PELWARDEN_WATERMILL_SUITE_EVERYWHERE=1 \
+	  $(GO) test -race -count=1 -parallel 8 -timeout 30m -run '^TestPubSub$$' ./...
 
 ## watermill-stress: watermill's stress test (its universal suite ten times
 ## at once per server) on the adapter over the whole matrix: about 4

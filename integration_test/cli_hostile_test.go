@@ -282,9 +282,33 @@ func cliHostileCases() map[string]cliHostileCase {
 // Every command, given bad input, fails with one line and its exit code,
 // and changes nothing.
 func TestCLIHostileInput(t *testing.T) {
+	// A usage error is refused before the CLI dials: each runs once, its
+	// --redis an address where nothing listens, which proves it (a CLI that
+	// dialed first would fail to connect instead). The errors that come
+	// from the server's state run on every server.
+	t.Run("usage", func(t *testing.T) {
+		for name, c := range cliHostileCases() {
+			if c.code != exitUsage {
+				continue
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				args := c.args(hostileKeys{})
+				if !strings.HasPrefix(args[0], "--") { // else the case chooses
+					args = append([]string{"--redis", "redis://127.0.0.1:1"}, args...)
+				}
+				r := pwRaw(t, args...)
+				requireError(t, r, c.code, c.says)
+				require.Equal(t, r, pwRaw(t, append(args, "--json")...), "--json changes nothing about an error")
+			})
+		}
+	})
 	each(t, func(t *testing.T, s *target) {
 		url := serverURL(t, s)
 		for name, c := range cliHostileCases() {
+			if c.code == exitUsage {
+				continue // above
+			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				ctx := t.Context()

@@ -13,8 +13,9 @@
 //
 // It passes Watermill's universal Pub/Sub suite (pubsub/tests.TestPubSub,
 // not -short) with Features ConsumerGroups and Persistent on every server
-// of pelwarden's test matrix; the README lists the tests the suite skips
-// for the other Features and why.
+// of pelwarden's test matrix (make watermill-matrix; make test runs it on
+// the three servers where it tests a path of its own); the README lists
+// the tests the suite skips for the other Features and why.
 //
 // # Topics and streams
 //

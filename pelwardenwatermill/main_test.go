@@ -157,7 +157,13 @@ func (s *server) restartCommand() []string {
 // other (the suite is heavy; its own tests run in parallel).
 func each(t *testing.T, fn func(t *testing.T, s *server)) {
 	t.Helper()
-	for _, s := range servers {
+	eachOf(t, servers, fn)
+}
+
+// eachOf runs fn as a subtest on each of some servers, one after another.
+func eachOf(t *testing.T, some []*server, fn func(t *testing.T, s *server)) {
+	t.Helper()
+	for _, s := range some {
 		t.Run(s.name, func(t *testing.T) { fn(t, s) })
 	}
 }
