@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,6 +52,48 @@ func heldSampler(t *testing.T, ctx context.Context, rdb redis.Cmdable, k pelward
 	}
 }
 
+// namedClient is a client of s whose connections carry name (CLIENT
+// SETNAME), so that CLIENT LIST tells them apart.
+func namedClient(t *testing.T, s *target, name string) *redis.Client {
+	o := *s.rdb.Options()
+	o.ClientName = name
+	c := redis.NewClient(&o)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// blockedInRead reports whether a connection named name is blocked in an
+// XREADGROUP on the server (CLIENT LIST: flag b, command xreadgroup).
+func blockedInRead(ctx context.Context, admin *redis.Client, name string) bool {
+	list, err := admin.ClientList(ctx).Result()
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(list) {
+		fields := map[string]string{}
+		for _, kv := range strings.Fields(line) {
+			k, v, _ := strings.Cut(kv, "=")
+			fields[k] = v
+		}
+		if fields["name"] == name && fields["cmd"] == "xreadgroup" && strings.Contains(fields["flags"], "b") {
+			return true
+		}
+	}
+	return false
+}
+
+// waitIdle waits until n of f's pending entries have been idle for at
+// least idle on the server's clock (XPENDING IDLE), rather than sleeping
+// for it.
+func waitIdle(t *testing.T, f *pelwardentest.Fixture, n int, idle time.Duration) {
+	t.Helper()
+	f.Eventually(fmt.Sprintf("%d entries idle past %v", n, idle), func() bool {
+		p, err := f.Client().XPendingExt(f.Context(), &redis.XPendingExtArgs{Stream: f.Stream, Group: f.Group,
+			Idle: idle, Start: "-", End: "+", Count: int64(n)}).Result()
+		return err == nil && len(p) == n
+	})
+}
+
 // Two consumers with slow handlers and the defaults share a burst: neither
 // hoards it (each holds at most 4x Concurrency entries at any time, and
 // handles a fair part), and every entry is handled once.
@@ -79,11 +122,15 @@ func TestDriverSlowHandlersShareBurst(t *testing.T) {
 			ca.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 			cb.Logger = ca.Logger
 		}
-		a := f.RunConsumer(ca)
-		b := f.RunConsumer(cb)
-		// Both consumers started and blocked in their reads (Redis 7.0 lists
-		// a consumer in XINFO CONSUMERS only once a read returned entries).
-		time.Sleep(500 * time.Millisecond)
+		// Each consumer on a client of its own name, so CLIENT LIST shows
+		// when it is blocked in its read (Redis 7.0 lists a consumer in
+		// XINFO CONSUMERS only once a read returned entries).
+		tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+		a := f.WithClient(namedClient(t, s, "share-a-"+tag)).RunConsumer(ca)
+		b := f.WithClient(namedClient(t, s, "share-b-"+tag)).RunConsumer(cb)
+		f.Eventually("both consumers blocked in their reads", func() bool {
+			return blockedInRead(ctx, s.rdb, "share-a-"+tag) && blockedInRead(ctx, s.rdb, "share-b-"+tag)
+		})
 		stop := heldSampler(t, ctx, s.rdb, f.Keys)
 		ids := f.Produce(800, order)
 		f.Within(time.Minute).Eventually("the burst drained", func() bool { return calls.Distinct() == 800 && f.PendingCount() == 0 })
@@ -166,7 +213,7 @@ func TestDriverLargeEntriesReadFewAtATime(t *testing.T) {
 		add(12)
 		f.LeavePending("crashed", 12)
 		add(20)
-		time.Sleep(350 * time.Millisecond)
+		waitIdle(t, f, 12, pelwardentest.TestMinIdle)
 
 		hook := &countArgs{}
 		rdb := redis.NewClient(s.rdb.Options())
@@ -279,7 +326,7 @@ func TestDriverNewAndReclaimedShareTheWindow(t *testing.T) {
 		f := s.fixture(t)
 		old := f.Produce(1000, nil)
 		f.LeavePending("crashed", 1000)
-		time.Sleep(350 * time.Millisecond)
+		waitIdle(t, f, 1000, pelwardentest.TestMinIdle)
 		f.Produce(1000, nil)
 		isOld := map[string]bool{}
 		for _, id := range old {

@@ -545,7 +545,9 @@ func TestDriverPrefetchAndReadCount(t *testing.T) {
 		f.Produce(10, order)
 		block := make(chan struct{})
 		defer close(block)
+		var started atomic.Int64
 		cfg.Handler = driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
+			started.Add(1)
 			select {
 			case <-block:
 				return nil
@@ -555,8 +557,7 @@ func TestDriverPrefetchAndReadCount(t *testing.T) {
 		})
 		cfg.ShutdownTimeout = 100 * time.Millisecond
 		r = f.WithClient(rdb).RunConsumer(cfg)
-		f.Eventually("9 held", func() bool { return f.PendingCount() == 9 })
-		time.Sleep(100 * time.Millisecond)
+		f.Eventually("9 held, 2 of them running", func() bool { return f.PendingCount() == 9 && started.Load() == 2 })
 		require.NoError(t, r.Stop())
 		claimable, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: f.Stream, Group: f.Group,
 			Idle: cfg.MinIdle, Start: "-", End: "+", Count: 100}).Result()

@@ -100,6 +100,37 @@ func requireNothing(t *testing.T, ch <-chan *message.Message, d time.Duration) {
 	}
 }
 
+// requireDrained checks that nothing is left for ch to deliver, from the
+// server's state rather than by waiting: the group has read the whole
+// stream (its last-delivered id is the stream's last id) and holds
+// nothing pending, so no entry is in hand or still to read; and nothing
+// waits in ch now.
+func requireDrained(t *testing.T, f *pelwardentest.Fixture, ch <-chan *message.Message) {
+	t.Helper()
+	ctx := f.Context()
+	info, err := f.Client().XInfoStream(ctx, f.Stream).Result()
+	require.NoError(t, err)
+	groups, err := f.Client().XInfoGroups(ctx, f.Stream).Result()
+	require.NoError(t, err)
+	var found bool
+	for _, g := range groups {
+		if g.Name == f.Group {
+			found = true
+			require.Zero(t, g.Pending, "nothing pending in group %s", g.Name)
+			require.Equal(t, info.LastGeneratedID, g.LastDeliveredID, "group %s read the whole stream", g.Name)
+		}
+	}
+	require.True(t, found, "group %s on %s", f.Group, f.Stream)
+	select {
+	case m, ok := <-ch:
+		if ok {
+			t.Fatalf("unexpected message %s", m.UUID)
+		}
+		t.Fatal("the channel closed")
+	default:
+	}
+}
+
 // requireClosed waits for ch to close, acking what it still delivers.
 func requireClosed(t *testing.T, ch <-chan *message.Message, within time.Duration) {
 	t.Helper()

@@ -62,7 +62,7 @@ func TestNackCountsOnServerAndDeadLetters(t *testing.T) {
 		f := e.fixture()
 		f.RequireDeadLettered(id, pelwardentest.DeadLettered{Reason: pelwarden.ReasonMaxDeliveries})
 		f.RequirePELEmpty()
-		requireNothing(t, ch, 2*pelwardenwatermill.DefaultReclaimInterval)
+		requireDrained(t, f, ch)
 	})
 }
 
@@ -288,7 +288,7 @@ func TestDeadLetterAtOnce(t *testing.T) {
 		f.RequireAcked(acked.Metadata.Get(pelwardenwatermill.MetadataStreamID))
 		f.RequireDeadLetterIDs(id, last.Metadata.Get(pelwardenwatermill.MetadataStreamID))
 		f.RequirePELEmpty()
-		requireNothing(t, ch, 2*pelwardenwatermill.DefaultReclaimInterval)
+		requireDrained(t, f, ch)
 	})
 }
 
