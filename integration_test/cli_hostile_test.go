@@ -79,6 +79,19 @@ func cliHostileCases() map[string]cliHostileCase {
 	}
 	const maxID = "18446744073709551615-18446744073709551615"
 	return map[string]cliHostileCase{
+		// pending
+		"pending/empty consumer":          usage("--consumer must not be empty", a("pending", "s", "g", "--consumer", "")),
+		"pending/negative min-idle":       usage("--min-idle must not be negative", a("pending", "s", "g", "--min-idle", "-1s")),
+		"pending/negative min-deliveries": usage("--min-deliveries must not be negative", a("pending", "s", "g", "--min-deliveries", "-1")),
+		"pending/zero limit":              usage("--limit must be between 1 and 10000", a("pending", "s", "g", "--limit", "0")),
+		"pending/huge scan":               usage("--scan must be between 1 and 10000000", a("pending", "s", "g", "--scan", "10000001")),
+		"pending/extra argument":          usage("needs 2 argument(s)", a("pending", "s", "g", "h")),
+		"pending/missing group": target(`group "nope" does not exist`, func(h hostileKeys) []string {
+			return []string{"pending", h.Stream, "nope"}
+		}),
+		"pending/stream is a string": target("holds a string, not a stream", func(h hostileKeys) []string {
+			return []string{"pending", h.Str, h.Group}
+		}),
 		// status
 		"status/empty stream":        usage("STREAM must not be empty", a("status", "", "g")),
 		"status/empty group":         usage("GROUP must not be empty", a("status", "s", "")),

@@ -710,3 +710,62 @@ func TestCLIVersion(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, loaded, "version loaded nothing")
 }
+
+// pending lists the PEL oldest id first with owner, idle time and
+// deliveries; its filters narrow the list on the server (IDLE, the
+// consumer) and here (deliveries); --limit and --scan bound it and say
+// when more may match; a missing group is a target error.
+func TestCLIPending(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		f := s.fixture(t)
+		ids := f.Produce(30, order)
+		f.LeavePending("a", 20)
+		f.LeavePending("b", 10)
+		f.SetDeliveries(4, ids[3], ids[25])
+
+		v := pwJSON(t, s, "pending", f.Stream, f.Group)
+		entries := list(t, v["entries"])
+		require.Len(t, entries, 30)
+		require.Equal(t, true, v["complete"])
+		require.EqualValues(t, 30, v["pending"])
+		first := entries[0].(map[string]any)
+		require.Equal(t, ids[0], first["id"], "oldest id first")
+		require.Equal(t, "a", first["consumer"])
+		require.EqualValues(t, 1, first["deliveries"])
+
+		v = pwJSON(t, s, "pending", f.Stream, f.Group, "--min-deliveries", "3")
+		var got []string
+		for _, e := range list(t, v["entries"]) {
+			got = append(got, e.(map[string]any)["id"].(string))
+		}
+		require.Equal(t, []string{ids[3], ids[25]}, got)
+		require.Equal(t, true, v["complete"])
+
+		v = pwJSON(t, s, "pending", f.Stream, f.Group, "--consumer", "b")
+		require.Len(t, list(t, v["entries"]), 10)
+		require.EqualValues(t, 10, v["pending"])
+		for _, e := range list(t, v["entries"]) {
+			require.Equal(t, "b", e.(map[string]any)["consumer"])
+		}
+
+		v = pwJSON(t, s, "pending", f.Stream, f.Group, "--min-idle", "1h")
+		require.Empty(t, list(t, v["entries"]), "nothing idle that long")
+		require.Equal(t, true, v["complete"])
+
+		v = pwJSON(t, s, "pending", f.Stream, f.Group, "--limit", "5")
+		require.Len(t, list(t, v["entries"]), 5)
+		require.Equal(t, false, v["complete"], "more may match")
+		v = pwJSON(t, s, "pending", f.Stream, f.Group, "--min-deliveries", "3", "--scan", "10")
+		require.Len(t, list(t, v["entries"]), 1, "only the first 10 examined")
+		require.EqualValues(t, 10, v["scanned"])
+		require.Equal(t, false, v["complete"])
+
+		r := pw(t, s, "pending", f.Stream, f.Group, "--limit", "2")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.Contains(t, r.stdout, "2 entries listed of 30 pending, 2 examined; more may match")
+		require.Contains(t, r.stdout, ids[1])
+
+		r = pw(t, s, "pending", f.Stream, "nope")
+		requireError(t, r, exitBadTarget, `group "nope" does not exist`)
+	})
+}

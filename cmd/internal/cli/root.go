@@ -116,6 +116,7 @@ demo lost entries.`,
 	root.AddCommand(
 		a.demoCommand(),
 		a.statusCommand(),
+		a.pendingCommand(),
 		a.poisonCommand(),
 		a.dlqCommand(),
 		a.reapCommand(),
