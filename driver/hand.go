@@ -330,10 +330,10 @@ func (t *hand) takeUnstarted() []string {
 	return ids
 }
 
-// heartbeatDue returns the entries whose lease to extend now, on a tick
-// that comes every tick apart: those whose idle time was last reset at
-// least every ago (heartbeat true), and delayed ones whose retry time is
-// more than MinIdle-tick away. Delayed entries due sooner are removed and
+// heartbeatDue returns the entries whose lease to extend now, on the
+// keeper's ticks, tick apart: those whose idle time was last reset at
+// least every ago (heartbeat true), parked ones, and delayed ones whose
+// retry time is more than MinIdle-tick away. Delayed entries due sooner are removed and
 // returned in release, with the longest delay left among them, to be
 // released with that delay.
 //
