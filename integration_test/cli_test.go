@@ -167,16 +167,23 @@ func TestCLIDemoReport(t *testing.T) {
 }
 
 // status reports the PEL, consumers, lag and dead-letter length.
+// statusFixture is a group with 6 entries: 3 pending with c1, 1 delivered
+// to c2 and dead-lettered, 2 not delivered, and one dead-letter record.
+func statusFixture(t *testing.T, s *target) (*pelwardentest.Fixture, []string) {
+	t.Helper()
+	f := s.fixture(t)
+	ids := f.Produce(6, order)
+	f.LeavePending("c1", 3)
+	f.LeavePending("c2", 1)
+	dl, err := s.lib.DeadLetter(t.Context(), pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c2", IDs: ids[3:4], Error: "bad"})
+	require.NoError(t, err)
+	require.Len(t, dl.DeadLettered, 1)
+	return f, ids
+}
+
 func TestCLIStatus(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
-		ctx := t.Context()
-		f := s.fixture(t)
-		ids := f.Produce(6, order)
-		f.LeavePending("c1", 3)
-		f.LeavePending("c2", 1)
-		dl, err := s.lib.DeadLetter(ctx, pelwarden.DeadLetterArgs{Stream: f.Stream, DeadLetterStream: f.DeadLetterStream, Group: f.Group, Consumer: "c2", IDs: ids[3:4], Error: "bad"})
-		require.NoError(t, err)
-		require.Len(t, dl.DeadLettered, 1)
+		f, ids := statusFixture(t, s)
 
 		v := pwJSON(t, s, "status", f.Stream, f.Group, "--min-idle", "1h")
 		require.Equal(t, f.Stream, v["stream"])
@@ -310,6 +317,10 @@ func TestCLIBadFlags(t *testing.T) {
 		{[]string{"demo", "--duration", "1s"}, "--duration must be at least 5s"},
 		{[]string{"bench", "--entries", "0"}, "--entries must be between 1 and 10000000"},
 		{[]string{"bench", "--methods", "magic"}, "--methods"},
+		{[]string{"exporter", "--listen", "nowhere"}, `--listen "nowhere": want host:port`},
+		{[]string{"exporter", "--stalled-after", "0s"}, "--stalled-after must be positive"},
+		{[]string{"exporter", "--max-streams", "0"}, "--max-streams must be at least 1"},
+		{[]string{"exporter", "--partitioned", "a{b"}, `--partitioned "a{b"`},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"status", "s", "g", "--frob"}, "unknown flag: --frob"},
 	} {

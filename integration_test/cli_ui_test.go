@@ -78,18 +78,24 @@ func TestCLIUI(t *testing.T) {
 	require.EqualValues(t, 3, s.rdb.XLen(ctx, f.DeadLetterStream).Val())
 
 	cancel()
-	select {
-	case c := <-done:
-		require.Equal(t, exitOK, c, "stderr: %s", errb.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("ui did not stop within 30s of its interruption")
-	}
+	requireStopped(t, "ui", done, &errb)
 	require.Contains(t, errb.String(), "pelwarden ui: serving")
 	require.Contains(t, errb.String(), "basic authentication as ops")
 	require.NotContains(t, errb.String()+out.String(), "ui-pass-7f3a")
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// requireStopped waits for a long-running command, interrupted, to exit 0.
+func requireStopped(t *testing.T, name string, done <-chan int, errb *lockedBuffer) {
+	t.Helper()
+	select {
+	case c := <-done:
+		require.Equal(t, exitOK, c, "stderr: %s", errb.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not stop within 30s of its interruption", name)
+	}
+}
 
 // `pelwarden demo --ui` serves the read-only dashboard on the demo's stream
 // while the demo runs, and the demo still ends with its invariant.

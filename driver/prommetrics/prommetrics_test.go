@@ -1,15 +1,18 @@
 package prommetrics_test
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
 	"github.com/pelwarden/pelwarden/driver/prommetrics"
 )
@@ -106,4 +109,43 @@ pelwarden_partition_blocked{partition="{orders/4/1/2}",stream="orders"} 0
 pelwarden_partition_owned{partition="{orders/4/1/2}",stream="orders"} 1
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "pelwarden_partition_owned", "pelwarden_partition_blocked"))
+}
+
+// Bad options are refused with the field named; a server that cannot be
+// reached makes state_up 0 and no group series, not a failed scrape.
+func TestGroupCollectorWithoutServer(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	for field, o := range map[string]prommetrics.GroupOptions{
+		"StalledAfter":  {StalledAfter: -time.Second},
+		"MaxStreams":    {MaxStreams: -1},
+		"ScanKeys":      {ScanKeys: -1},
+		"DiscoverEvery": {DiscoverEvery: -time.Second},
+		"Timeout":       {Timeout: -time.Second},
+		"Streams":       {Streams: []string{""}},
+		"Partitioned":   {Partitioned: []string{"a{b}"}},
+	} {
+		_, err := prommetrics.NewGroupCollector(rdb, o)
+		var ae *pelwarden.ArgumentError
+		require.ErrorAs(t, err, &ae, field)
+		require.Equal(t, field, ae.Field)
+		require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
+	}
+	_, err := prommetrics.NewGroupCollector(nil, prommetrics.GroupOptions{})
+	require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
+
+	gc, err := prommetrics.NewGroupCollector(rdb, prommetrics.GroupOptions{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(gc))
+	want := `
+# HELP pelwarden_state_up 1 when the last scrape read the server, 0 when it could not.
+# TYPE pelwarden_state_up gauge
+pelwarden_state_up 0
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "pelwarden_state_up"))
+	n, err := testutil.GatherAndCount(reg, "pelwarden_group_pending")
+	require.NoError(t, err)
+	require.Zero(t, n)
 }

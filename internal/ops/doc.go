@@ -1,6 +1,8 @@
 // Package ops holds the operator actions and the paged reads behind both of
 // pelwarden's front ends: the command line (cmd/internal/cli) and the web
-// dashboard (cmd/internal/dashboard). One implementation, two front ends: a
+// dashboard (cmd/internal/dashboard). The group state they show
+// (ReadGroups) is also what the Prometheus collector of driver/prommetrics
+// exports. One implementation, two front ends: a
 // redrive, a purge, a poison pass, a reap or a trim does the same thing, in
 // the same pages and through the same library functions, whichever of them
 // asked.

@@ -3,7 +3,6 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -46,17 +45,4 @@ func clipText(s string, n int) string {
 		return s
 	}
 	return string(r[:n-1]) + "…"
-}
-
-// idTime returns the time part of a stream id ("1700000000000-0").
-func idTime(id string) (time.Time, bool) {
-	ms, _, ok := strings.Cut(id, "-")
-	if !ok {
-		return time.Time{}, false
-	}
-	n, err := strconv.ParseInt(ms, 10, 64)
-	if err != nil {
-		return time.Time{}, false
-	}
-	return time.UnixMilli(n), true
 }

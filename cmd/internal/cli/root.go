@@ -124,6 +124,7 @@ demo lost entries.`,
 		a.loadCommand(),
 		a.benchCommand(),
 		a.uiCommand(),
+		a.exporterCommand(),
 		a.versionCommand(),
 	)
 	root.Version = buildVersion().Version

@@ -107,7 +107,7 @@ producer, for how long.`,
 			if st.LowestID != "" {
 				lo, hi := st.LowestID, st.HighestID
 				out.OldestPendingID, out.NewestPendingID = &lo, &hi
-				if t, ok := idTime(lo); ok {
+				if t, ok := ops.IDTime(lo); ok {
 					age := max(now.Sub(t).Milliseconds(), 0)
 					out.OldestPendingAgeMs = &age
 				}

@@ -104,7 +104,7 @@ func (s *Server) loadGroup(ctx context.Context, stream, group, dlq string) (*gro
 		return nil, fmt.Errorf("XPENDING %s %s: %w", stream, group, err)
 	}
 	v.Pending, v.LowestID, v.HighestID = p.Count, p.Lower, p.Higher
-	if t, ok := idTime(p.Lower); ok && p.Count > 0 {
+	if t, ok := ops.IDTime(p.Lower); ok && p.Count > 0 {
 		v.OldestAge = max(now.Sub(t), 0)
 	}
 	if v.Consumers, err = consumers.Result(); err != nil {

@@ -7,11 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"sort"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/internal/ops"
@@ -59,24 +56,6 @@ type overview struct {
 	Complete, Truncated bool
 }
 
-// streamReads are the per-stream commands of one refresh.
-type streamReads struct {
-	stream, dlq string
-	groups      *redis.XInfoGroupsCmd
-	length      *redis.IntCmd
-	dlqLength   *redis.IntCmd
-	dlqInfo     *redis.XInfoStreamCmd
-	lease       *redis.SliceCmd
-}
-
-// groupReads are the per-group commands of one refresh.
-type groupReads struct {
-	s         *streamReads
-	g         redis.XInfoGroup
-	pending   *redis.XPendingCmd
-	consumers *redis.XInfoConsumersCmd
-}
-
 // discover returns the streams to show (cached for DiscoverEvery).
 func (s *Server) discover(ctx context.Context) (*ops.Discovery, error) {
 	return s.discovery.get(ctx, "streams", func(ctx context.Context) (*ops.Discovery, error) {
@@ -94,110 +73,41 @@ func (s *Server) overview(ctx context.Context) (*overview, error) {
 	return s.overviews.get(ctx, "overview", s.loadOverview)
 }
 
-// loadOverview reads every group of every discovered stream in two
-// pipelined round trips: per stream XINFO GROUPS, XLEN, and the dead-letter
-// stream's XLEN and XINFO STREAM (not FULL: its entries-added counter makes
-// the dead-lettered rate) and an HMGET of its lease hash; per group XPENDING (the summary form: one row
-// per consumer) and XINFO CONSUMERS. Nothing reads a PEL or a stream's
-// entries.
+// loadOverview reads every group of every discovered stream with
+// ops.ReadGroups (pipelined per-stream and per-group commands that never
+// read a PEL or a stream's entries) and records a sample of each for the
+// rates and sparklines.
 func (s *Server) loadOverview(ctx context.Context) (*overview, error) {
 	d, err := s.discover(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := &overview{Complete: d.Complete, Rows: []groupRow{}}
-	now, err := s.rdb.Time(ctx).Result()
+	snap, err := ops.ReadGroups(ctx, s.rdb, d.Streams, ops.GroupsOptions{StalledAfter: s.opts.MinIdle, MaxStreams: s.opts.MaxStreams})
 	if err != nil {
-		return nil, fmt.Errorf("TIME: %w", err)
+		return nil, err
 	}
-	out.At = now
-
-	streams := make([]*streamReads, 0, len(d.Streams))
-	pipe := s.rdb.Pipeline()
-	for _, name := range d.Streams {
-		sr := &streamReads{stream: name, dlq: pelwarden.DeadLetterStreamFor(name)}
-		sr.groups = pipe.XInfoGroups(ctx, name)
-		sr.length = pipe.XLen(ctx, name)
-		sr.dlqLength = pipe.XLen(ctx, sr.dlq)
-		sr.dlqInfo = pipe.XInfoStream(ctx, sr.dlq)
-		sr.lease = pipe.HMGet(ctx, pelwarden.LeaseKeyFor(name), ops.LeaseFields...)
-		streams = append(streams, sr)
+	out := &overview{At: snap.At, Complete: d.Complete, Rows: make([]groupRow, 0, len(snap.Groups)),
+		Streams: snap.Streams, Truncated: snap.Truncated}
+	for i := range snap.Groups {
+		out.Rows = append(out.Rows, s.groupRow(&snap.Groups[i], snap.At))
 	}
-	if len(streams) > 0 {
-		// Per-command errors are read from each command below (a missing
-		// dead-letter stream fails XINFO STREAM, which is fine).
-		_, _ = pipe.Exec(ctx)
-	}
-
-	var groups []*groupReads
-	pipe = s.rdb.Pipeline()
-	for _, sr := range streams {
-		gs, err := sr.groups.Result()
-		if err != nil || len(gs) == 0 {
-			continue // a stream without groups (a dead-letter stream) or gone
-		}
-		if out.Streams == s.opts.MaxStreams {
-			out.Truncated = true
-			break
-		}
-		out.Streams++
-		for _, g := range gs {
-			gr := &groupReads{s: sr, g: g}
-			gr.pending = pipe.XPending(ctx, sr.stream, g.Name)
-			gr.consumers = pipe.XInfoConsumers(ctx, sr.stream, g.Name)
-			groups = append(groups, gr)
-		}
-	}
-	if len(groups) > 0 {
-		_, _ = pipe.Exec(ctx)
-	}
-	for _, gr := range groups {
-		out.Rows = append(out.Rows, s.groupRow(gr, now))
-	}
-	sort.SliceStable(out.Rows, func(i, j int) bool {
-		if out.Rows[i].Stream != out.Rows[j].Stream {
-			return out.Rows[i].Stream < out.Rows[j].Stream
-		}
-		return out.Rows[i].Group < out.Rows[j].Group
-	})
 	for i := range out.Rows {
 		out.Rows[i].FirstOfStream = i == 0 || out.Rows[i-1].Stream != out.Rows[i].Stream
 	}
 	return out, nil
 }
 
-// groupRow builds a row from its commands' replies and records a sample
-// for the rates and sparklines.
-func (s *Server) groupRow(gr *groupReads, now time.Time) groupRow {
-	row := groupRow{Stream: gr.s.stream, Group: gr.g.Name, DeadLetterStream: gr.s.dlq,
-		Lag: gr.g.Lag, Pending: gr.g.Pending, Consumers: int(gr.g.Consumers), OldestPendingAge: -1}
-	row.Length, _ = gr.s.length.Result()
-	row.DeadLetterLength, _ = gr.s.dlqLength.Result()
-	row.Lease, _ = leaseState(pelwarden.LeaseKeyFor(gr.s.stream), gr.s.lease, now)
-	var dlqAdded int64
-	if info, err := gr.s.dlqInfo.Result(); err == nil {
-		dlqAdded = info.EntriesAdded
+// groupRow builds a row from a group's state and records a sample for the
+// rates and sparklines.
+func (s *Server) groupRow(g *ops.GroupState, now time.Time) groupRow {
+	row := groupRow{Stream: g.Stream, Group: g.Group, DeadLetterStream: g.DeadLetterStream,
+		Length: g.Length, Lag: g.Lag, Pending: g.Pending, OldestPendingID: g.OldestPendingID,
+		OldestPendingAge: g.OldestPendingAge, Consumers: g.Consumers, Stalled: g.Stalled,
+		DeadLetterLength: g.DeadLetterLength, Lease: g.Lease}
+	if g.Err != nil {
+		row.Err = g.Err.Error()
 	}
-	if p, err := gr.pending.Result(); err == nil {
-		row.Pending = p.Count
-		row.OldestPendingID = p.Lower
-		if t, ok := idTime(p.Lower); ok && p.Count > 0 {
-			row.OldestPendingAge = max(now.Sub(t), 0)
-		}
-	} else if pelwarden.Classify(err) != pelwarden.ClassNoGroup {
-		row.Err = fmt.Sprintf("XPENDING %s %s: %v", gr.s.stream, gr.g.Name, err)
-	}
-	if cs, err := gr.consumers.Result(); err == nil {
-		row.Consumers = len(cs)
-		for _, c := range cs {
-			if c.Pending > 0 && c.Idle >= s.opts.MinIdle {
-				row.Stalled++
-			}
-		}
-	} else if row.Err == "" && pelwarden.Classify(err) != pelwarden.ClassNoGroup {
-		row.Err = fmt.Sprintf("XINFO CONSUMERS %s %s: %v", gr.s.stream, gr.g.Name, err)
-	}
-	h := s.history.add(row.Stream+"\x00"+row.Group, sample{at: now, entriesRead: gr.g.EntriesRead, deadLettered: dlqAdded, pending: row.Pending})
+	h := s.history.add(row.Stream+"\x00"+row.Group, sample{at: now, entriesRead: g.EntriesRead, deadLettered: g.DeadLetterAdded, pending: row.Pending})
 	row.DeliveredRate, row.DeadLetteredRate = h.rates()
 	row.DeliveredSeries, row.DeadLetteredSeries, row.PendingSeries = h.series()
 	return row

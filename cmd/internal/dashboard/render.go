@@ -199,16 +199,3 @@ func fmtRate(r float64) string {
 	}
 	return numfmt.Count(int64(math.Round(r))) + "/s"
 }
-
-// idTime returns the time part of a stream id ("1700000000000-0").
-func idTime(id string) (time.Time, bool) {
-	ms, _, ok := strings.Cut(id, "-")
-	if !ok {
-		return time.Time{}, false
-	}
-	n, err := strconv.ParseInt(ms, 10, 64)
-	if err != nil {
-		return time.Time{}, false
-	}
-	return time.UnixMilli(n), true
-}

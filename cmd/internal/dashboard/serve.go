@@ -2,18 +2,17 @@ package dashboard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pelwarden/pelwarden/cmd/internal/httpserve"
 )
 
 // ShutdownTimeout bounds the graceful shutdown of Serve.
-const ShutdownTimeout = 5 * time.Second
+const ShutdownTimeout = httpserve.ShutdownTimeout
 
 // Serve serves the dashboard on ln (closing it at the end) and runs its
 // refresh loop until ctx is done; then it stops accepting, lets requests
@@ -21,7 +20,6 @@ const ShutdownTimeout = 5 * time.Second
 // waits for them, and returns nil. It returns early with the server's
 // error if serving fails.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	ran := make(chan struct{})
@@ -29,24 +27,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		defer close(ran)
 		_ = s.Run(runCtx)
 	}()
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
-	var err error
-	select {
-	case err = <-served:
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
-		if serr := hs.Shutdown(sctx); serr != nil {
-			_ = hs.Close()
-		}
-		cancel()
-		err = <-served
-	}
+	err := httpserve.Serve(ctx, ln, s)
 	stopRun()
 	<-ran
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
 	return err
 }
 
