@@ -31,17 +31,22 @@ AGREE_IMAGES ?= pelwarden/redis:7.0 pelwarden/redis:8.6 pelwarden/valkey:8.1 pel
 CORE_MODULE := .
 MODULES := driver/prommetrics pelwardenotel pelwardentest pelwardenwatermill cmd benchmarks integration_test
 
-.PHONY: watermill-stress watermill-matrix test tools release-check release tidy images lint deps unit integration chaos soak soak-model fuzz fuzz-lua bench bench-drain demo ui-scale ui-screenshots
+.PHONY: alerts watermill-stress watermill-matrix test tools release-check release tidy images lint deps unit integration chaos soak soak-model fuzz fuzz-lua bench bench-drain demo ui-scale ui-screenshots
 
 ## test: everything CI checks: formatting, vet of every module, the core
 ## module's dependency promise, unit tests with -race, the release check,
 ## and the integration matrix against real servers in containers.
-test: tools images lint deps unit release-check integration
+test: tools images lint deps unit alerts release-check integration
 
 ## tools: install what the tests need and the machine lacks (as root), or
 ## say what to install.
 tools:
 	./scripts/test-tools.sh
+
+## alerts: the Prometheus alert rules (deploy/prometheus) checked and
+## unit-tested with promtool.
+alerts:
+	cd deploy/prometheus && promtool check rules alerts.yml && promtool test rules alerts_test.yml
 
 ## release-check: the modules as a user gets them: served from the checkout
 ## through a file-based module proxy, required at the release version by a

@@ -15,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver/prommetrics"
 )
 
@@ -111,6 +110,7 @@ func TestGroupCollector(t *testing.T) {
 		require.EqualValues(t, 3, g.must(t, "pelwarden_group_pending", grp))
 		require.EqualValues(t, 2, g.must(t, "pelwarden_group_lag", grp), "6 entries, 4 delivered")
 		require.EqualValues(t, 2, g.must(t, "pelwarden_group_consumers", grp))
+		require.LessOrEqual(t, g.must(t, "pelwarden_group_active_consumers", grp), 1.0, "c1 has been idle past 20ms")
 		require.EqualValues(t, 3, g.must(t, "pelwarden_group_stalled", grp), "c1's entries: it has been idle past 20ms")
 		require.EqualValues(t, 1, g.must(t, "pelwarden_group_stalled_consumers", grp), "c2 owns nothing")
 		added := idTime(t, ids[0])
@@ -133,6 +133,7 @@ func TestGroupCollector(t *testing.T) {
 		require.EqualValues(t, 1, g.must(t, "pelwarden_state_streams", nil))
 		require.EqualValues(t, 0, g.must(t, "pelwarden_group_stalled", grp), "nobody idle for an hour")
 		require.EqualValues(t, 0, g.must(t, "pelwarden_group_stalled_consumers", grp))
+		require.EqualValues(t, 2, g.must(t, "pelwarden_group_active_consumers", grp), "both seen within the hour")
 
 		// An entry deleted past the group's last delivery: the server can
 		// no longer count the lag, and the series goes away.
@@ -167,29 +168,11 @@ func TestGroupCollectorPartitions(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		name := "exp-" + strings.NewReplacer("/", "-").Replace(t.Name())
-		keys, err := pelwarden.Partitions(name, 2)
-		require.NoError(t, err)
-		decoy := "{" + name + "/2/0/999}"
-		for _, k := range append(keys, decoy) {
-			require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, k, "g", "0").Err())
-			for range 2 {
-				require.NoError(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k, Values: []string{"n", "1"}}).Err())
-			}
-			t.Cleanup(func() {
-				_ = s.rdb.Del(context.Background(), k, pelwarden.LeaseKeyFor(k), pelwarden.DeadLetterStreamFor(k)).Err()
-			})
-		}
+		keys := blockedPartition(t, s, name, 2)
 		p := keys[0]
-		_, err = s.lib.AcquireLease(ctx, pelwarden.LeaseArgs{Stream: p, Lease: pelwarden.LeaseKeyFor(p), Group: "g", Consumer: "a", TTL: time.Hour})
-		require.NoError(t, err)
-		next := pelwarden.LeaseNextArgs{MaxDeliveries: 5, Stream: p, DeadLetterStream: pelwarden.DeadLetterStreamFor(p), Lease: pelwarden.LeaseKeyFor(p),
-			Group: "g", Consumer: "a", Token: 1, TTL: time.Hour, Count: 1, Backoff: []time.Duration{time.Hour}}
-		n, err := s.lib.LeaseNext(ctx, next)
-		require.NoError(t, err)
-		require.Len(t, n.Entries, 1)
-		n, err = s.lib.LeaseNext(ctx, next) // the head was not acked: it failed
-		require.NoError(t, err)
-		require.NotEmpty(t, n.Blocked)
+		decoy := "{" + name + "/2/0/999}"
+		require.NoError(t, s.rdb.XGroupCreateMkStream(ctx, decoy, "g", "0").Err())
+		t.Cleanup(func() { _ = s.rdb.Del(context.Background(), decoy).Err() })
 
 		gc, err := prommetrics.NewGroupCollector(s.rdb, prommetrics.GroupOptions{Partitioned: []string{name}})
 		require.NoError(t, err)

@@ -78,6 +78,7 @@ type GroupOptions struct {
 //	<ns>_group_lag                      entries not yet delivered to the group; absent when the server cannot tell
 //	<ns>_group_oldest_pending_seconds   age of the oldest pending entry, from its id's time (0 when none)
 //	<ns>_group_consumers                consumers in the group
+//	<ns>_group_active_consumers         consumers idle less than StalledAfter
 //	<ns>_group_stalled                  entries owned by stalled consumers (idle StalledAfter or more)
 //	<ns>_group_stalled_consumers        consumers that own entries and have been idle StalledAfter or more
 //
@@ -106,7 +107,7 @@ type GroupCollector struct {
 	rdb  redis.UniversalClient
 	opts GroupOptions
 
-	pending, lag, oldest, consumers, stalled, stalledConsumers *prometheus.Desc
+	pending, lag, oldest, consumers, active, stalled, stalledConsumers *prometheus.Desc
 	length, deadEntries, deadAdded                             *prometheus.Desc
 	leaseOwner, leaseLeft, headBlocked, headDeliveries         *prometheus.Desc
 	up, scrapeSeconds, streams, readErrors, complete, truncate *prometheus.Desc
@@ -147,6 +148,7 @@ func NewGroupCollector(rdb redis.UniversalClient, o GroupOptions) (*GroupCollect
 	c.lag = desc("group_lag", "Entries not yet delivered to the group; absent when the server cannot tell (after deletions or trimming past entries the group had not read).", group...)
 	c.oldest = desc("group_oldest_pending_seconds", "Age of the group's oldest pending entry, from its id's time on the server's clock (0 when nothing is pending).", group...)
 	c.consumers = desc("group_consumers", "Consumers in the group.", group...)
+	c.active = desc("group_active_consumers", "Consumers of the group idle less than the collector's stalled-after (a running consumer reads at least every few seconds).", group...)
 	c.stalled = desc("group_stalled", "Entries owned by the group's stalled consumers: consumers idle at least the collector's stalled-after (their entries are reclaimable).", group...)
 	c.stalledConsumers = desc("group_stalled_consumers", "Consumers that own entries and have been idle at least the collector's stalled-after.", group...)
 	dl := []string{"stream", "dead_letter_stream"}
@@ -224,7 +226,7 @@ func (o GroupOptions) withDefaults() GroupOptions {
 
 // Describe implements prometheus.Collector.
 func (c *GroupCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.pending, c.lag, c.oldest, c.consumers, c.stalled, c.stalledConsumers,
+	for _, d := range []*prometheus.Desc{c.pending, c.lag, c.oldest, c.consumers, c.active, c.stalled, c.stalledConsumers,
 		c.length, c.deadEntries, c.deadAdded, c.leaseOwner, c.leaseLeft, c.headBlocked, c.headDeliveries,
 		c.up, c.scrapeSeconds, c.streams, c.readErrors, c.complete, c.truncate} {
 		ch <- d
@@ -267,6 +269,7 @@ func (c *GroupCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.oldest, max(g.OldestPendingAge, 0).Seconds(), g.Stream, g.Group)
 		gauge(c.consumers, float64(g.Consumers), g.Stream, g.Group)
+		gauge(c.active, float64(g.Active), g.Stream, g.Group)
 		gauge(c.stalled, float64(g.StalledPending), g.Stream, g.Group)
 		gauge(c.stalledConsumers, float64(g.Stalled), g.Stream, g.Group)
 		if i > 0 && snap.Groups[i-1].Stream == g.Stream {

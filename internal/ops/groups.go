@@ -46,12 +46,14 @@ type GroupState struct {
 	Pending          int64
 	OldestPendingID  string
 	OldestPendingAge time.Duration
-	// Consumers of the group. Stalled counts the ones that own entries and
-	// have been idle at least StalledAfter; StalledPending the entries
-	// they own. Every such entry has been idle at least as long as its
-	// owner (its delivery was one of the owner's interactions).
-	Consumers, Stalled int
-	StalledPending     int64
+	// Consumers of the group; Active the ones idle less than StalledAfter
+	// (a driver consumer reads at least every ReadBlock, 2 s by default).
+	// Stalled counts the ones that own entries and have been idle at least
+	// StalledAfter; StalledPending the entries they own. Every such entry
+	// has been idle at least as long as its owner (its delivery was one of
+	// the owner's interactions).
+	Consumers, Active, Stalled int
+	StalledPending             int64
 	// DeadLetterLength is the dead-letter stream's length and
 	// DeadLetterAdded its entries-added counter (both 0 when it does not
 	// exist). The dead-letter stream is the stream's, shared by its groups.
@@ -192,6 +194,9 @@ func (gr *groupReads) state(now time.Time, stalledAfter time.Duration) GroupStat
 	if cs, err := gr.consumers.Result(); err == nil {
 		st.Consumers = len(cs)
 		for _, c := range cs {
+			if c.Idle < stalledAfter {
+				st.Active++
+			}
 			if c.Pending > 0 && c.Idle >= stalledAfter {
 				st.Stalled++
 				st.StalledPending += c.Pending
