@@ -52,6 +52,13 @@
 // and the pause while the server is out of memory, in which entries in
 // hand still settle and no new ones are taken.
 //
+// An operator's pause of the group (pelwarden.PauseGroup, `pelwarden
+// pause`) is read for every stream once at the start and then every second
+// (pause.go); each stream's pauseGate then stops its reads and reclaim
+// passes (unordered) or its owner's next calls (ordered), and holds back
+// the entries not yet started, while running handlers finish, acks land
+// and the entries held keep their leases.
+//
 // One unordered Run is a session (session.go): one window and Concurrency
 // handler workers shared by all streams, and per stream a lane and its
 // parts, each a type with the dependencies it needs and its own loop:

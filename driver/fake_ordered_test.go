@@ -29,14 +29,15 @@ type fakeWorld struct {
 
 	mu      sync.Mutex
 	parts   map[string]*fakePartition
-	members map[string]time.Duration  // name -> heartbeat lasts until
-	cut     map[string]bool           // consumers whose calls fail, as if cut off
-	fails   map[string]error          // "op consumer" -> the error every such call returns
-	once    map[string][]error        // "op consumer" -> the errors of its next calls, in order
-	calls   map[string]int            // "op consumer stream" -> calls
-	acks    map[string][]string       // "releaseLease consumer stream" -> the ack-ids it carried
-	hook    func(op, consumer string) // called with mu held
-	slow    *fakeSlowCall             // see slowCall
+	members map[string]time.Duration    // name -> heartbeat lasts until
+	cut     map[string]bool             // consumers whose calls fail, as if cut off
+	fails   map[string]error            // "op consumer" -> the error every such call returns
+	once    map[string][]error          // "op consumer" -> the errors of its next calls, in order
+	calls   map[string]int              // "op consumer stream" -> calls
+	acks    map[string][]string         // "releaseLease consumer stream" -> the ack-ids it carried
+	hook    func(op, consumer string)   // called with mu held
+	slow    *fakeSlowCall               // see slowCall
+	paused  map[string]*pelwarden.Pause // stream -> the group's pause
 }
 
 // fakeSlowCall is a call that takes time on the server (see slowCall).
@@ -228,6 +229,25 @@ func (s *fakePartitionServer) checkGroup(context.Context) error {
 	s.w.mu.Lock()
 	defer s.w.mu.Unlock()
 	return s.w.call("checkGroup", s.consumer, s.stream)
+}
+
+// setPause pauses the group on stream (nil: resumes it).
+func (w *fakeWorld) setPause(stream string, p *pelwarden.Pause) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.paused == nil {
+		w.paused = map[string]*pelwarden.Pause{}
+	}
+	w.paused[stream] = p
+}
+
+func (s *fakePartitionServer) pauseState(context.Context) (*pelwarden.Pause, error) {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	if err := s.w.call("pauseState", s.consumer, s.stream); err != nil {
+		return nil, err
+	}
+	return s.w.paused[s.stream], nil
 }
 
 // stale counts as a call of op "stale".

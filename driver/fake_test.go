@@ -46,7 +46,8 @@ type fakeServer struct {
 	claims   bool // reads take CLAIM (else refused)
 	plain    int  // reads without CLAIM
 	hook     func(op string)
-	backoff  []time.Duration // Config.Backoff, as the fail function takes it
+	backoff  []time.Duration  // Config.Backoff, as the fail function takes it
+	paused   *pelwarden.Pause // the group's pause (see setPause)
 }
 
 type fakePending struct {
@@ -539,6 +540,22 @@ func (f *fakeServer) checkGroup(context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.call("checkGroup")
+}
+
+// setPause pauses the group (nil: resumes it).
+func (f *fakeServer) setPause(p *pelwarden.Pause) {
+	f.mu.Lock()
+	f.paused = p
+	f.mu.Unlock()
+}
+
+func (f *fakeServer) pauseState(context.Context) (*pelwarden.Pause, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("pauseState"); err != nil {
+		return nil, err
+	}
+	return f.paused, nil
 }
 
 func (f *fakeServer) stale(error) {

@@ -32,16 +32,7 @@ type keeper struct {
 // MinIdle: a heartbeatTick every Config.heartbeatTick.
 func (k *keeper) heartbeatLoop(ctx context.Context) {
 	every := k.cfg.heartbeatTick()
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		k.heartbeatTick(ctx, every)
-	}
+	tickEvery(ctx, every, func() { k.heartbeatTick(ctx, every) })
 }
 
 // heartbeatTick is one tick of the heartbeat loop, tick apart: it releases

@@ -59,6 +59,8 @@ type lane struct {
 	settle *settler
 	// keep runs the heartbeat of the entries in hand.
 	keep *keeper
+	// pause is the operator's pause of the group on this stream.
+	pause pauseGate
 }
 
 // sweeps holds one more than the clock reading at which the latest
@@ -105,10 +107,23 @@ func newLane(s *session, sc *streamScope, srv laneServer, clk clock, single bool
 	l.drain.acks = l.acks
 	l.settle = &settler{cfg: cfg, log: log, m: cfg.Metrics, srv: srv, hand: l.hand, faults: l.faults, run: s}
 	l.exec = &executor{cfg: cfg, log: log, m: cfg.Metrics, clock: clk, hand: l.hand, flow: s.flow, acks: l.acks,
-		settle: l.settle, run: s.core, drain: &l.drain, readClaim: &l.readClaim}
+		settle: l.settle, run: s.core, drain: &l.drain, readClaim: &l.readClaim, pause: &l.pause}
 	l.keep = &keeper{cfg: cfg, m: cfg.Metrics, srv: srv, clock: clk, hand: l.hand, settle: l.settle, faults: l.faults}
 	l.maint = &maintainer{cfg: cfg, log: log, m: cfg.Metrics, srv: srv, clock: clk, faults: l.faults, hand: l.hand, sweeps: &l.sweeps}
 	return l
+}
+
+// pauseSource is the lane's stream for the Run's pause checks: a resume
+// queues the held entries again (or, once the queue is closed by the
+// shutdown, releases them as unstarted).
+func (l *lane) pauseSource() *pauseSource {
+	return &pauseSource{scope: l.scope, srv: l.srv, gate: &l.pause, requeue: func(held []job) {
+		if !l.jobs.push(held...) {
+			for _, j := range held {
+				j.exec.skip(j)
+			}
+		}
+	}}
 }
 
 // startLoops starts the lane's loops on loops: read, reclaim and lease

@@ -71,6 +71,10 @@ const (
 	// or it reached MaxDeliveries but is too large to dead-letter. Each
 	// is also logged once, naming the stream and the entry.
 	EventPartitionBlocked
+	// EventGroupPaused: times the consumer found its group paused by an
+	// operator on one of its streams (pelwarden.PauseGroup, `pelwarden
+	// pause`) and stopped taking entries there until the resume.
+	EventGroupPaused
 	numEvents
 )
 
@@ -79,6 +83,7 @@ var eventNames = [numEvents]string{
 	"acked", "lost_ownership", "lease_extended", "reaped", "command_error", "too_large",
 	"paused", "trimmed", "dead_letter_trimmed", "stalled",
 	"lease_acquired", "lease_released", "lease_lost", "partition_blocked",
+	"group_paused",
 }
 
 // String returns the event's snake_case name, e.g. "deleted_from_pel".

@@ -29,6 +29,8 @@ type partition struct {
 	index int
 	*streamScope
 	srv partitionServer
+	// pause is the operator's pause of the group on the partition.
+	pause pauseGate
 }
 
 // orderedRun is the state of one Run in ordered mode.
@@ -97,11 +99,24 @@ func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err 
 	r.log.Info("pelwarden consumer started in ordered mode", "partitions", len(r.parts), "concurrency", cfg.Concurrency,
 		"partition_lease", cfg.partitionLease, "max_deliveries", cfg.MaxDeliveries, "library_mode", r.lib.Mode().String())
 
+	// A group paused before the start: no partition takes entries until
+	// the resume (their leases are taken and kept meanwhile).
+	pauses := make([]*pauseSource, len(r.parts))
+	for i, p := range r.parts {
+		pauses[i] = &pauseSource{scope: p.streamScope, srv: p.srv, gate: &p.pause}
+	}
+	r.checkPauses(ctx, pauses)
+
 	loopCtx, stopLoops := r.loopContext(ctx)
 	defer stopLoops()
 	handlerCtx, cancelHandlers := context.WithCancel(r.bg)
 	defer cancelHandlers()
 	r.handlerCtx = handlerCtx
+	paused := make(chan struct{})
+	go func() {
+		defer close(paused)
+		r.pauseLoop(loopCtx, pauses)
+	}()
 
 	balanced := make(chan struct{})
 	go func() {
@@ -119,6 +134,7 @@ func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err 
 	}()
 	<-loopCtx.Done()
 	<-balanced
+	<-paused
 
 	// The shutdown: this consumer leaves the membership first, so that
 	// the others' next round counts it out, then every holder hands its

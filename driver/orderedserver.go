@@ -29,6 +29,7 @@ type groupServer interface {
 // consumer. redisPartition is the real one; the unit tests use a fake.
 type partitionServer interface {
 	groupServer
+	pauseServer
 	// acquire takes or renews the partition's lease for ttl
 	// (pelwarden_v1_lease).
 	acquire(ctx context.Context, ttl time.Duration) (*pelwarden.Lease, error)
@@ -174,6 +175,10 @@ func (s *redisPartition) deadLetter(ctx context.Context, id, errText string) (*p
 }
 
 func (s *redisPartition) stale(err error) { followTopology(s.rdb, err) }
+
+func (s *redisPartition) pauseState(ctx context.Context) (*pelwarden.Pause, error) {
+	return pelwarden.ReadPause(ctx, s.rdb, s.stream, s.group)
+}
 
 // redisMembers is the memberServer of a real server: a sorted set
 // (MembersKey) of consumer names scored with the server time (ms) their

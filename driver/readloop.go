@@ -22,6 +22,10 @@ import (
 // next entry holding a single place. A blocked read holding the whole
 // window would starve the reclaim pass for ReadBlock at a time.
 //
+// While the group is paused on the stream (see pauseGate), no read is
+// sent; a read already under way delivers what it finds, and its entries
+// wait in hand for the resume.
+//
 // A lane of a consumer of several streams does not block: an idle stream
 // is polled without BLOCK every ReadBlock/2 (see idlePoll), so idle
 // streams hold neither a connection nor a place in the window.
@@ -55,10 +59,18 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 			}
 		}
 		first = false
+		if !l.pause.await(ctx) {
+			return
+		}
 		res := l.flow.reserve(ctx, partyRead, want)
 		n := res.n
 		if n == 0 {
 			return
+		}
+		if l.pause.isPaused() {
+			// Paused while waiting for room: no read.
+			l.flow.giveBack(res)
+			continue
 		}
 		var msgs []*Message
 		var began, rtt time.Duration

@@ -36,6 +36,9 @@ func (l *lane) reclaimLoop(ctx, handlerCtx context.Context) {
 
 // reclaimTick is one round of the reclaim loop (first: the one at start).
 func (l *lane) reclaimTick(ctx, handlerCtx context.Context, first bool) {
+	if l.pause.isPaused() {
+		return // the passes resume with the group
+	}
 	if l.readClaim.Load() {
 		if first {
 			l.reclaimPass(ctx, handlerCtx, true)
@@ -85,6 +88,10 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 		n := res.n
 		if n == 0 {
 			return
+		}
+		if l.pause.isPaused() {
+			l.flow.giveBack(res)
+			return // the passes resume with the group
 		}
 		var page *pelwarden.ClaimPage
 		var began, rtt time.Duration

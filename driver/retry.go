@@ -83,3 +83,18 @@ func repeatOrNow(ctx context.Context, d time.Duration, now <-chan struct{}, fn f
 		t.Reset(d)
 	}
 }
+
+// tickEvery calls fn every d (the first time d after the call) until ctx
+// ends.
+func tickEvery(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fn()
+	}
+}

@@ -27,6 +27,7 @@ type laneServer interface {
 	settleServer
 	upkeepServer
 	streamServer
+	pauseServer
 }
 
 // fetchServer is what the lane asks of the server to fetch entries.
@@ -298,6 +299,10 @@ func (s *redisStream) checkGroup(ctx context.Context) error {
 }
 
 func (s *redisStream) stale(err error) { followTopology(s.rdb, err) }
+
+func (s *redisStream) pauseState(ctx context.Context) (*pelwarden.Pause, error) {
+	return pelwarden.ReadPause(ctx, s.rdb, s.stream, s.group)
+}
 
 // minIDBefore is the XTRIM MINID bound of records older than age at now.
 func minIDBefore(now time.Time, age time.Duration) string {

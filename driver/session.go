@@ -64,6 +64,12 @@ func (s *session) serve(ctx context.Context, lanes []*lane) (lingering <-chan st
 	for _, l := range lanes {
 		l.detectReadClaim()
 	}
+	// A group paused before the start: nothing is read until the resume.
+	pauses := make([]*pauseSource, len(lanes))
+	for i, l := range lanes {
+		pauses[i] = l.pauseSource()
+	}
+	s.checkPauses(ctx, pauses)
 	s.log.Info("pelwarden consumer started", "streams", len(lanes), "concurrency", cfg.Concurrency, "max_in_hand", s.flow.ceil,
 		"min_idle", cfg.MinIdle, "max_deliveries", cfg.MaxDeliveries, "library_mode", s.lib.Mode().String(),
 		"read_claim", readClaimCount(lanes))
@@ -89,6 +95,7 @@ func (s *session) serve(ctx context.Context, lanes []*lane) (lingering <-chan st
 		l.startLoops(loopCtx, handlerCtx, &loops)
 		l.acks.start(flushCtx)
 	}
+	loops.Go(func() { s.pauseLoop(loopCtx, pauses) })
 	loopsDone := make(chan struct{})
 	go func() { loops.Wait(); close(loopsDone) }()
 
@@ -123,6 +130,11 @@ func (s *session) serve(ctx context.Context, lanes []*lane) (lingering <-chan st
 	// be stuck) go back to the group at once rather than after MinIdle.
 	for _, j := range s.jobs.drain() {
 		j.exec.skip(j)
+	}
+	for _, l := range lanes {
+		for _, j := range l.pause.close() {
+			j.exec.skip(j) // held while paused
+		}
 	}
 	for _, l := range lanes {
 		l.settle.releaseUnstarted(flushCtx)

@@ -109,8 +109,15 @@ func (o *tenure) own() {
 		}
 	}()
 	for !o.handOver.raised() {
+		if o.p.pause.isPaused() && !o.waitResumed() {
+			return
+		}
 		if o.hold(o.run.places, 0, true) != holdWoken {
 			return
+		}
+		if o.p.pause.isPaused() {
+			o.run.places <- struct{}{} // paused while waiting for a place
+			continue
 		}
 		if len(o.batch) == 0 {
 			res, ok := o.next()
@@ -267,7 +274,7 @@ func (o *tenure) next() (*pelwarden.LeaseNextResult, bool) {
 		var err error
 		res, err = o.srv.next(ctx, o.token, cfg.partitionLease, o.acks, o.giveBack, readApart)
 		if outOfMemory(err) && len(o.acks) > 0 {
-			o.ackWhileFull(ctx)
+			o.ackApart(ctx)
 		}
 		return err
 	})
@@ -316,14 +323,30 @@ func (o *tenure) next() (*pelwarden.LeaseNextResult, bool) {
 	return res, true
 }
 
-// ackWhileFull acks the entries handled since the last next call through
-// the ack function, which runs on a server at maxmemory: the next call
-// that would carry them is refused there (it may dead-letter and read),
-// and the core's policy is the same in both modes: while the server is
-// full no new entries are taken, and those handled still settle. The ack
-// is fenced by the PEL's holder: an entry the partition's next holder took
-// over meanwhile is not acked. A failure leaves the acks to the next call.
-func (o *tenure) ackWhileFull(ctx context.Context) {
+// waitResumed waits while the group is paused on the partition (see
+// pauseGate): it makes no next call, acks what it handled at once, and
+// keeps the lease; the rest of its batch waits for the resume. It reports
+// false when the partition was handed over or lost meanwhile.
+func (o *tenure) waitResumed() bool {
+	if len(o.acks) > 0 {
+		o.call("ack while paused", func(ctx context.Context) error {
+			o.ackApart(ctx)
+			return nil
+		})
+	}
+	return o.hold(o.p.pause.wait(), 0, true) == holdWoken
+}
+
+// ackApart acks the entries handled since the last next call through the
+// ack function, without a next call: while the group is paused, and while
+// the server is full. The ack function runs on a server at maxmemory,
+// where the next call that would carry them is refused (it may dead-letter
+// and read), and the core's policy is the same in both modes: while the
+// server is full no new entries are taken, and those handled still
+// settle. The ack is fenced by the PEL's holder: an entry the partition's
+// next holder took over meanwhile is not acked. A failure leaves the acks
+// to the next call.
+func (o *tenure) ackApart(ctx context.Context) {
 	res, err := o.srv.ack(ctx, o.acks)
 	if err != nil {
 		o.run.commandError(o.p.streamScope, "ack", err, 0)

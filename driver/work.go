@@ -27,6 +27,9 @@ func (s *session) worker() {
 			j.exec.skip(j)
 			continue
 		}
+		if j.exec.pause.hold(j) {
+			continue // its stream is paused: it runs after the resume
+		}
 		j.exec.runJob(j)
 	}
 }
@@ -49,6 +52,8 @@ type executor struct {
 	// readClaim: the stream's reads claim (a failed attempt is then
 	// released for the next read rather than the next pass).
 	readClaim *atomic.Bool
+	// pause holds the stream's entries back while its group is paused.
+	pause *pauseGate
 }
 
 // skip drops a queued job at shutdown without running its handler; its

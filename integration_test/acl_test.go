@@ -179,7 +179,8 @@ func TestACLReadmeRoles(t *testing.T) {
 		}
 	}
 	require.Empty(t, keyRules(roles["deployer"]), "the deployer touches no key")
-	require.ElementsMatch(t, []string{"~" + readmeStream, "~" + readmeStream + ":dead", "~" + readmeStream + ":errors"}, keyRules(roles["consumer"]))
+	require.ElementsMatch(t, []string{"~" + readmeStream, "~" + readmeStream + ":dead", "~" + readmeStream + ":errors", "%R~" + readmeStream + ":paused"}, keyRules(roles["consumer"]))
+	require.Equal(t, pelwarden.PauseKeyFor(readmeStream), readmeStream+":paused", "the README names the pause key")
 	require.Equal(t, pelwarden.LastErrorsKeyFor(readmeStream), readmeStream+":errors", "the README names the last-errors key")
 }
 
@@ -316,8 +317,8 @@ func TestACLDeployer(t *testing.T) {
 func TestACLConsumerMissingPermission(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		for _, rule := range readmeACL(t)["consumer"] {
-			if rule == "reset" || rule == "on" || strings.HasPrefix(rule, ">") || lastErrorsRules[rule] {
-				continue // the last-errors rules are optional: TestACLConsumerWithoutLastErrors
+			if rule == "reset" || rule == "on" || strings.HasPrefix(rule, ">") || lastErrorsRules[rule] || rule == pauseRule {
+				continue // optional: TestACLConsumerWithoutLastErrors, TestACLConsumerWithoutPauseKey
 			}
 			t.Run(rule, func(t *testing.T) {
 				t.Parallel()
@@ -465,6 +466,30 @@ func TestACLConsumerWithoutLastErrors(t *testing.T) {
 				require.Equal(t, 1, logs.count("the server refuses this ACL user the last-errors key"), "warned once")
 			})
 		}
+	})
+}
+
+// pauseRule is the README consumer's read access to the pause hash, which
+// a consumer can run without.
+const pauseRule = "%R~" + readmeStream + ":paused"
+
+// A consumer whose ACL user may not read the pause hash (a user set up
+// before pauses existed) runs on: it handles and acks everything, says
+// once that pauses are not applied, and is not paused.
+func TestACLConsumerWithoutPauseKey(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := t.Context()
+		f := s.fixture(t).Within(time.Minute)
+		require.NoError(t, pelwarden.PauseGroup(ctx, s.rdb, f.Stream, f.Group, pelwarden.Pause{By: "ops"}))
+		ids := f.Produce(5, nil)
+		rdb, _, _ := aclUser(t, s, f.Keys, "consumer", []string{pauseRule})
+		logs := &warnLog{}
+		cfg := f.ConsumerConfig(driver.Config{Consumer: "worker", Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
+		cfg.Logger = slog.New(logs)
+		c := f.WithClient(rdb).RunConsumer(cfg)
+		f.RequireAcked(ids...)
+		require.NoError(t, c.Stop())
+		require.Equal(t, 1, logs.count("cannot read the group's pause key"), "warned once")
 	})
 }
 

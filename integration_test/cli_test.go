@@ -321,6 +321,9 @@ func TestCLIBadFlags(t *testing.T) {
 		{[]string{"exporter", "--stalled-after", "0s"}, "--stalled-after must be positive"},
 		{[]string{"exporter", "--max-streams", "0"}, "--max-streams must be at least 1"},
 		{[]string{"exporter", "--partitioned", "a{b"}, `--partitioned "a{b"`},
+		{[]string{"pause", "s", "g", "--partitions", "5000"}, "--partitions: "},
+		{[]string{"pause", "s"}, "needs 2 argument(s), STREAM GROUP"},
+		{[]string{"resume", "s", "g", "--partitions", "-1"}, "--partitions: "},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"status", "s", "g", "--frob"}, "unknown flag: --frob"},
 	} {

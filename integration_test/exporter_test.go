@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver/prommetrics"
 )
 
@@ -134,6 +135,23 @@ func TestGroupCollector(t *testing.T) {
 		require.EqualValues(t, 0, g.must(t, "pelwarden_group_stalled", grp), "nobody idle for an hour")
 		require.EqualValues(t, 0, g.must(t, "pelwarden_group_stalled_consumers", grp))
 		require.EqualValues(t, 2, g.must(t, "pelwarden_group_active_consumers", grp), "both seen within the hour")
+
+		require.EqualValues(t, 0, g.must(t, "pelwarden_group_paused", grp))
+		require.EqualValues(t, 0, g.must(t, "pelwarden_group_paused_seconds", grp))
+
+		// Paused by an operator: the pause and its age on the server's clock.
+		require.NoError(t, pelwarden.PauseGroup(ctx, s.rdb, f.Stream, f.Group, pelwarden.Pause{By: "ops", Reason: "test"}))
+		p, err := pelwarden.ReadPause(ctx, s.rdb, f.Stream, f.Group)
+		require.NoError(t, err)
+		g = collect(prommetrics.GroupOptions{Streams: []string{f.Stream}})
+		now, err := s.rdb.Time(ctx).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 1, g.must(t, "pelwarden_group_paused", grp))
+		pausedFor := g.must(t, "pelwarden_group_paused_seconds", grp)
+		require.GreaterOrEqual(t, pausedFor, 0.0)
+		require.LessOrEqual(t, pausedFor, now.Sub(p.At).Seconds())
+		_, err = pelwarden.ResumeGroup(ctx, s.rdb, f.Stream, f.Group)
+		require.NoError(t, err)
 
 		// An entry deleted past the group's last delivery: the server can
 		// no longer count the lag, and the series goes away.

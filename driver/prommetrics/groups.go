@@ -81,6 +81,8 @@ type GroupOptions struct {
 //	<ns>_group_active_consumers         consumers idle less than StalledAfter
 //	<ns>_group_stalled                  entries owned by stalled consumers (idle StalledAfter or more)
 //	<ns>_group_stalled_consumers        consumers that own entries and have been idle StalledAfter or more
+//	<ns>_group_paused                   1 while an operator has the group paused on the stream (pelwarden.PauseGroup)
+//	<ns>_group_paused_seconds           for how long (0 when not paused)
 //
 // Per stream (label stream; dead_letter_stream names its dead-letter stream):
 //
@@ -107,10 +109,10 @@ type GroupCollector struct {
 	rdb  redis.UniversalClient
 	opts GroupOptions
 
-	pending, lag, oldest, consumers, active, stalled, stalledConsumers *prometheus.Desc
-	length, deadEntries, deadAdded                             *prometheus.Desc
-	leaseOwner, leaseLeft, headBlocked, headDeliveries         *prometheus.Desc
-	up, scrapeSeconds, streams, readErrors, complete, truncate *prometheus.Desc
+	pending, lag, oldest, consumers, active, stalled, stalledConsumers, paused, pausedFor *prometheus.Desc
+	length, deadEntries, deadAdded                                                        *prometheus.Desc
+	leaseOwner, leaseLeft, headBlocked, headDeliveries                                    *prometheus.Desc
+	up, scrapeSeconds, streams, readErrors, complete, truncate                            *prometheus.Desc
 
 	// mu serialises scrapes: two scrapers at once do the work once each,
 	// one after the other, never in parallel.
@@ -151,6 +153,8 @@ func NewGroupCollector(rdb redis.UniversalClient, o GroupOptions) (*GroupCollect
 	c.active = desc("group_active_consumers", "Consumers of the group idle less than the collector's stalled-after (a running consumer reads at least every few seconds).", group...)
 	c.stalled = desc("group_stalled", "Entries owned by the group's stalled consumers: consumers idle at least the collector's stalled-after (their entries are reclaimable).", group...)
 	c.stalledConsumers = desc("group_stalled_consumers", "Consumers that own entries and have been idle at least the collector's stalled-after.", group...)
+	c.paused = desc("group_paused", "1 while an operator has the group paused on the stream (pelwarden pause), 0 otherwise.", group...)
+	c.pausedFor = desc("group_paused_seconds", "How long the group has been paused on the stream, on the server's clock (0 when it is not).", group...)
 	dl := []string{"stream", "dead_letter_stream"}
 	c.length = desc("stream_length", "Entries in the stream.", "stream")
 	c.deadEntries = desc("dead_letter_entries", "Records in the stream's dead-letter stream.", dl...)
@@ -226,7 +230,7 @@ func (o GroupOptions) withDefaults() GroupOptions {
 
 // Describe implements prometheus.Collector.
 func (c *GroupCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.pending, c.lag, c.oldest, c.consumers, c.active, c.stalled, c.stalledConsumers,
+	for _, d := range []*prometheus.Desc{c.pending, c.lag, c.oldest, c.consumers, c.active, c.stalled, c.stalledConsumers, c.paused, c.pausedFor,
 		c.length, c.deadEntries, c.deadAdded, c.leaseOwner, c.leaseLeft, c.headBlocked, c.headDeliveries,
 		c.up, c.scrapeSeconds, c.streams, c.readErrors, c.complete, c.truncate} {
 		ch <- d
@@ -272,6 +276,16 @@ func (c *GroupCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.active, float64(g.Active), g.Stream, g.Group)
 		gauge(c.stalled, float64(g.StalledPending), g.Stream, g.Group)
 		gauge(c.stalledConsumers, float64(g.Stalled), g.Stream, g.Group)
+		if g.PauseErr != nil {
+			c.opts.Logger.Warn("pelwarden group collector: pause not read", "stream", g.Stream, "group", g.Group, "err", g.PauseErr)
+		} else {
+			var pausedFor time.Duration
+			if g.Pause != nil {
+				pausedFor = max(snap.At.Sub(g.Pause.At), 0)
+			}
+			gauge(c.paused, boolValue(g.Pause != nil), g.Stream, g.Group)
+			gauge(c.pausedFor, pausedFor.Seconds(), g.Stream, g.Group)
+		}
 		if i > 0 && snap.Groups[i-1].Stream == g.Stream {
 			continue // the stream's own series are sent once
 		}

@@ -63,6 +63,10 @@ type GroupState struct {
 	// read).
 	Lease    *LeaseState
 	LeaseErr error
+	// Pause is the group's pause on the stream (pelwarden.PauseGroup; nil
+	// when it is not paused, or PauseErr says why it could not be read).
+	Pause    *pelwarden.Pause
+	PauseErr error
 	// Err is set when the group's PEL summary or consumers could not be
 	// read; the fields they fill are then zero.
 	Err error
@@ -88,6 +92,7 @@ type streamReads struct {
 	dlqLength   *redis.IntCmd
 	dlqInfo     *redis.XInfoStreamCmd
 	lease       *redis.SliceCmd
+	pauses      *redis.MapStringStringCmd
 }
 
 // groupReads are the per-group commands of one snapshot.
@@ -100,8 +105,8 @@ type groupReads struct {
 
 // ReadGroups reads every consumer group of streams in three pipelined
 // round trips: TIME; per stream XINFO GROUPS, XLEN, the dead-letter
-// stream's XLEN and XINFO STREAM (not FULL: its entries-added counter) and
-// an HMGET of the stream's lease hash; per group XPENDING (the summary
+// stream's XLEN and XINFO STREAM (not FULL: its entries-added counter), an
+// HMGET of the stream's lease hash and an HGETALL of its pause hash; per group XPENDING (the summary
 // form: one row per consumer) and XINFO CONSUMERS. Nothing reads a PEL's
 // entries or a stream's entries, so the server's work grows with the
 // number of groups and consumers, not with the PELs' sizes.
@@ -127,6 +132,7 @@ func ReadGroups(ctx context.Context, rdb redis.UniversalClient, streams []string
 		sr.dlqLength = pipe.XLen(ctx, sr.dlq)
 		sr.dlqInfo = pipe.XInfoStream(ctx, sr.dlq)
 		sr.lease = pipe.HMGet(ctx, pelwarden.LeaseKeyFor(name), LeaseFields...)
+		sr.pauses = pipe.HGetAll(ctx, pelwarden.PauseKeyFor(name))
 		reads = append(reads, sr)
 	}
 	if len(reads) > 0 {
@@ -180,6 +186,11 @@ func (gr *groupReads) state(now time.Time, stalledAfter time.Duration) GroupStat
 		st.DeadLetterAdded = info.EntriesAdded
 	}
 	st.Lease, st.LeaseErr = DecodeLeaseReply(pelwarden.LeaseKeyFor(gr.s.stream), gr.s.lease, now)
+	if pauses, err := gr.s.pauses.Result(); err != nil {
+		st.PauseErr = commandError("HGETALL", pelwarden.PauseKeyFor(gr.s.stream), err)
+	} else if v, ok := pauses[gr.g.Name]; ok {
+		st.Pause, st.PauseErr = pelwarden.DecodePause(pelwarden.PauseKeyFor(gr.s.stream), gr.g.Name, v)
+	}
 	if p, err := gr.pending.Result(); err == nil {
 		st.Pending = p.Count
 		if p.Count > 0 {

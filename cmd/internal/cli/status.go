@@ -39,6 +39,17 @@ type statusJSON struct {
 	// Redis 8.6+; omitted where the server does not report it or the user
 	// may not run XINFO STREAM).
 	Idempotency *idempotencyJSON `json:"idempotency,omitempty"`
+	// Paused: the group's pause (pelwarden pause); null when it is not
+	// paused.
+	Paused *pausedJSON `json:"paused"`
+}
+
+// pausedJSON is a pelwarden.Pause with its age on the server's clock.
+type pausedJSON struct {
+	By     string `json:"by"`
+	Reason string `json:"reason"`
+	AtMs   int64  `json:"at_ms"`
+	ForMs  int64  `json:"for_ms"`
 }
 
 // idempotencyJSON is ops.Idempotency: XINFO STREAM's iids-duplicates,
@@ -128,6 +139,14 @@ producer, for how long.`,
 					out.StalledPending += c.Pending
 				}
 			}
+			switch p, err := pelwarden.ReadPause(ctx, rdb, stream, group); {
+			case pelwarden.Matches(err, pelwarden.ErrNoPermission):
+				// An operator that may not read the pause key sees the rest.
+			case err != nil:
+				return classify(err)
+			case p != nil:
+				out.Paused = &pausedJSON{By: p.By, Reason: p.Reason, AtMs: p.At.UnixMilli(), ForMs: max(now.Sub(p.At).Milliseconds(), 0)}
+			}
 			if v, err := pelwarden.NewLibrary(rdb).Version(ctx); err == nil {
 				out.LibraryVersion = v
 			}
@@ -171,6 +190,13 @@ func (a *app) printStatus(s statusJSON, minIdle time.Duration) {
 		}
 	}
 	_, _ = tw.Write([]byte("  pending\t" + pending + "\n"))
+	if p := s.Paused; p != nil {
+		line := "yes, for " + fmtDuration(time.Duration(p.ForMs)*time.Millisecond) + " by " + p.By
+		if p.Reason != "" {
+			line += ": " + p.Reason
+		}
+		_, _ = tw.Write([]byte("  PAUSED\t" + line + " (pelwarden resume ends it)\n"))
+	}
 	lag := "unknown (the server cannot tell after deletions or trimming)"
 	if s.Lag != nil {
 		lag = plural(*s.Lag, "entry", "entries") + " not yet delivered to the group"
