@@ -26,6 +26,8 @@ type Consumer struct {
 	log *slog.Logger
 
 	running atomic.Bool
+	// health is the running Run's (nil while not running).
+	health atomic.Pointer[health]
 }
 
 // New returns an unordered Consumer for rdb (any go-redis client: single
@@ -106,11 +108,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 		members := &redisMembers{rdb: c.rdb, key: MembersKey(c.cfg.Streams, c.cfg.Group), consumer: c.cfg.Consumer}
 		tx := &txProbe{rdb: c.rdb, log: c.log}
 		partitionOf := func(cfg Config) partitionServer { return c.partitionServer(cfg, tx) }
-		lingering, err = newOrderedRun(c.cfg, c.log, c.lib, partitionOf, members, newClock()).serve(ctx)
+		r := newOrderedRun(c.cfg, c.log, c.lib, partitionOf, members, newClock())
+		c.health.Store(r.health)
+		lingering, err = r.serve(ctx)
 	} else {
 		s, lanes := newSession(c.cfg, c.log, c.lib, c.laneServer, newClock())
+		c.health.Store(s.health)
 		lingering, err = s.serve(ctx, lanes)
 	}
+	c.health.Store(nil)
 	if lingering == nil {
 		c.running.Store(false)
 	} else {

@@ -31,6 +31,8 @@ type core struct {
 	// window in unordered mode; in ordered mode the owners' next calls,
 	// which the server refuses, are the pause and its probe).
 	intake intake
+	// health answers probes (Consumer.Health).
+	health *health
 	oomMu  sync.Mutex
 	oom    error // the refusal that paused the intake
 
@@ -83,8 +85,8 @@ type streamServer interface {
 	stale(err error)
 }
 
-func newCore(cfg Config, log *slog.Logger, lib loader, in intake) *core {
-	return &core{cfg: cfg, log: log, m: cfg.Metrics, lib: lib, intake: in,
+func newCore(cfg Config, log *slog.Logger, lib loader, in intake, clk clock) *core {
+	return &core{cfg: cfg, log: log, m: cfg.Metrics, lib: lib, intake: in, health: newHealth(clk),
 		entryLogs: newLogLimiter(entryLogBurst, entryLogRate), stopped: make(chan struct{})}
 }
 
@@ -111,6 +113,7 @@ func (c *core) begin(ctx context.Context, streams []*streamScope) (bool, error) 
 	err := c.start(ctx, streams)
 	switch {
 	case err == nil:
+		c.health.ready.Store(true)
 		return true, nil
 	case ctx.Err() != nil && !permanent(err):
 		c.log.Info("pelwarden consumer stopped before it started", "err", err)
@@ -191,6 +194,7 @@ func (c *core) loopContext(ctx context.Context) (context.Context, context.Cancel
 			cancel()
 		case <-loopCtx.Done():
 		}
+		c.health.notReady("stopping")
 	}()
 	return loopCtx, cancel
 }

@@ -24,6 +24,7 @@ type keeper struct {
 	hand   *hand
 	settle *settler
 	faults faults
+	pulse  *pulse // the loop's progress, for the liveness probe
 }
 
 // heartbeatLoop extends the lease of entries whose idle time was last
@@ -32,7 +33,10 @@ type keeper struct {
 // MinIdle: a heartbeatTick every Config.heartbeatTick.
 func (k *keeper) heartbeatLoop(ctx context.Context) {
 	every := k.cfg.heartbeatTick()
-	tickEvery(ctx, every, func() { k.heartbeatTick(ctx, every) })
+	tickEvery(ctx, every, func() {
+		k.heartbeatTick(ctx, every)
+		k.pulse.beat()
+	})
 }
 
 // heartbeatTick is one tick of the heartbeat loop, tick apart: it releases

@@ -61,6 +61,8 @@ type lane struct {
 	keep *keeper
 	// pause is the operator's pause of the group on this stream.
 	pause pauseGate
+	// readPulse is the read loop's progress, for the liveness probe.
+	readPulse *pulse
 }
 
 // sweeps holds one more than the clock reading at which the latest
@@ -109,6 +111,9 @@ func newLane(s *session, sc *streamScope, srv laneServer, clk clock, single bool
 	l.exec = &executor{cfg: cfg, log: log, m: cfg.Metrics, clock: clk, hand: l.hand, flow: s.flow, acks: l.acks,
 		settle: l.settle, run: s.core, drain: &l.drain, readClaim: &l.readClaim, pause: &l.pause}
 	l.keep = &keeper{cfg: cfg, m: cfg.Metrics, srv: srv, clock: clk, hand: l.hand, settle: l.settle, faults: l.faults}
+	l.readPulse = s.health.pulse("read loop of "+cfg.Stream, cfg.ReadBlock+time.Minute)
+	l.keep.pulse = s.health.pulse("heartbeat loop of "+cfg.Stream, 3*cfg.heartbeatTick()+time.Minute)
+	s.health.watch(&l.pause)
 	l.maint = &maintainer{cfg: cfg, log: log, m: cfg.Metrics, srv: srv, clock: clk, faults: l.faults, hand: l.hand, sweeps: &l.sweeps}
 	return l
 }

@@ -66,7 +66,7 @@ type orderedRun struct {
 // slot's configuration, and the membership on members, reading clk.
 func newOrderedRun(cfg Config, log *slog.Logger, lib loader, partitionOf func(Config) partitionServer, members memberServer, clk clock) *orderedRun {
 	r := &orderedRun{
-		core: newCore(cfg, log, lib, &intakeFlag{}), clock: clk, members: members,
+		core: newCore(cfg, log, lib, &intakeFlag{}, clk), clock: clk, members: members,
 		balanceEvery: cfg.balanceInterval(),
 		tick:         cfg.partitionLease / 20,
 		idleMax:      min(cfg.ReadBlock/4, cfg.partitionLease/4),
@@ -104,6 +104,7 @@ func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err 
 	pauses := make([]*pauseSource, len(r.parts))
 	for i, p := range r.parts {
 		pauses[i] = &pauseSource{scope: p.streamScope, srv: p.srv, gate: &p.pause}
+		r.health.watch(&p.pause)
 	}
 	r.checkPauses(ctx, pauses)
 
@@ -118,6 +119,7 @@ func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err 
 		r.pauseLoop(loopCtx, pauses)
 	}()
 
+	balancer := r.health.pulse("balancer", 3*r.balanceEvery+time.Minute)
 	balanced := make(chan struct{})
 	go func() {
 		defer close(balanced)
@@ -130,6 +132,7 @@ func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err 
 			case <-t.C:
 			}
 			t.Reset(r.balance(loopCtx))
+			balancer.beat()
 		}
 	}()
 	<-loopCtx.Done()

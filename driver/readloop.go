@@ -54,15 +54,19 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 		want := l.cfg.ReadCount
 		if idle {
 			want = 1
+			l.readPulse.wait(true)
 			if !block && !first && !l.idlePoll(ctx) {
 				return
 			}
+			l.readPulse.wait(false)
 		}
 		first = false
+		l.readPulse.wait(true) // paused, or waiting for room while handlers run
 		if !l.pause.await(ctx) {
 			return
 		}
 		res := l.flow.reserve(ctx, partyRead, want)
+		l.readPulse.wait(false)
 		n := res.n
 		if n == 0 {
 			return
@@ -82,6 +86,7 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 		}
 		err := retry(ctx, l.readGiveUp, l.readFailed, func(ctx context.Context) error {
 			began = l.clock.now()
+			l.readPulse.beat() // each attempt is progress, even against a server that does not answer
 			var err error
 			msgs, err = l.srv.read(ctx, n, idle && block, claim)
 			rtt = l.clock.now() - began

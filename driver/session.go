@@ -36,7 +36,7 @@ func newSession(cfg Config, log *slog.Logger, lib loader, laneOf func(Config) la
 		ceil = cfg.Concurrency + cfg.Prefetch
 	}
 	flow := newWindow(min(cfg.Concurrency, ceil), ceil, cfg.Prefetch > 0, cfg.MaxInHandBytes, cfg.MinIdle)
-	s := &session{core: newCore(cfg, log, lib, flow), flow: flow}
+	s := &session{core: newCore(cfg, log, lib, flow, clk), flow: flow}
 	s.jobs = newJobQueue(cfg.Concurrency, &s.flow.starved)
 	lanes := make([]*lane, len(cfg.Streams))
 	for i, stream := range cfg.Streams {

@@ -167,6 +167,31 @@ func TestCLIDemoReport(t *testing.T) {
 }
 
 // status reports the PEL, consumers, lag and dead-letter length.
+// `dlq list` on a work stream warns and names its dead-letter stream; on a
+// stream of records pelwarden did not write, it asks; on a dead-letter
+// stream, it says nothing.
+func TestCLIDLQListWarns(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		f, _ := statusFixture(t, s)
+		r := pw(t, s, "dlq", "list", f.Stream)
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.Contains(t, r.stderr, "warning: "+f.Stream+" has consumer groups ("+f.Group+"): it is a work stream, not a dead-letter stream; its dead-letter stream is "+f.DeadLetterStream+" (1 record)")
+		v := pwJSON(t, s, "dlq", "list", f.Stream)
+		require.Contains(t, v["warning"], "its dead-letter stream is "+f.DeadLetterStream)
+
+		r = pw(t, s, "dlq", "list", f.DeadLetterStream)
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.NotContains(t, r.stderr, "warning")
+
+		plain := strings.TrimSuffix(f.DeadLetterStream, ":dead") + ":plain"
+		require.NoError(t, s.rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: plain, Values: []string{"a", "1"}}).Err())
+		t.Cleanup(func() { _ = s.rdb.Del(context.Background(), plain).Err() })
+		r = pw(t, s, "dlq", "list", plain)
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.Contains(t, r.stderr, "warning: no record listed from "+plain+" has pelwarden's dead-letter metadata")
+	})
+}
+
 // statusFixture is a group with 6 entries: 3 pending with c1, 1 delivered
 // to c2 and dead-lettered, 2 not delivered, and one dead-letter record.
 func statusFixture(t *testing.T, s *target) (*pelwardentest.Fixture, []string) {
@@ -324,6 +349,8 @@ func TestCLIBadFlags(t *testing.T) {
 		{[]string{"pause", "s", "g", "--partitions", "5000"}, "--partitions: "},
 		{[]string{"pause", "s"}, "needs 2 argument(s), STREAM GROUP"},
 		{[]string{"resume", "s", "g", "--partitions", "-1"}, "--partitions: "},
+		{[]string{"status", "s", "g", "--partitions", "0"}, "--partitions must be between 1 and"},
+		{[]string{"status", "s*", "g", "--dlq", "d"}, "--dlq names one stream's dead-letter stream"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"status", "s", "g", "--frob"}, "unknown flag: --frob"},
 	} {

@@ -255,3 +255,83 @@ func TestCLIExporter(t *testing.T) {
 	requireStopped(t, "exporter", done, &errb)
 	require.Contains(t, errb.String(), "pelwarden exporter: serving")
 }
+
+// `status` over the partitions of a partitioned stream, or a glob: one row
+// per stream with its lease owner, blocked head and pause, and totals.
+func TestCLIStatusPartitions(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := t.Context()
+		name := "st-" + strings.NewReplacer("/", "-").Replace(t.Name())
+		keys := blockedPartition(t, s, name, 2)
+		require.NoError(t, pelwarden.PauseGroup(ctx, s.rdb, keys[1], "g", pelwarden.Pause{By: "ops"}))
+		t.Cleanup(func() { _ = s.rdb.Del(context.Background(), pelwarden.PauseKeyFor(keys[1])).Err() })
+
+		for _, args := range [][]string{{"status", name, "g", "--partitions", "2"}, {"status", "{" + name + "/*", "g"}} {
+			v := pwJSON(t, s, args...)
+			rows := list(t, v["streams"])
+			require.Len(t, rows, 2, "%v", args)
+			r0, r1 := obj(t, rows[0]), obj(t, rows[1])
+			require.Equal(t, keys[0], r0["stream"])
+			require.Equal(t, "a", r0["lease_owner"])
+			require.NotNil(t, r0["blocked_head"])
+			require.EqualValues(t, 1, num(t, r0["pending"]), "the blocked head")
+			require.Equal(t, false, r0["paused"])
+			require.Equal(t, keys[1], r1["stream"])
+			require.Nil(t, r1["lease_owner"], "no lease hash yet")
+			require.Equal(t, true, r1["paused"])
+			require.EqualValues(t, 2, num(t, r1["lag"]))
+			totals := obj(t, v["totals"])
+			require.EqualValues(t, 1, num(t, totals["blocked"]))
+			require.EqualValues(t, 1, num(t, totals["paused"]))
+			require.EqualValues(t, 3, num(t, totals["lag"]), "1 behind the head, 2 on the other")
+		}
+		r := pw(t, s, "status", name, "g", "--partitions", "2")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.Contains(t, r.stdout, "LEASE OWNER")
+		require.Contains(t, r.stdout, "PAUSED")
+		require.Contains(t, r.stdout, "group g on 2 streams: 1 pending, lag 3, 0 dead letters; 1 blocked, 1 paused")
+
+		v := pwJSON(t, s, "status", name, "nope", "--partitions", "2")
+		for _, row := range list(t, v["streams"]) {
+			require.Equal(t, true, obj(t, row)["missing"])
+		}
+	})
+}
+
+// The numbers KEDA's redis-streams scaler computes (lagCount: XINFO GROUPS
+// lag; pendingEntriesCount: the XPENDING summary's count; streamLength:
+// XLEN) are the ones `pelwarden status` and the exporter show.
+func TestKEDAAgrees(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := t.Context()
+		f, _ := statusFixture(t, s)
+		f.Produce(7, order) // more lag
+		groups, err := s.rdb.XInfoGroups(ctx, f.Stream).Result()
+		require.NoError(t, err)
+		require.Len(t, groups, 1)
+		kedaLag := groups[0].Lag
+		p, err := s.rdb.XPending(ctx, f.Stream, f.Group).Result()
+		require.NoError(t, err)
+		kedaPending := p.Count
+		kedaLength, err := s.rdb.XLen(ctx, f.Stream).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 9, kedaLag)
+		require.EqualValues(t, 3, kedaPending)
+		require.EqualValues(t, 13, kedaLength)
+
+		st := pwJSON(t, s, "status", f.Stream, f.Group)
+		require.EqualValues(t, kedaLag, num(t, st["lag"]))
+		require.EqualValues(t, kedaPending, num(t, st["pending"]))
+		require.EqualValues(t, kedaLength, num(t, st["length"]))
+
+		gc, err := prommetrics.NewGroupCollector(s.rdb, prommetrics.GroupOptions{Streams: []string{f.Stream}})
+		require.NoError(t, err)
+		reg := prometheus.NewPedanticRegistry()
+		require.NoError(t, reg.Register(gc))
+		g := scrape(t, reg)
+		grp := map[string]string{"stream": f.Stream, "group": f.Group}
+		require.EqualValues(t, kedaLag, g.must(t, "pelwarden_group_lag", grp))
+		require.EqualValues(t, kedaPending, g.must(t, "pelwarden_group_pending", grp))
+		require.EqualValues(t, kedaLength, g.must(t, "pelwarden_stream_length", map[string]string{"stream": f.Stream}))
+	})
+}

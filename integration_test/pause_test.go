@@ -2,6 +2,8 @@ package integration_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -182,4 +184,47 @@ func TestPauseOrdered(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, n.Count, "%s: everything acked", k)
 	}
+}
+
+// The probes on real servers: /readyz answers 503 until the consumer
+// started and 200 then, /livez 200 throughout, paused included; a stopped
+// consumer is not ready. Ordered mode too.
+func TestHealthProbes(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := t.Context()
+		f := s.fixture(t)
+		f.Produce(5, order)
+		get := func(h http.Handler, path string) (int, string) {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequestWithContext(ctx, http.MethodGet, path, nil))
+			return w.Code, w.Body.String()
+		}
+		c := f.RunConsumer(driver.Config{Consumer: "probe", Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
+		keys, err := pelwarden.Partitions("probe-"+strconv.FormatInt(time.Now().UnixNano(), 36), 2)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			for _, k := range keys {
+				_ = s.rdb.Del(context.Background(), k, pelwarden.LeaseKeyFor(k)).Err()
+			}
+		})
+		o := f.RunOrderedConsumer(driver.OrderedConfig{Streams: keys, Group: "g", CreateGroup: true, Consumer: "probe-ordered",
+			Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })})
+		h := driver.HealthHandler(c.Consumer, o.Consumer)
+		f.Eventually("both ready", func() bool { code, _ := get(h, "/readyz"); return code == http.StatusOK })
+		code, body := get(h, "/livez")
+		require.Equal(t, http.StatusOK, code, body)
+
+		require.NoError(t, pelwarden.PauseGroup(ctx, s.rdb, f.Stream, f.Group, pelwarden.Pause{By: "ops"}))
+		f.Eventually("the consumer reports the pause", func() bool { return c.Health().Paused })
+		require.True(t, c.Health().Live)
+		require.True(t, c.Health().Ready)
+		require.False(t, o.Health().Paused, "another group")
+
+		require.NoError(t, c.Stop())
+		code, body = get(h, "/readyz")
+		require.Equal(t, http.StatusServiceUnavailable, code)
+		require.Equal(t, "probe: not running\n", body)
+		code, _ = get(h, "/livez")
+		require.Equal(t, http.StatusOK, code, "a stopped consumer is not wedged")
+	})
 }

@@ -3,11 +3,13 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/internal/ops"
 )
 
@@ -16,6 +18,10 @@ type dlqListJSON struct {
 	DeadLetterStream string       `json:"dead_letter_stream"`
 	Length           int64        `json:"length"`
 	Records          []deadRecord `json:"records"`
+	// Warning: DLQ does not look like a dead-letter stream (it has
+	// consumer groups, or none of its records has pelwarden's metadata);
+	// omitted when it does.
+	Warning string `json:"warning,omitempty"`
 }
 
 func (a *app) dlqListCommand() *cobra.Command {
@@ -47,8 +53,12 @@ func (a *app) dlqListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			out.Warning = notDeadLetterWarning(ctx, rdb, key, out.Records)
 			if a.json {
 				return a.printJSON(out)
+			}
+			if out.Warning != "" {
+				fmt.Fprintln(a.stderr, "warning: "+out.Warning)
 			}
 			now := serverTime(ctx, rdb)
 			tw := a.table()
@@ -95,4 +105,31 @@ func listDeadLetters(ctx context.Context, rdb redis.UniversalClient, key, afterI
 		out.Records = append(out.Records, parseDeadRecord(e))
 	}
 	return out, nil
+}
+
+// notDeadLetterWarning says why key does not look like a dead-letter
+// stream, naming the one it likely meant: a stream with consumer groups is
+// a work stream (its dead-letter stream is pelwarden.DeadLetterStreamFor
+// of it), and a page of records none of which has pelwarden's metadata was
+// not written by pelwarden. "" when neither.
+func notDeadLetterWarning(ctx context.Context, rdb redis.UniversalClient, key string, page []deadRecord) string {
+	if groups, err := rdb.XInfoGroups(ctx, key).Result(); err == nil && len(groups) > 0 {
+		names := make([]string, len(groups))
+		for i, g := range groups {
+			names[i] = g.Name
+		}
+		dlq := pelwarden.DeadLetterStreamFor(key)
+		n, _ := rdb.XLen(ctx, dlq).Result()
+		return fmt.Sprintf("%s has consumer groups (%s): it is a work stream, not a dead-letter stream; its dead-letter stream is %s (%s)",
+			key, strings.Join(names, ", "), dlq, plural(n, "record", "records"))
+	}
+	if len(page) == 0 {
+		return ""
+	}
+	for _, r := range page {
+		if !r.Foreign {
+			return ""
+		}
+	}
+	return fmt.Sprintf("no record listed from %s has pelwarden's dead-letter metadata: is it a dead-letter stream?", key)
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -75,6 +76,7 @@ type consumerJSON struct {
 func (a *app) statusCommand() *cobra.Command {
 	var minIdle time.Duration
 	var dlq string
+	var partitions int
 	cmd := &cobra.Command{
 		Use:   "status STREAM GROUP",
 		Short: "PEL size, oldest pending age, consumers, lag and dead-letter length of a group",
@@ -85,9 +87,18 @@ own entries and have been idle past --min-idle: their entries are
 reclaimable), the group's lag and the dead-letter stream's length. On Redis
 8.6 and newer it adds the stream's idempotent publishing (XADD IDMP): the
 publishes the server dropped as duplicates, and the ids it keeps per
-producer, for how long.`,
+producer, for how long.
+
+Several streams at once: with --partitions N, STREAM is a partitioned
+stream's name (pelwarden.Partitions(STREAM, N)), and a STREAM with glob
+characters (SCAN MATCH syntax) names every stream it matches. One table
+then has a row per stream, with its partition lease's owner, the head that
+blocks it (ordered mode) and whether it is paused, and a line of totals;
+the streams are read in three pipelined round trips.`,
 		Example: `  pelwarden status '{orders}' billing
-  pelwarden status '{orders}' billing --min-idle 30s --json`,
+  pelwarden status '{orders}' billing --min-idle 30s --json
+  pelwarden status payments billing --partitions 16
+  pelwarden status '{orders-*' billing`,
 		Args: exactArgs("STREAM", "GROUP"),
 		RunE: run(func(cmd *cobra.Command, args []string) error {
 			stream, group := args[0], args[1]
@@ -98,12 +109,26 @@ producer, for how long.`,
 			if err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("partitions") && (partitions < 1 || partitions > pelwarden.MaxPartitions) {
+				return usageErrorf("--partitions must be between 1 and %d, got %d", pelwarden.MaxPartitions, partitions)
+			}
+			many := partitions > 0 || strings.ContainsAny(stream, `*?[`)
+			if many && cmd.Flags().Changed("dlq") {
+				return usageErrorf("--dlq names one stream's dead-letter stream: not with several streams")
+			}
 			ctx := cmd.Context()
 			rdb, _, err := a.connect(ctx)
 			if err != nil {
 				return err
 			}
 			defer rdb.Close()
+			if many {
+				streams, complete, err := statusStreams(ctx, rdb, stream, partitions)
+				if err != nil {
+					return err
+				}
+				return a.statusMany(ctx, rdb, group, streams, complete, partitions > 0, minIdle)
+			}
 			st, err := groupStats(ctx, rdb, stream, group, dlq)
 			if err != nil {
 				return err
@@ -175,6 +200,7 @@ producer, for how long.`,
 		}),
 	}
 	cmd.Flags().DurationVar(&minIdle, "min-idle", time.Minute, "flag consumers that own entries and have been idle at least this long (their entries are reclaimable); use your consumers' MinIdle")
+	cmd.Flags().IntVar(&partitions, "partitions", 0, "STREAM is a partitioned stream of `N` partitions: one row per partition")
 	cmd.Flags().StringVar(&dlq, "dlq", "", "dead-letter stream `KEY` (default pelwarden.DeadLetterStreamFor(STREAM): STREAM:dead with a hash tag, else {STREAM}:dead)")
 	return cmd
 }

@@ -88,6 +88,10 @@ func (s *Server) handleAction(w http.ResponseWriter, r *http.Request) {
 		p, err = s.planPoison(ctx, f)
 	case "reap":
 		p, err = s.planReap(ctx, f)
+	case "pause":
+		p, err = s.planPause(ctx, f)
+	case "resume":
+		p, err = s.planResume(ctx, f)
 	default:
 		s.failPage(w, r, http.StatusNotFound, "no such action %q", r.PathValue("action"))
 		return

@@ -10,6 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pelwarden/pelwarden"
 )
 
 // state is what an action could change: lengths, pending and consumers.
@@ -36,6 +38,8 @@ func actionForms(sc *scenario) map[string]url.Values {
 		"purge":   {"dlq": {sc.DLQ}, "all": {"1"}, "step": {"run"}},
 		"poison":  {"stream": {sc.Stream}, "group": {sc.Group}, "max_deliveries": {"1"}, "step": {"run"}},
 		"reap":    {"stream": {sc.Stream}, "group": {sc.Group}, "idle": {"1ms"}, "step": {"run"}},
+		"pause":   {"stream": {sc.Stream}, "group": {sc.Group}, "reason": {"test"}, "step": {"run"}},
+		"resume":  {"stream": {sc.Stream}, "group": {sc.Group}, "step": {"run"}},
 		"stop":    {"id": {"0123456789abcdef"}},
 	}
 }
@@ -244,5 +248,50 @@ func TestActions(t *testing.T) {
 			names = append(names, c.Name)
 		}
 		require.ElementsMatch(t, []string{"keep-me", "reader"}, names)
+	})
+
+	t.Run("pause and resume", func(t *testing.T) {
+		t.Parallel()
+		sc := seed(t, rdb, "act-pause", 4, 0)
+		t.Cleanup(func() { rdb.Del(context.Background(), pelwarden.PauseKeyFor(sc.Stream)) })
+		s, ts := newTest(t, rdb, Options{Streams: sc.Stream})
+		page := "/group" + q("stream", sc.Stream, "group", sc.Group)
+		r := get(t, ts, page)
+		require.Contains(t, r.Body, "/actions/pause")
+		require.NotContains(t, r.Body, "paused-banner")
+		form := url.Values{"stream": {sc.Stream}, "group": {sc.Group}, "reason": {"gateway <down>"}}
+		r = post(t, ts, "/actions/pause", form, nil)
+		require.Equal(t, http.StatusOK, r.Status, r.Body)
+		require.Contains(t, r.Body, "1 consumers now")
+		p, err := pelwarden.ReadPause(ctx, rdb, sc.Stream, sc.Group)
+		require.NoError(t, err)
+		require.Nil(t, p, "confirming changes nothing")
+		form.Set("step", "run")
+		st := waitJob(t, s, jobIDFrom(t, post(t, ts, "/actions/pause", form, nil)))
+		require.Empty(t, st.Err)
+		p, err = pelwarden.ReadPause(ctx, rdb, sc.Stream, sc.Group)
+		require.NoError(t, err)
+		require.Equal(t, "dashboard:anonymous", p.By, "no authentication")
+		require.Equal(t, "gateway <down>", p.Reason)
+
+		r = get(t, ts, page)
+		require.Contains(t, r.Body, `<p class="paused-banner bad"><strong>Paused</strong> by dashboard:anonymous`)
+		require.Contains(t, r.Body, "gateway &lt;down&gt;")
+		require.Contains(t, r.Body, "/actions/resume")
+		require.NotContains(t, r.Body, "/actions/pause")
+		r = get(t, ts, "/")
+		require.Contains(t, overviewRow(t, r.Body, sc.Stream), `<span class="tag bad paused">paused</span>`)
+
+		st = waitJob(t, s, jobIDFrom(t, post(t, ts, "/actions/resume", url.Values{"stream": {sc.Stream}, "group": {sc.Group}, "step": {"run"}}, nil)))
+		require.Empty(t, st.Err)
+		require.Contains(t, st.Message, "resumed "+sc.Stream)
+		p, err = pelwarden.ReadPause(ctx, rdb, sc.Stream, sc.Group)
+		require.NoError(t, err)
+		require.Nil(t, p)
+		r = get(t, ts, page)
+		require.NotContains(t, r.Body, "paused-banner")
+
+		r = post(t, ts, "/actions/pause", url.Values{"stream": {sc.Stream}, "group": {"nope"}}, nil)
+		require.NotEqual(t, http.StatusOK, r.Status, "no such group")
 	})
 }

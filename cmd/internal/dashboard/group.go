@@ -43,6 +43,10 @@ type groupView struct {
 	// server does not report it, before Redis 8.6 and on Valkey, or the
 	// user may not run XINFO STREAM).
 	Idempotency *ops.Idempotency
+	// Pause is the group's pause (nil when it is not paused); PauseNote
+	// says why it could not be read ("" when it was).
+	Pause     *pelwarden.Pause
+	PauseNote string
 }
 
 // loadGroup reads a group's summary in one pipelined round trip: TIME,
@@ -63,6 +67,7 @@ func (s *Server) loadGroup(ctx context.Context, stream, group, dlq string) (*gro
 	info := pipe.XInfoStream(ctx, stream)
 	leaseKey := pelwarden.LeaseKeyFor(stream)
 	lease := pipe.HMGet(ctx, leaseKey, ops.LeaseFields...)
+	pause := pipe.HGet(ctx, pelwarden.PauseKeyFor(stream), group)
 	var legacyLen *redis.IntCmd
 	legacy, legacyDiffers := pelwarden.LegacyDeadLetterStreamFor(stream)
 	if legacyDiffers && legacy != dlq {
@@ -118,6 +123,7 @@ func (s *Server) loadGroup(ctx context.Context, stream, group, dlq string) (*gro
 		return nil, fmt.Errorf("XINFO STREAM %s: %w", stream, err)
 	}
 	v.Lease, v.LeaseNote = leaseState(leaseKey, lease, now)
+	v.Pause, v.PauseNote = pauseState(stream, group, pause)
 	if legacyLen != nil {
 		// A missing key reads 0; another type or a refused read shows
 		// nothing: the panel is advice, not the group's state.
@@ -126,6 +132,27 @@ func (s *Server) loadGroup(ctx context.Context, stream, group, dlq string) (*gro
 		}
 	}
 	return v, nil
+}
+
+// pauseState decodes the HGET of the group's field of the stream's pause
+// hash: the pause (nil when the group is not paused), or a note saying why
+// it could not be read (the rest of the page is shown).
+func pauseState(stream, group string, cmd *redis.StringCmd) (*pelwarden.Pause, string) {
+	key := pelwarden.PauseKeyFor(stream)
+	v, err := cmd.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil, ""
+	case pelwarden.Matches(err, pelwarden.ErrNoPermission):
+		return nil, fmt.Sprintf("this ACL user may not read %s (grant %%R~%s +hget to see whether the group is paused)", key, key)
+	case err != nil:
+		return nil, fmt.Sprintf("HGET %s %s: %v", key, group, err)
+	}
+	p, err := pelwarden.DecodePause(key, group, v)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return p, ""
 }
 
 // leaseState decodes the HMGET of a stream's lease hash: its state (nil

@@ -40,6 +40,8 @@ type groupRow struct {
 	// partition in ordered mode or its lease could not be read: the group
 	// page says why).
 	Lease *ops.LeaseState
+	// Paused: an operator has the group paused on the stream.
+	Paused bool
 	// FirstOfStream: the first row of its stream. The dead-letter stream
 	// is the stream's, so its cells are shown on that row only.
 	FirstOfStream bool
@@ -103,7 +105,7 @@ func (s *Server) groupRow(g *ops.GroupState, now time.Time) groupRow {
 	row := groupRow{Stream: g.Stream, Group: g.Group, DeadLetterStream: g.DeadLetterStream,
 		Length: g.Length, Lag: g.Lag, Pending: g.Pending, OldestPendingID: g.OldestPendingID,
 		OldestPendingAge: g.OldestPendingAge, Consumers: g.Consumers, Stalled: g.Stalled,
-		DeadLetterLength: g.DeadLetterLength, Lease: g.Lease}
+		DeadLetterLength: g.DeadLetterLength, Lease: g.Lease, Paused: g.Pause != nil}
 	if g.Err != nil {
 		row.Err = g.Err.Error()
 	}

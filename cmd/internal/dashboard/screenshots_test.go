@@ -25,8 +25,9 @@ const EnvScreenshots = "PELWARDEN_UI_SCREENSHOTS"
 
 // TestScreenshots runs a small shop on a server of its own for a few
 // seconds (orders billed, shipped and mailed; a stalled worker; poison
-// entries; dead letters) and photographs the overview, a group and the
-// dead letters (and the group page in dark mode).
+// entries; dead letters; the mailer paused) and photographs the overview,
+// a group with its actions (the pause control among them), the paused
+// group and the dead letters (and the group page in dark mode).
 func TestScreenshots(t *testing.T) {
 	dir := os.Getenv(EnvScreenshots)
 	if dir == "" {
@@ -63,8 +64,13 @@ func TestScreenshots(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644))
 		t.Logf("wrote %s", filepath.Join(dir, name+".png"))
 	}
+	// The mailer falls behind: an operator paused it (the overview's tag,
+	// and the group page's banner and Resume control).
+	require.NoError(t, pelwarden.PauseGroup(ctx, rdb, "{emails}", "sender", pelwarden.Pause{By: "dashboard:ops", Reason: "mail provider rate-limits us (INC-4211)"}))
+	time.Sleep(time.Second) // the overview's next refresh
 	shot("overview", "/", "table.groups")
 	shot("group", "/group"+q("stream", "{orders}", "group", "billing"), "table.pel-table")
+	shot("group-paused", "/group"+q("stream", "{emails}", "group", "sender"), "p.paused-banner")
 	shot("deadletters", "/deadletters"+q("key", "{orders}:dead"), "table.dead")
 	_, err = chromedp.Call(b.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
 		Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
