@@ -48,6 +48,10 @@ type orderedRun struct {
 
 	places chan struct{} // Concurrency places for handlers: take one to run
 
+	// balancer is the balancer's progress, for the liveness probe: a
+	// round, and each acquisition in it (each a call that may time out).
+	balancer *pulse
+
 	// bg carries no cancellation: lease calls go on during the shutdown.
 	bg context.Context
 	// handlerCtx is the handlers' parent, cancelled at the end of the
@@ -119,7 +123,7 @@ func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err 
 		r.pauseLoop(loopCtx, pauses)
 	}()
 
-	balancer := r.health.pulse("balancer", 3*r.balanceEvery+time.Minute)
+	r.balancer = r.health.pulse("balancer", 3*r.balanceEvery+time.Minute)
 	balanced := make(chan struct{})
 	go func() {
 		defer close(balanced)
@@ -132,7 +136,7 @@ func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err 
 			case <-t.C:
 			}
 			t.Reset(r.balance(loopCtx))
-			balancer.beat()
+			r.balancer.beat()
 		}
 	}()
 	<-loopCtx.Done()
@@ -234,6 +238,7 @@ func (r *orderedRun) balance(ctx context.Context) (next time.Duration) {
 		if kept >= share || ctx.Err() != nil {
 			return next
 		}
+		r.balancer.beat()
 		held, left := r.acquire(ctx, p)
 		switch {
 		case held:

@@ -260,6 +260,7 @@ func (c *GroupCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.complete, boolValue(d.Complete))
 	gauge(c.truncate, boolValue(snap.Truncated))
 	errs := 0
+	lastStream := ""
 	for i := range snap.Groups {
 		g := &snap.Groups[i]
 		if g.Err != nil {
@@ -286,9 +287,10 @@ func (c *GroupCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.paused, boolValue(g.Pause != nil), g.Stream, g.Group)
 			gauge(c.pausedFor, pausedFor.Seconds(), g.Stream, g.Group)
 		}
-		if i > 0 && snap.Groups[i-1].Stream == g.Stream {
+		if g.Stream == lastStream {
 			continue // the stream's own series are sent once
 		}
+		lastStream = g.Stream
 		gauge(c.length, float64(g.Length), g.Stream)
 		gauge(c.deadEntries, float64(g.DeadLetterLength), g.Stream, g.DeadLetterStream)
 		ch <- prometheus.MustNewConstMetric(c.deadAdded, prometheus.CounterValue, float64(g.DeadLetterAdded), g.Stream, g.DeadLetterStream)

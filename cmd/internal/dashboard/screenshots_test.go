@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,6 +67,7 @@ func TestScreenshots(t *testing.T) {
 	}
 	// The mailer falls behind: an operator paused it (the overview's tag,
 	// and the group page's banner and Resume control).
+	shop.mailerPaused.Store(true) // the shop's mailer honours the pause, as a driver consumer does
 	require.NoError(t, pelwarden.PauseGroup(ctx, rdb, "{emails}", "sender", pelwarden.Pause{By: "dashboard:ops", Reason: "mail provider rate-limits us (INC-4211)"}))
 	time.Sleep(time.Second) // the overview's next refresh
 	shot("overview", "/", "table.groups")
@@ -87,6 +89,8 @@ type shop struct {
 	rdb *redis.Client
 	lib *pelwarden.Library
 	n   int
+	// mailerPaused: the mailer takes nothing (its group is paused).
+	mailerPaused atomic.Bool
 }
 
 func newShop(t *testing.T, rdb *redis.Client) *shop {
@@ -140,7 +144,7 @@ func (sh *shop) run(ctx context.Context) {
 		sh.consume(ctx, "{orders}", "billing", "worker-2", 3, i+1)
 		sh.consume(ctx, "{orders}", "shipping", "shipper", 10, -1)
 		sh.consume(ctx, "{payments}", "ledger", "ledger-1", 10, -1)
-		if i%3 != 0 {
+		if i%3 != 0 && !sh.mailerPaused.Load() {
 			sh.consume(ctx, "{emails}", "sender", "mailer", 4, -1) // falls behind
 		}
 	}
