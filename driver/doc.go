@@ -57,7 +57,9 @@
 // (pause.go); each stream's pauseGate then stops its reads and reclaim
 // passes (unordered) or its owner's next calls (ordered), and holds back
 // the entries not yet started, while running handlers finish, acks land
-// and the entries held keep their leases.
+// and the entries held keep their leases. Consumer.Health (health.go)
+// reports the Run's readiness and whether its loops make progress, for
+// probes (HealthHandler).
 //
 // One unordered Run is a session (session.go): one window and Concurrency
 // handler workers shared by all streams, and per stream a lane and its
