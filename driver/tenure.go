@@ -109,8 +109,18 @@ func (o *tenure) own() {
 		}
 	}()
 	for !o.handOver.raised() {
-		if o.p.pause.isPaused() && !o.waitResumed() {
-			return
+		if o.p.pause.isPaused() {
+			// Paused (see pauseGate): no next call; ack what was handled at
+			// once, keep the lease, and let the rest of the batch wait.
+			if len(o.acks) > 0 {
+				o.call("ack while paused", func(ctx context.Context) error {
+					o.ackApart(ctx)
+					return nil
+				})
+			}
+			if o.hold(o.p.pause.wait(), 0, true) != holdWoken {
+				return
+			}
 		}
 		if o.hold(o.run.places, 0, true) != holdWoken {
 			return
@@ -321,20 +331,6 @@ func (o *tenure) next() (*pelwarden.LeaseNextResult, bool) {
 		o.run.m.Count(EventClaimed, claimed)
 	}
 	return res, true
-}
-
-// waitResumed waits while the group is paused on the partition (see
-// pauseGate): it makes no next call, acks what it handled at once, and
-// keeps the lease; the rest of its batch waits for the resume. It reports
-// false when the partition was handed over or lost meanwhile.
-func (o *tenure) waitResumed() bool {
-	if len(o.acks) > 0 {
-		o.call("ack while paused", func(ctx context.Context) error {
-			o.ackApart(ctx)
-			return nil
-		})
-	}
-	return o.hold(o.p.pause.wait(), 0, true) == holdWoken
 }
 
 // ackApart acks the entries handled since the last next call through the

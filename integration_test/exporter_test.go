@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver/prommetrics"
+	"github.com/pelwarden/pelwarden/internal/ops"
 )
 
 // gathered is one scrape of a registry: metric name to its series.
@@ -114,7 +114,8 @@ func TestGroupCollector(t *testing.T) {
 		require.LessOrEqual(t, g.must(t, "pelwarden_group_active_consumers", grp), 1.0, "c1 has been idle past 20ms")
 		require.EqualValues(t, 3, g.must(t, "pelwarden_group_stalled", grp), "c1's entries: it has been idle past 20ms")
 		require.EqualValues(t, 1, g.must(t, "pelwarden_group_stalled_consumers", grp), "c2 owns nothing")
-		added := idTime(t, ids[0])
+		added, ok := ops.IDTime(ids[0])
+		require.True(t, ok, ids[0])
 		oldest := g.must(t, "pelwarden_group_oldest_pending_seconds", grp)
 		require.GreaterOrEqual(t, oldest, before.Sub(added).Seconds())
 		require.LessOrEqual(t, oldest, after.Sub(added).Seconds())
@@ -157,7 +158,7 @@ func TestGroupCollector(t *testing.T) {
 		// no longer count the lag, and the series goes away.
 		require.NoError(t, s.rdb.XDel(ctx, f.Stream, ids[5]).Err())
 		g = collect(prommetrics.GroupOptions{Streams: []string{f.Stream}})
-		_, ok := g.value("pelwarden_group_lag", grp)
+		_, ok = g.value("pelwarden_group_lag", grp)
 		require.False(t, ok, "lag unknown after XDEL: %v", g["pelwarden_group_lag"])
 		require.EqualValues(t, 3, g.must(t, "pelwarden_group_pending", grp))
 
@@ -167,16 +168,6 @@ func TestGroupCollector(t *testing.T) {
 		require.EqualValues(t, 0, g.must(t, "pelwarden_group_pending", grp))
 		require.EqualValues(t, 0, g.must(t, "pelwarden_group_oldest_pending_seconds", grp))
 	})
-}
-
-// idTime is the time part of a stream id.
-func idTime(t *testing.T, id string) time.Time {
-	t.Helper()
-	ms, _, ok := strings.Cut(id, "-")
-	require.True(t, ok, id)
-	n, err := strconv.ParseInt(ms, 10, 64)
-	require.NoError(t, err)
-	return time.UnixMilli(n)
 }
 
 // Partitions of a partitioned stream, found by its name: each one with a

@@ -2,7 +2,6 @@ package ops
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -244,6 +243,3 @@ func IDTime(id string) (time.Time, bool) {
 	}
 	return time.UnixMilli(n), true
 }
-
-// String names the group in errors and logs.
-func (g *GroupState) String() string { return fmt.Sprintf("%s %s", g.Stream, g.Group) }
