@@ -96,11 +96,13 @@ deps:
 ## tests start containers (the images `images` builds). The driver's fake
 ## is checked against every server of AGREE_IMAGES too.
 unit:
-	./scripts/with-server.sh $(GO) test -race -count=1 ./...
+	./scripts/with-server.sh ./scripts/go-test.sh $(GO) test -race -count=1 ./...
 	@for img in $(AGREE_IMAGES); do echo "the driver's fake against $$img"; \
 	  PELWARDEN_SERVER_IMAGE=$$img ./scripts/with-server.sh $(GO) test -count=1 -run '^Test(Ordered)?FakeAgreesWithServer$$' ./driver/ || exit 1; done
-	@for m in $(filter-out integration_test pelwardenwatermill,$(MODULES)); do echo "go test: $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 30m ./...) || exit 1; done
+	@for m in $(filter-out integration_test pelwardenwatermill,$(MODULES)); do echo "go test: $$m"; (cd $$m && ../scripts/go-test.sh $(GO) test -race -count=1 -timeout 30m ./...) || exit 1; done
 
+## integration (and unit): scripts/go-test.sh repeats a run's failures at
+## its end, where a CI log's last screen shows them.
 ## integration: the integration matrix, then the Watermill adapter's tests
 ## (watermill's universal suite among them, on the three servers where it
 ## tests a path of its own, suite_test.go's suiteLabels; the matrix is
@@ -108,10 +110,10 @@ unit:
 ## watermill's stress test on Redis 8.0 (about 4 minutes; the matrix is
 ## watermill-stress).
 integration:
-	cd integration_test && $(GO) test -race -count=1 -parallel 8 -timeout 20m ./...
-	cd pelwardenwatermill && $(GO) test -race -count=1 -parallel 8 -timeout 30m ./...
+	cd integration_test && ../scripts/go-test.sh $(GO) test -race -count=1 -parallel 8 -timeout 20m ./...
+	cd pelwardenwatermill && ../scripts/go-test.sh $(GO) test -race -count=1 -parallel 8 -timeout 30m ./...
 	cd pelwardenwatermill && PELWARDEN_WATERMILL_STRESS=1 PELWARDEN_IMAGES=pelwarden/redis:8.0 \
-	  $(GO) test -race -count=1 -parallel 8 -timeout 30m -run '^TestPubSubStressTest$$' ./...
+	  ../scripts/go-test.sh $(GO) test -race -count=1 -parallel 8 -timeout 30m -run '^TestPubSubStressTest$$' ./...
 
 ## watermill-matrix: watermill's universal suite on every server of the
 ## matrix (about 2.5 minutes per server; make integration runs it on three).

@@ -102,6 +102,17 @@ type ClaimPage struct {
 	// stream: Lua cannot build a command that long. They are left pending,
 	// untouched, and reported on every pass until an operator moves them.
 	TooLarge []string
+	// TakenFrom says from whom the page took its Entries: for each other
+	// consumer that held some of them, how many, sorted by consumer.
+	// Entries the caller held already are not counted. Nil from a library
+	// before 1.4.0.
+	TakenFrom []ConsumerCount
+}
+
+// ConsumerCount is a number of entries of one consumer.
+type ConsumerCount struct {
+	Consumer string
+	Entries  int
 }
 
 // Done reports whether this page completed the pass.

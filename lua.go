@@ -12,7 +12,7 @@ const LibraryName = "pelwarden"
 
 // LibraryVersion is the version of the embedded library. Load never replaces
 // a newer version on a server with this one.
-const LibraryVersion = "1.3.0"
+const LibraryVersion = "1.4.0"
 
 // Function names of API version 1. A later library keeps these names working.
 const (

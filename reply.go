@@ -142,7 +142,39 @@ func decodeClaim(v any) (*ClaimPage, error) {
 			return nil, err
 		}
 	}
+	if len(a) > 6 { // library 1.4.0+
+		if p.TakenFrom, err = asConsumerCounts(fn, "taken-from", a[6]); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
+}
+
+// asConsumerCounts decodes a flat {consumer, n, ...} array.
+func asConsumerCounts(fn, what string, v any) ([]ConsumerCount, error) {
+	a, err := asArray(fn, what, v, 0)
+	if err != nil {
+		return nil, err
+	}
+	if len(a)%2 != 0 {
+		return nil, malformed(fn, "%s: want consumer/count pairs, got %d elements", what, len(a))
+	}
+	if len(a) == 0 {
+		return nil, nil
+	}
+	out := make([]ConsumerCount, len(a)/2)
+	for i := range out {
+		el := what + "[" + strconv.Itoa(2*i) + "]"
+		if out[i].Consumer, err = asString(fn, el, a[2*i]); err != nil {
+			return nil, err
+		}
+		n, err := asInt(fn, el+".count", a[2*i+1])
+		if err != nil {
+			return nil, err
+		}
+		out[i].Entries = int(n)
+	}
+	return out, nil
 }
 
 func decodeAck(v any) (*AckResult, error) {

@@ -11,7 +11,7 @@ func TestDecodeClaim(t *testing.T) {
 	t.Parallel()
 	v := []any{"5-0",
 		[]any{[]any{"1-0", []any{"a", "1", "b", "2"}, int64(2)}},
-		[]any{"2-0"}, []any{"3-0"}, int64(4), []any{"6-0"}, "a future field"}
+		[]any{"2-0"}, []any{"3-0"}, int64(4), []any{"6-0"}, []any{"w1", int64(1), "w2", "3"}, "a future field"}
 	p, err := decodeClaim(v)
 	require.NoError(t, err)
 	require.Equal(t, &ClaimPage{
@@ -21,8 +21,13 @@ func TestDecodeClaim(t *testing.T) {
 		Deleted:      []string{"3-0"},
 		BackedOff:    4,
 		TooLarge:     []string{"6-0"},
+		TakenFrom:    []ConsumerCount{{Consumer: "w1", Entries: 1}, {Consumer: "w2", Entries: 3}},
 	}, p)
 	require.False(t, p.Done())
+	// A library before 1.4.0 replies without taken-from.
+	p, err = decodeClaim(v[:6])
+	require.NoError(t, err)
+	require.Nil(t, p.TakenFrom)
 
 	for _, bad := range []any{
 		nil, "x", []any{}, []any{"0-0", []any{}, []any{}, []any{}},
@@ -30,6 +35,9 @@ func TestDecodeClaim(t *testing.T) {
 		[]any{"0-0", []any{[]any{"1-0", []any{"a"}, int64(1)}}, []any{}, []any{}, int64(0)},
 		[]any{"0-0", []any{[]any{"1-0", []any{"a", "b"}, "x"}}, []any{}, []any{}, int64(0)},
 		[]any{"0-0", []any{}, []any{int64(3)}, []any{}, int64(0)},
+		[]any{"0-0", []any{}, []any{}, []any{}, int64(0), []any{}, []any{"w1"}},
+		[]any{"0-0", []any{}, []any{}, []any{}, int64(0), []any{}, []any{"w1", "x"}},
+		[]any{"0-0", []any{}, []any{}, []any{}, int64(0), []any{}, "w1"},
 	} {
 		_, err := decodeClaim(bad)
 		require.ErrorIs(t, err, ErrMalformedReply, "%#v", bad)

@@ -180,7 +180,7 @@ var agreeScenarios = []agreeScenario{
 				got = append(got, fmt.Sprintf("%s/%d", t.name(e.ID), e.Deliveries))
 			}
 			slices.Sort(got)
-			t.line("claim %v dead-lettered %s done %v", got, t.list(page.DeadLettered), page.Done())
+			t.line("claim %v dead-lettered %s done %v taken from %v", got, t.list(page.DeadLettered), page.Done(), page.TakenFrom)
 		}
 		t.state(w)
 		page, err = s.claim(ctx, pelwarden.ClaimArgs{MinIdle: 0, Count: 10, MaxDeliveries: pelwarden.NoDeliveryLimit})

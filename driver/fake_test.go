@@ -279,6 +279,7 @@ func (f *fakeServer) claim(_ context.Context, a pelwarden.ClaimArgs) (*pelwarden
 	}
 	slices.SortFunc(ids, compareFakeIDs)
 	page := &pelwarden.ClaimPage{Cursor: "0-0"}
+	from := map[string]int{}
 	taken := 0
 	for i, id := range ids {
 		if taken == a.Count {
@@ -300,10 +301,16 @@ func (f *fakeServer) claim(_ context.Context, a pelwarden.ClaimArgs) (*pelwarden
 			f.dead = append(f.dead, id)
 			page.DeadLettered = append(page.DeadLettered, id)
 		default:
+			if p.owner != f.consumer {
+				from[p.owner]++
+			}
 			p.owner, p.at = f.consumer, f.clock.now()
 			p.deliveries++
 			page.Entries = append(page.Entries, pelwarden.Entry{ID: id, Fields: fields, Deliveries: p.deliveries})
 		}
+	}
+	for _, c := range slices.Sorted(maps.Keys(from)) {
+		page.TakenFrom = append(page.TakenFrom, pelwarden.ConsumerCount{Consumer: c, Entries: from[c]})
 	}
 	return page, nil
 }

@@ -63,6 +63,8 @@ type lane struct {
 	pause pauseGate
 	// readPulse is the read loop's progress, for the liveness probe.
 	readPulse *pulse
+	// takeovers reports the entries taken over from other consumers.
+	takeovers *takeovers
 }
 
 // sweeps holds one more than the clock reading at which the latest
@@ -98,7 +100,7 @@ func newLane(s *session, sc *streamScope, srv laneServer, clk clock, single bool
 		cfg: cfg, log: log, m: cfg.Metrics, single: single,
 		srv: srv, clock: clk,
 		sess: s, scope: sc, flow: s.flow, jobs: s.jobs,
-		hand: newHand(clk), reclaimNow: make(chan struct{}, 1),
+		hand: newHand(clk), reclaimNow: make(chan struct{}, 1), takeovers: newTakeovers(),
 	}
 	l.faults = streamFaults{core: s.core, scope: sc}
 	l.acks = newAcker(acker{

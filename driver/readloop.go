@@ -186,6 +186,7 @@ func (l *lane) takenOver(ctx context.Context, msgs []*Message) []*Message {
 		keep = append(keep, m)
 	}
 	l.m.Count(EventRead, len(msgs)-claimed)
+	l.takeovers.read(claimed)
 	if claimed > 0 {
 		l.m.Count(EventClaimed, claimed-len(spent))
 	}

@@ -31,11 +31,13 @@ const reclaimAttempts = 6
 // waiting for ReclaimInterval behind the one-page pass of a round that
 // still counted on the reads.
 func (l *lane) reclaimLoop(ctx, handlerCtx context.Context) {
+	defer l.takeovers.reportReads(l.log) // what the reads took since the last round
 	repeatOrNow(ctx, l.cfg.ReclaimInterval, l.reclaimNow, func(first bool) { l.reclaimTick(ctx, handlerCtx, first) })
 }
 
 // reclaimTick is one round of the reclaim loop (first: the one at start).
 func (l *lane) reclaimTick(ctx, handlerCtx context.Context, first bool) {
+	l.takeovers.reportReads(l.log)
 	if l.pause.isPaused() {
 		return // the passes resume with the group
 	}
@@ -171,13 +173,16 @@ func claimGiveUp(besideReads func() bool) giveUp {
 	}
 }
 
-// passReport sums up what a reclaim pass did besides claiming, for one log
-// record per kind at the end of the pass (and the metrics, page by page).
+// passReport sums up what a reclaim pass did, for one log record per kind
+// at the end of the pass (and the metrics, page by page): the entries it
+// took over from other consumers, and what it dead-lettered, could not
+// dead-letter or found deleted.
 type passReport struct {
 	maxDeliveries int
 	deadLettered  idList
 	tooLarge      idList
 	deleted       idList
+	takeover      passTakeover
 }
 
 // idList counts ids and keeps the first few.
@@ -194,6 +199,7 @@ func (l *idList) add(ids []string) {
 }
 
 func (p *passReport) add(l *lane, page *pelwarden.ClaimPage) {
+	p.takeover.add(page.TakenFrom)
 	if len(page.DeadLettered) > 0 {
 		l.m.DeadLettered(pelwarden.ReasonMaxDeliveries, len(page.DeadLettered))
 		p.deadLettered.add(page.DeadLettered)
@@ -209,6 +215,7 @@ func (p *passReport) add(l *lane, page *pelwarden.ClaimPage) {
 }
 
 func (p *passReport) log(l *lane) {
+	l.takeovers.report(l.log, &p.takeover)
 	if p.deadLettered.n > 0 {
 		l.log.Warn("reclaim pass dead-lettered entries delivered too often", "count", p.deadLettered.n,
 			"max_deliveries", p.maxDeliveries, "first_ids", p.deadLettered.first)

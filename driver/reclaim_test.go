@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -90,6 +91,12 @@ func TestReclaimPass(t *testing.T) {
 				}
 				if c.cleared > 0 {
 					require.Contains(t, h.logs.String(), "deleted from the stream")
+				}
+				if c.dispatched > 0 {
+					require.Contains(t, h.logs.String(), "reclaim pass took over entries of other consumers")
+					require.Contains(t, h.logs.String(), fmt.Sprintf("count=%d from.dead=%d\n", c.dispatched, c.dispatched), "one record per pass")
+				} else {
+					require.NotContains(t, h.logs.String(), "took over")
 				}
 			})
 		})

@@ -338,17 +338,27 @@ func (fs *failoverStream) createGroup(ctx context.Context) error {
 	return nil
 }
 
+// Replica confirmations: a handler's success record waits up to
+// successWait for one; a producer's batch waits produceWait, so that a
+// producer cut off with its primary keeps writing while the primary still
+// takes writes (see TestClusterPartition). An entry whose WAIT timed out
+// counts as unconfirmed, nothing worse.
+const (
+	successWait = 1000 // ms
+	produceWait = 100  // ms
+)
+
 // durable runs cmds then WAIT 1 in one pipeline on the node that serves the
 // stream (as app sees the cluster), so WAIT covers them; it reports whether
-// a replica has them.
-func (fs *failoverStream) durable(ctx context.Context, app *redis.ClusterClient, cmds func(redis.Pipeliner)) (bool, error) {
+// a replica has them within waitMS.
+func (fs *failoverStream) durable(ctx context.Context, app *redis.ClusterClient, waitMS int, cmds func(redis.Pipeliner)) (bool, error) {
 	node, err := app.MasterForKey(ctx, fs.k.Stream)
 	if err != nil {
 		return false, err
 	}
 	pipe := node.Pipeline()
 	cmds(pipe)
-	wait := pipe.Do(ctx, "WAIT", 1, 1000)
+	wait := pipe.Do(ctx, "WAIT", 1, waitMS)
 	_, err = pipe.Exec(ctx)
 	if err != nil {
 		// A stale slot map (MOVED, a dead node): ask the client to reload.
@@ -378,7 +388,7 @@ func (fs *failoverStream) produceWith(ctx context.Context, app *redis.ClusterCli
 		case <-time.After(20 * time.Millisecond):
 		}
 		adds := make([]*redis.StringCmd, batch)
-		ok, err := fs.durable(ctx, app, func(p redis.Pipeliner) {
+		ok, err := fs.durable(ctx, app, produceWait, func(p redis.Pipeliner) {
 			for i := range adds {
 				poison := (n+i)%poisonEvery == poisonEvery-1
 				adds[i] = p.XAdd(ctx, &redis.XAddArgs{Stream: fs.k.Stream,
@@ -426,7 +436,7 @@ func (fs *failoverStream) handleWith(ctx context.Context, app *redis.ClusterClie
 	if p, _ := m.Value("poison"); p == "true" {
 		return driver.DeadLetter(errPoison)
 	}
-	ok, err := fs.durable(ctx, app, func(p redis.Pipeliner) { p.HIncrBy(ctx, fs.runs, m.ID, 1) })
+	ok, err := fs.durable(ctx, app, successWait, func(p redis.Pipeliner) { p.HIncrBy(ctx, fs.runs, m.ID, 1) })
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -659,4 +660,63 @@ func isOOM(err error) bool {
 	}
 	var e *pelwarden.Error
 	return errors.As(err, &e) && e.Code == "OOM"
+}
+
+// A consumer that takes over crashed consumers' entries says so, once per
+// reclaim pass: how many, and from whom. Where the reads take idle entries
+// over (Redis 8.4+), a record counts what they took (the server does not
+// say from whom), and the pass at start may take some too.
+func TestDriverLogsTakeovers(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		f := s.fixture(t)
+		f.Produce(30, nil)
+		f.LeavePending("crashed-a", 20)
+		f.LeavePending("crashed-b", 10)
+		waitIdle(t, f, 30, pelwardentest.TestMinIdle)
+		var logMu sync.Mutex
+		var logBuf bytes.Buffer
+		cfg := driver.Config{Consumer: "rescuer", Handler: driver.HandlerFunc(func(context.Context, *driver.Message) error { return nil })}
+		cfg.MinIdle = pelwardentest.TestMinIdle
+		cfg.Logger = slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logBuf}, nil))
+		c := f.RunConsumer(cfg)
+		f.Within(60 * time.Second).RequirePELEmpty()
+		require.NoError(t, c.Stop())
+		logMu.Lock()
+		logs := logBuf.String()
+		logMu.Unlock()
+
+		count := func(rec, key string) int {
+			m := regexp.MustCompile(` ` + regexp.QuoteMeta(key) + `=(\d+)`).FindStringSubmatch(rec)
+			if m == nil {
+				return 0
+			}
+			n, err := strconv.Atoi(m[1])
+			require.NoError(t, err)
+			return n
+		}
+		var passes, fromA, fromB, byReads int
+		for _, rec := range strings.Split(logs, "\n") {
+			switch {
+			case strings.Contains(rec, `msg="reclaim pass took over entries of other consumers"`):
+				passes += count(rec, "count")
+				fromA += count(rec, "from.crashed-a")
+				fromB += count(rec, "from.crashed-b")
+				require.Equal(t, count(rec, "count"), count(rec, "from.crashed-a")+count(rec, "from.crashed-b"), "only the crashed consumers are named: %s", rec)
+			case strings.Contains(rec, `msg="reads took over idle pending entries"`):
+				byReads += count(rec, "count")
+			}
+		}
+		require.NotContains(t, logs, "records_suppressed")
+		if byReads == 0 {
+			// Every entry was taken by the passes: each named exactly once.
+			require.Equal(t, 20, fromA, logs)
+			require.Equal(t, 10, fromB, logs)
+			require.Equal(t, 30, passes, logs)
+			return
+		}
+		// The reads took most; the passes named what they took.
+		require.LessOrEqual(t, fromA, 20, logs)
+		require.LessOrEqual(t, fromB, 10, logs)
+		require.GreaterOrEqual(t, passes+byReads, 30, logs)
+	})
 }

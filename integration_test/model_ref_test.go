@@ -267,6 +267,7 @@ type modelClaimReply struct {
 	dead      []string
 	deleted   []string
 	backedOff int
+	takenFrom []pelwarden.ConsumerCount // sorted by consumer
 }
 
 func fieldBytes(fields []string) int {
@@ -295,6 +296,7 @@ func (m *model) claim(a modelClaimArgs, timeLo, timeHi int64) modelClaimReply {
 	window := after[:min(budget, len(after))]
 	exhausted := len(after) < budget
 	var r modelClaimReply
+	from := map[string]int{}
 	taken, bytes, last, full := 0, 0, "", false
 	for _, id := range window {
 		if taken >= a.count || (a.maxBytes > 0 && bytes >= a.maxBytes) {
@@ -332,6 +334,9 @@ func (m *model) claim(a modelClaimArgs, timeLo, timeHi int64) modelClaimReply {
 				r.deleted = append(r.deleted, id)
 				continue
 			}
+			if p.owner != a.consumer {
+				from[p.owner]++
+			}
 			p.owner, p.stale = a.consumer, false
 			p.deliveries++
 			bytes += fieldBytes(m.fieldsOf[id])
@@ -344,6 +349,9 @@ func (m *model) claim(a modelClaimArgs, timeLo, timeHi int64) modelClaimReply {
 		if last != "" {
 			r.cursor = last
 		}
+	}
+	for _, c := range slices.Sorted(maps.Keys(from)) {
+		r.takenFrom = append(r.takenFrom, pelwarden.ConsumerCount{Consumer: c, Entries: from[c]})
 	}
 	return r
 }

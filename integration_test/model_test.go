@@ -350,6 +350,7 @@ func (r *modelRun) claim(t *rapid.T) {
 	require.Equal(t, sorted(want.deleted), sorted(page.Deleted), "claim: deleted while pending")
 	require.Equal(t, want.backedOff, page.BackedOff, "claim: backed off")
 	require.Empty(t, page.TooLarge, "claim: too large")
+	require.Equal(t, want.takenFrom, page.TakenFrom, "claim: taken from (the live entries' previous owners but the caller)")
 	r.claimCursor = page.Cursor
 }
 

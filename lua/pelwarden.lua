@@ -28,7 +28,7 @@ Conventions
   field data.
 ]]
 
-local LIBRARY_VERSION = '1.3.0'
+local LIBRARY_VERSION = '1.4.0'
 
 -- @@errors-begin (parsed by errors_test.go: keep one code per line)
 local ERRORS = {
@@ -577,7 +577,10 @@ end
 --                            fields to be copied by Lua (see MAX_CALL_VALUES);
 --                            left pending, untouched, owned by whoever held
 --                            them, so nothing is lost; reported on every pass
---                            until an operator moves them (added in 1.0.1) }
+--                            until an operator moves them (added in 1.0.1)
+--          { consumer, n, ... } taken from: for each other consumer that
+--                            held some of the live entries, how many,
+--                            sorted by consumer (added in 1.4.0) }
 -- KEYS[1] and KEYS[2] must differ (PWBADARG).
 -- Errors: PWNOGROUP, PWWRONGTYPE, PWBADARG, PWBADID, PWNOPERM, PWSERVER
 local function claim(keys, args)
@@ -610,7 +613,7 @@ local function claim(keys, args)
   needgroup(stream, group)
   streamkey(dlq)
   errorhash(errkey)
-  if ismaxid(cursor) then return {'0-0', {}, {}, {}, 0, {}} end
+  if ismaxid(cursor) then return {'0-0', {}, {}, {}, 0, {}, {}} end
 
   local budget = count * SCAN_FACTOR
   local live, dead, deleted, toolarge = {}, {}, {}, {}
@@ -625,7 +628,12 @@ local function claim(keys, args)
   -- max-bytes needs their sizes one by one.
   local chunk = count
   local batch = (maxbytes == 0) and claimlive
-  local toclaim, toclaimdel = {}, {}
+  local toclaim, toclaimdel, toclaimowner = {}, {}, {}
+  -- from: live entries per previous owner other than the caller.
+  local from = {}
+  local function takenfrom(owner)
+    if owner ~= consumer then from[owner] = (from[owner] or 0) + 1 end
+  end
 
   while not full and not exhausted and scanned < budget do
     local n = math.min(chunk, budget - scanned)
@@ -661,6 +669,7 @@ local function claim(keys, args)
         elseif batch then
           toclaim[#toclaim + 1] = id
           toclaimdel[id] = deliveries
+          toclaimowner[id] = owner
           taken = taken + 1
         elseif claimlive then
           local c = call('XCLAIM', stream, group, consumer, 0, id)
@@ -672,6 +681,7 @@ local function claim(keys, args)
           else
             local fields = c[1][2]
             live[#live + 1] = {id, fields, deliveries + 1}
+            takenfrom(owner)
             bytes = bytes + fieldbytes(fields)
           end
           taken = taken + 1
@@ -688,6 +698,7 @@ local function claim(keys, args)
       if type(c[2]) == 'table' then
         seen[c[1]] = true
         live[#live + 1] = {c[1], c[2], toclaimdel[c[1]] + 1}
+        takenfrom(toclaimowner[c[1]])
       end
     end
     local gone = {}
@@ -703,7 +714,15 @@ local function claim(keys, args)
   if full or not exhausted then
     next = last or cursor
   end
-  return {next, live, dead, deleted, backedoff, toolarge}
+  local owners = {}
+  for owner in pairs(from) do owners[#owners + 1] = owner end
+  table.sort(owners)
+  local takenfromlist = {}
+  for _, owner in ipairs(owners) do
+    takenfromlist[#takenfromlist + 1] = owner
+    takenfromlist[#takenfromlist + 1] = from[owner]
+  end
+  return {next, live, dead, deleted, backedoff, toolarge, takenfromlist}
 end
 
 ------------------------------------------------------------------------------
