@@ -389,7 +389,12 @@ func TestDriverFullServer(t *testing.T) {
 		var logBuf bytes.Buffer
 		var logMu sync.Mutex
 		m := &pelwardentest.Metrics{}
+		var running, reads, probes atomic.Int64
+		rdb.AddHook(commandCounter{name: "xreadgroup", n: &reads})
+		rdb.AddHook(commandCounter{fn: pelwarden.FunctionClaim, n: &probes})
 		cfg := driver.Config{Consumer: "full", Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
+			running.Add(1)
+			defer running.Add(-1)
 			if gate.Load() {
 				<-release
 			}
@@ -439,19 +444,35 @@ func TestDriverFullServer(t *testing.T) {
 			return
 		}
 		// The entries in hand are handled and acked on the full server;
-		// the failed ones wait for a claim, which the full server refuses.
+		// the failed ones wait for a claim, which the full server refuses:
+		// once no handler runs, the PEL holds exactly the failed ones.
 		f.Eventually("the consumer paused", func() bool { return m.Total(driver.EventPaused) == 1 })
-		time.Sleep(500 * time.Millisecond)
-		pending, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: f.Stream, Group: f.Group, Start: "-", End: "+", Count: 1000}).Result()
-		require.NoError(t, err)
+		var pending []redis.XPendingExt
+		f.Eventually("what was in hand handled, and acked but the failed ones", func() bool {
+			var err error
+			pending, err = rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: f.Stream, Group: f.Group, Start: "-", End: "+", Count: 1000}).Result()
+			if err != nil || running.Load() != 0 {
+				return false
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, p := range pending {
+				if !failOnce[p.ID] || runs[p.ID] != 1 {
+					return false
+				}
+			}
+			return true
+		})
 		mu.Lock()
-		for _, p := range pending {
-			require.True(t, failOnce[p.ID] || runs[p.ID] == 0, "entry %s handled (%d runs) but not acked on the full server", p.ID, runs[p.ID])
-		}
 		handledDuringOOM := len(runs)
 		mu.Unlock()
+		// No reads while paused, over three refused claims (the probes
+		// that end the pause, at least ReclaimInterval apart; a read loop
+		// that ran would read every ReadBlock, shorter).
 		length := rdb.XInfoGroups(ctx, f.Stream).Val()
-		time.Sleep(300 * time.Millisecond)
+		readsBefore, probesBefore := reads.Load(), probes.Load()
+		f.Eventually("three more refused claims", func() bool { return probes.Load() >= probesBefore+3 })
+		require.Equal(t, readsBefore, reads.Load(), "no reads while paused")
 		require.Equal(t, length, rdb.XInfoGroups(ctx, f.Stream).Val(), "no reads while paused")
 		t.Logf("held %d when full; %d handled, %d pending while full", held, handledDuringOOM, len(pending))
 

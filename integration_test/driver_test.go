@@ -328,9 +328,15 @@ func TestDriverGroupHandling(t *testing.T) {
 		require.NoError(t, r.Stop())
 
 		// Without CreateGroup, a group that disappears stops Run with an error.
+		// It runs (it acked an entry: the new one, or the three the
+		// recreated group, read from 0, hands out again) when the group
+		// goes.
 		cfg.CreateGroup = false
+		m = &pelwardentest.Metrics{}
+		cfg.Metrics = m
 		r = f.RunConsumer(cfg)
-		time.Sleep(200 * time.Millisecond)
+		f.Produce(1, order)
+		f.Eventually("the entry acked", func() bool { return m.Total(driver.EventAcked) >= 1 })
 		require.NoError(t, s.rdb.XGroupDestroy(ctx, k.Stream, k.Group).Err())
 		select {
 		case <-r.Done():
@@ -499,6 +505,8 @@ func TestDriverPrefetchAndReadCount(t *testing.T) {
 		var mu sync.Mutex
 		var counts []int64
 		rdb.AddHook(readCounts{mu: &mu, counts: &counts})
+		var extends atomic.Int64
+		rdb.AddHook(commandCounter{fn: pelwarden.FunctionExtend, n: &extends})
 
 		gate := make(chan struct{})
 		var running, maxRunning, handled atomic.Int64
@@ -525,7 +533,11 @@ func TestDriverPrefetchAndReadCount(t *testing.T) {
 		f.Eventually("the consumer fills its Concurrency + Prefetch window", func() bool {
 			return f.PendingCount() >= 9 && running.Load() == 2
 		})
-		time.Sleep(200 * time.Millisecond) // a read beyond the bound would show now
+		// Two heartbeats later (HeartbeatInterval 667 ms; the read loop
+		// reads every ReadBlock, 100 ms, when it has room) a read beyond
+		// the bound would show.
+		beats := extends.Load()
+		f.Eventually("two heartbeats of the entries in hand", func() bool { return extends.Load() >= beats+2 })
 		require.LessOrEqual(t, f.PendingCount(), int64(10), "holds no more than Concurrency + Prefetch")
 
 		close(gate)

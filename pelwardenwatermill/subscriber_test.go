@@ -27,14 +27,19 @@ func TestNextMessageOnlyAfterAck(t *testing.T) {
 		ch, err := e.subscriber(pelwardenwatermill.SubscriberConfig{}).Subscribe(context.Background(), e.topic)
 		require.NoError(t, err)
 		var got []string
+		f := e.fixture()
 		for range sent {
 			m := receive(t, ch)
+			// A negative check's window: the next entry is in the stream,
+			// one read away, so a subscriber that broke the rule would hand
+			// it out within a round trip or two (a millisecond on
+			// loopback); 200 ms are a hundred times that.
 			requireNothing(t, ch, 200*time.Millisecond)
 			got = append(got, m.UUID)
 			require.True(t, m.Ack())
 		}
 		require.Equal(t, []string{sent[0].UUID, sent[1].UUID, sent[2].UUID}, got, "one subscription delivers in stream order")
-		e.fixture().RequirePELEmpty()
+		f.RequirePELEmpty()
 	})
 }
 
@@ -54,6 +59,10 @@ func TestNackCountsOnServerAndDeadLetters(t *testing.T) {
 			require.Equal(t, sent[0].UUID, m.UUID)
 			require.Equal(t, strconv.Itoa(want), m.Metadata.Get(pelwardenwatermill.MetadataDeliveries))
 			if want > 1 {
+				// A wall-clock bound, kept: the Nack's promise is a time
+				// (the next reclaim pass, DefaultReclaimInterval). 3 s
+				// leaves 2 s for a loaded machine; a message the Nack
+				// failed to release would come back after MinIdle (1 min).
 				require.Less(t, time.Since(start), 3*pelwardenwatermill.DefaultReclaimInterval, "a Nack comes back at the next reclaim pass")
 			}
 			id = m.Metadata.Get(pelwardenwatermill.MetadataStreamID)
@@ -189,6 +198,10 @@ func TestCloseWaitsForInFlightWork(t *testing.T) {
 			require.NoError(t, sub.Close())
 		}()
 		requireDone(t, m.Context(), "on Close")
+		// A negative check's window: Close has begun (it cancelled the
+		// message's context), so a Close that did not wait for the answer
+		// would return within microseconds; 300 ms are thousands of times
+		// that.
 		select {
 		case <-closed:
 			t.Fatal("Close returned before the message handed out was answered")
@@ -205,6 +218,8 @@ func TestCloseWaitsForInFlightWork(t *testing.T) {
 		unanswered := receive(t, ch)
 		start := time.Now()
 		require.NoError(t, sub.Close())
+		// A lower bound (it cannot fail from a slow machine): Close waited
+		// its CloseTimeout for the unanswered message.
 		require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
 		unanswered.Ack() // too late: the entry was released, and is delivered again below
 
@@ -212,6 +227,9 @@ func TestCloseWaitsForInFlightWork(t *testing.T) {
 		require.NoError(t, err)
 		again := receive(t, ch)
 		require.Equal(t, unanswered.UUID, again.UUID)
+		// Tells the two ways apart with room: released at Close, it comes
+		// back within a reclaim interval; left pending, after MinIdle
+		// (1 min).
 		require.Less(t, time.Since(start), 10*time.Second, "released at once, not after MinIdle")
 		require.True(t, again.Ack())
 		f.RequirePELEmpty()
@@ -270,6 +288,9 @@ func TestDeadLetterAtOnce(t *testing.T) {
 		id := poison.Metadata.Get(pelwardenwatermill.MetadataStreamID)
 		rec := f.RequireDeadLettered(id, pelwardentest.DeadLettered{Reason: pelwarden.ReasonHandler, Error: cause.Error()})
 		require.EqualValues(t, 1, rec.Deliveries, "no retries before it")
+		// Tells the two ways apart: at once takes one call; through
+		// MaxDeliveries (5) failed deliveries it would take at least four
+		// reclaim passes (4 s).
 		require.Less(t, time.Since(start), 3*pelwardenwatermill.DefaultReclaimInterval, "at once, not after MaxDeliveries reclaim passes")
 
 		// Too late once acked: the Ack stands, nothing is dead-lettered.
