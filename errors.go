@@ -68,6 +68,10 @@ var (
 	// contract promises (a proxy in between, or a foreign library of the same
 	// name).
 	ErrMalformedReply = errors.New("pelwarden: malformed reply")
+
+	// ErrNoLimit: the named limit is not set (SetLimit, or `pelwarden limit
+	// set`).
+	ErrNoLimit = errors.New("pelwarden: no such limit")
 )
 
 // errorCodes maps the library's error codes (the first word of its error
@@ -80,6 +84,7 @@ var errorCodes = map[string]error{
 	"PWBADID":     ErrInvalidID,
 	"PWSERVER":    ErrServer,
 	"PWNOPERM":    ErrNoPermission,
+	"PWNOLIMIT":   ErrNoLimit,
 }
 
 // Error is an error reply from the library or the server, or a failed

@@ -240,12 +240,13 @@ func TestEmbeddedLibraryChecks(t *testing.T) {
 	require.NotContains(t, evalSource, "register_function")
 	// Every function the library registers is named by a Go constant, and
 	// its table is part of the EVALSHA body, which the shim dispatches from.
-	for _, fn := range []string{FunctionClaim, FunctionAck, FunctionDeadLetter, FunctionExtend, FunctionRelease, FunctionReap, FunctionRedrive, FunctionStats, FunctionVersion, FunctionTrim, FunctionTrimPlan, FunctionLease, FunctionLeaseRelease, FunctionLeaseNext, FunctionFail, FunctionGiveBack} {
+	for _, fn := range []string{FunctionClaim, FunctionAck, FunctionDeadLetter, FunctionExtend, FunctionRelease, FunctionReap, FunctionRedrive, FunctionStats, FunctionVersion, FunctionTrim, FunctionTrimPlan, FunctionLease, FunctionLeaseRelease, FunctionLeaseNext, FunctionFail, FunctionGiveBack,
+		FunctionLimitSet, FunctionLimitAcquire, FunctionLimitRelease, FunctionLimitShow} {
 		require.Contains(t, librarySource, "name = '"+fn+"'")
 		require.Contains(t, evalSource, "name = '"+fn+"'")
 	}
 	require.Contains(t, shimSource, "FUNCTIONS[i].name == ARGV[1]")
-	require.Equal(t, 16, strings.Count(librarySource, "{name = 'pelwarden_v1_"))
+	require.Equal(t, 20, strings.Count(librarySource, "{name = 'pelwarden_v1_"))
 }
 
 // The limits and names the Lua library and the Go side both state must

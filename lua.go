@@ -39,6 +39,13 @@ const (
 	// delivery given back) were added in library 1.3.0.
 	FunctionFail     = "pelwarden_v1_fail"
 	FunctionGiveBack = "pelwarden_v1_giveback"
+	// FunctionLimitSet, FunctionLimitAcquire, FunctionLimitRelease and
+	// FunctionLimitShow (read only: limits shared by consumers) were added
+	// in library 1.4.0.
+	FunctionLimitSet     = "pelwarden_v1_limit_set"
+	FunctionLimitAcquire = "pelwarden_v1_limit_acquire"
+	FunctionLimitRelease = "pelwarden_v1_limit_release"
+	FunctionLimitShow    = "pelwarden_v1_limit_show"
 )
 
 // Metadata fields appended to every dead-letter record after the entry's

@@ -82,6 +82,9 @@ func FuzzDecode(f *testing.F) {
 		func(v any) (any, error) { return decodeLeaseRelease(v) },
 		func(v any) (any, error) { return decodeLeaseNext(v) },
 		func(v any) (any, error) { return decodeReadEntries(v) },
+		func(v any) (any, error) { return decodeLimitShow(FunctionLimitShow, "l", v) },
+		func(v any) (any, error) { return decodeLimitAcquire(v) },
+		func(v any) (any, error) { return decodeLimitRelease(v) },
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		b := &treeBuilder{data: data}

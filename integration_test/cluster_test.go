@@ -126,6 +126,10 @@ func TestCluster(t *testing.T) {
 			t.Parallel()
 			testClusterOrderedChaos(t, t.Context(), c, rdb)
 		})
+		t.Run("Limits", func(t *testing.T) {
+			t.Parallel()
+			testClusterLimits(t, t.Context(), rdb, usable)
+		})
 		t.Run("DriverPerShard", func(t *testing.T) {
 			t.Parallel()
 			for i, s := range usable {

@@ -23,10 +23,11 @@ var fuzzFunctions = []string{
 	pelwarden.FunctionRedrive, pelwarden.FunctionStats, pelwarden.FunctionVersion,
 	pelwarden.FunctionTrim, pelwarden.FunctionTrimPlan,
 	pelwarden.FunctionLease, pelwarden.FunctionLeaseRelease, pelwarden.FunctionLeaseNext,
+	pelwarden.FunctionLimitSet, pelwarden.FunctionLimitAcquire, pelwarden.FunctionLimitRelease, pelwarden.FunctionLimitShow,
 }
 
 // fuzzCodes are the library's error codes: the only errors allowed back.
-var fuzzCodes = []string{"PWNOGROUP", "PWWRONGTYPE", "PWBADARG", "PWBADID", "PWSERVER"}
+var fuzzCodes = []string{"PWNOGROUP", "PWWRONGTYPE", "PWBADARG", "PWBADID", "PWSERVER", "PWNOLIMIT"}
 
 // fuzzFixture is one iteration's keys and entries on the server.
 type fuzzFixture struct {

@@ -120,10 +120,16 @@ func (pt *partitionTest) handler() driver.Handler {
 }
 
 // config is a fast driver configuration over every partition.
+//
+// MinIdle is 2 s: with MaxDeliveries 2, a healthy entry whose consumer
+// stalls past MinIdle twice (its heartbeat late, a claim by the other
+// consumer, then late again) is dead-lettered, and a full run of the suite
+// on two cores once did that to healthy entries with a MinIdle of 300 ms.
+// Failed (poison) entries come back after ReclaimInterval either way.
 func (pt *partitionTest) config(consumer string) driver.Config {
 	return driver.Config{
 		Streams: pt.parts, Group: pt.group, Consumer: consumer, Handler: pt.handler(),
-		CreateGroup: true, MaxDeliveries: 2, MinIdle: 300 * time.Millisecond,
+		CreateGroup: true, MaxDeliveries: 2, MinIdle: 2 * time.Second,
 
 		ShutdownTimeout: 10 * time.Second,
 		Tuning:          driver.Tuning{ReclaimInterval: 100 * time.Millisecond, ReadBlock: 200 * time.Millisecond},

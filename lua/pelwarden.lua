@@ -38,6 +38,7 @@ local ERRORS = {
   BADID = 'PWBADID',         -- a stream id or cursor is malformed
   SERVER = 'PWSERVER',       -- the server refused a command (message attached)
   NOPERM = 'PWNOPERM',       -- the caller's ACL user may not run a command the call needs
+  NOLIMIT = 'PWNOLIMIT',     -- the named limit is not set (added in 1.4.0)
 }
 -- @@errors-end
 
@@ -1794,6 +1795,277 @@ local function leasenext(keys, args)
 end
 
 ------------------------------------------------------------------------------
+-- Limits (added in 1.4.0): a rate and a concurrency cap shared by every
+-- consumer that names the limit, kept on the server's clock.
+--
+-- KEYS[1] the limit's hash: its settings (rate-milli: permits per 1000 s,
+--         i.e. per second x 1000; burst; concurrency; lease-ms) and state
+--         (tat: the rate's theoretical arrival time, ms; in-use: the cap's
+--         permits held; token: the last lease token; "lease:<token>": the
+--         permits each lease holds)
+-- KEYS[2] the limit's leases: a sorted set of lease tokens scored by the
+--         time they expire (ms)
+-- Both in one cluster slot (the Go side names them, LimitKeysFor).
+--
+-- The rate is a GCRA, a token bucket kept in one timestamp: a permit every
+-- 1000/rate ms, at most burst at once. The cap is leased permits: an
+-- acquire that takes some makes a lease, or adds to the caller's lease
+-- and renews it; a lease not renewed within lease-ms expires and its
+-- permits come back, so a crashed consumer leaks nothing for longer than
+-- that. A release names its lease's token: permits of a lease that
+-- expired meanwhile are not given back twice (they came back at expiry).
+
+local LIMIT_EXPIRE_SCAN = 100 -- expired leases collected per call
+
+local function limitkeys(keys, fn)
+  local h, z = keys[1], keys[2]
+  if h == nil or z == nil then
+    fail(ERRORS.BADARG, fn .. ' needs 2 keys: the limit hash and its leases')
+  end
+  if h == z then fail(ERRORS.BADARG, 'the limit hash and its leases must differ') end
+  for _, k in ipairs({h, z}) do
+    local t = call('TYPE', k)['ok']
+    local want = (k == h) and 'hash' or 'zset'
+    if t ~= 'none' and t ~= want then
+      fail(ERRORS.WRONGTYPE, 'key ' .. k .. ' holds a ' .. t .. ', not a ' .. want)
+    end
+  end
+  return h, z
+end
+
+local function limitchecks(h, z, write)
+  local checks = {{'TYPE', h}, {'TYPE', z}, {'HMGET', h, 'f'}, {'HGET', h, 'f'},
+    {'ZRANGEBYSCORE', z, '0', '0'}, {'ZCOUNT', z, '0', '0'}, {'TIME'}}
+  if write then
+    checks[#checks + 1] = {'HSET', h, 'f', 'v'}
+    checks[#checks + 1] = {'HINCRBY', h, 'f', '1'}
+    checks[#checks + 1] = {'HDEL', h, 'f'}
+    checks[#checks + 1] = {'ZADD', z, '0', 'm'}
+    checks[#checks + 1] = {'ZREM', z, 'm'}
+  end
+  allow(checks)
+end
+
+-- The settings and state of a limit; nil when it was never set.
+local function limitread(h)
+  local v = call('HMGET', h, 'rate-milli', 'burst', 'concurrency', 'lease-ms', 'tat', 'in-use')
+  if v[1] == false then return nil end
+  return {rate = tonumber(v[1]), burst = tonumber(v[2]), conc = tonumber(v[3]),
+    lease = tonumber(v[4]), tat = tonumber(v[5] or '0') or 0, inuse = tonumber(v[6] or '0') or 0}
+end
+
+local function needlimit(h)
+  local l = limitread(h)
+  if l == nil then
+    fail(ERRORS.NOLIMIT, 'limit ' .. h .. ' is not set (pelwarden limit set, or Library.SetLimit)')
+  end
+  return l
+end
+
+-- The rate's interval between permits (ms); nil without a rate.
+local function limitinterval(l)
+  if l.rate > 0 then return 1000000 / l.rate end
+  return nil
+end
+
+-- The rate's permits available at now (a large number without a rate).
+local function rateavailable(l, now)
+  local t = limitinterval(l)
+  if t == nil then return MAX_COUNT end
+  local tat = math.max(l.tat, now)
+  return math.max(0, math.floor((now + l.burst * t - tat) / t + 1e-9))
+end
+
+-- Collects up to LIMIT_EXPIRE_SCAN expired leases: their permits come back.
+local function limitexpire(h, z, l, now)
+  local gone = call('ZRANGEBYSCORE', z, '-inf', now, 'LIMIT', 0, LIMIT_EXPIRE_SCAN)
+  if #gone == 0 then return end
+  local freed = 0
+  for _, token in ipairs(gone) do
+    freed = freed + (tonumber(call('HGET', h, 'lease:' .. token)) or 0)
+    call('HDEL', h, 'lease:' .. token)
+  end
+  callids({'ZREM', z}, gone)
+  l.inuse = math.max(0, l.inuse - freed)
+  call('HSET', h, 'in-use', l.inuse)
+end
+
+-- The show reply: { "rate-milli", r, "burst", b, "concurrency", c,
+-- "lease-ms", l, "in-use", n, "leases", n, "available", n (rate permits
+-- available now; -1 without a rate) } or {} when the limit is not set.
+local function limitshowreply(h, z, l, now)
+  -- Leases expired but not collected yet hold nothing any more.
+  local expired = 0
+  for _, token in ipairs(call('ZRANGEBYSCORE', z, '-inf', now, 'LIMIT', 0, 1000)) do
+    expired = expired + (tonumber(call('HGET', h, 'lease:' .. token)) or 0)
+  end
+  local available = -1
+  if l.rate > 0 then available = rateavailable(l, now) end
+  return {'rate-milli', l.rate, 'burst', l.burst, 'concurrency', l.conc, 'lease-ms', l.lease,
+    'in-use', math.max(0, l.inuse - expired), 'leases', call('ZCOUNT', z, '(' .. now, '+inf'),
+    'available', available}
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_limit_set: create or change a limit (added in 1.4.0).
+--
+-- KEYS[1] limit hash, KEYS[2] its leases
+-- ARGV[1] rate-milli    permits per second x 1000, 0..10^12 (0: no rate)
+-- ARGV[2] burst         permits at once, 1..10^9 (with a rate)
+-- ARGV[3] concurrency   permits held at once, 0..10^9 (0: no cap)
+-- ARGV[4] lease-ms      how long a lease lasts unless renewed, 100..86400000
+-- A limit needs a rate or a cap. A change applies to the next acquire;
+-- permits held stay held (a lower cap takes no more until enough come back).
+-- Reply: the show reply.
+-- Errors: PWWRONGTYPE, PWBADARG, PWNOPERM, PWSERVER
+local function limitset(keys, args)
+  local h, z = limitkeys(keys, 'limit_set')
+  local rate = argint(args, 1, 'rate-milli', 0, 10 ^ 12)
+  local burst = argint(args, 2, 'burst', 1, 10 ^ 9)
+  local conc = argint(args, 3, 'concurrency', 0, 10 ^ 9)
+  local lease = argint(args, 4, 'lease-ms', 100, 86400000)
+  if rate == 0 and conc == 0 then fail(ERRORS.BADARG, 'a limit needs a rate or a concurrency cap') end
+  limitchecks(h, z, true)
+  call('HSET', h, 'rate-milli', rate, 'burst', burst, 'concurrency', conc, 'lease-ms', lease)
+  local l = limitread(h)
+  local now = nowms()
+  limitexpire(h, z, l, now)
+  return limitshowreply(h, z, l, now)
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_limit_acquire: take permits, renew a lease (added in 1.4.0).
+--
+-- KEYS[1] limit hash, KEYS[2] its leases
+-- ARGV[1] want    permits wanted, 0..MAX_COUNT (0: only renew the lease)
+-- ARGV[2] token   the caller's lease ("0": none yet); taken permits of the
+--                 cap are added to it and it is renewed, while it lasts
+-- Takes min(want, what the rate allows now, what the cap has free): as many
+-- as it can, never more, at once or not at all for each permit.
+-- Reply: { granted,
+--          token       the lease holding the cap's permits (0 without a
+--                      cap, or when the caller holds none),
+--          lost        1: ARGV token's lease had expired (its permits came
+--                      back to the limit; a new lease holds the new ones)
+--          wait-ms     0 when every wanted permit was granted; else the time
+--                      until the rate allows one more, or -1 when the cap is
+--                      full (a release or an expiry frees some),
+--          in-use      the cap's permits held now }
+-- Errors: PWNOLIMIT, PWWRONGTYPE, PWBADARG, PWNOPERM, PWSERVER
+local function limitacquire(keys, args)
+  local h, z = limitkeys(keys, 'limit_acquire')
+  local want = argint(args, 1, 'want', 0, MAX_COUNT)
+  local token = argint(args, 2, 'token', 0, 2 ^ 53)
+  limitchecks(h, z, true)
+  local l = needlimit(h)
+  local now = nowms()
+  limitexpire(h, z, l, now)
+  local lost = 0
+  local held = 0
+  if token > 0 then
+    held = tonumber(call('HGET', h, 'lease:' .. token)) or 0
+    if held > 0 then
+      call('ZADD', z, 'XX', now + l.lease, token)
+    else
+      lost = 1
+      token = 0
+    end
+  end
+  local n = math.min(want, rateavailable(l, now))
+  local capfull = false
+  if l.conc > 0 then
+    local free = math.max(0, l.conc - l.inuse)
+    if free < n then n = free; capfull = true end
+  end
+  local t = limitinterval(l)
+  if n > 0 then
+    if t ~= nil then
+      l.tat = math.max(l.tat, now) + n * t
+      call('HSET', h, 'tat', string.format('%.3f', l.tat))
+    end
+    if l.conc > 0 then
+      if token == 0 then
+        token = call('HINCRBY', h, 'token', 1)
+        call('ZADD', z, now + l.lease, token)
+      end
+      call('HINCRBY', h, 'lease:' .. token, n)
+      l.inuse = l.inuse + n
+      call('HSET', h, 'in-use', l.inuse)
+    end
+  end
+  local wait = 0
+  if n < want then
+    if capfull or t == nil then
+      wait = -1
+    else
+      -- The next permit comes once now + burst*t - tat reaches t.
+      wait = math.max(1, math.ceil(math.max(l.tat, now) - (l.burst - 1) * t - now))
+    end
+  end
+  if l.conc == 0 then token = 0 end
+  return {n, token, lost, wait, l.inuse}
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_limit_release: give permits back (added in 1.4.0).
+--
+-- KEYS[1] limit hash, KEYS[2] its leases
+-- ARGV[1] token    the lease the cap's permits are held under (0: none)
+-- ARGV[2] permits  the cap's permits to give back (handlers done), 0..10^9
+-- ARGV[3] refund   rate permits taken and not used, 0..MAX_COUNT: the rate
+--                  gets them back (never more than the time since now)
+-- Reply: { released (the cap's permits given back),
+--          not-held (asked for but not held by the lease: it expired, and
+--                    they came back then) }
+-- Errors: PWNOLIMIT, PWWRONGTYPE, PWBADARG, PWNOPERM, PWSERVER
+local function limitrelease(keys, args)
+  local h, z = limitkeys(keys, 'limit_release')
+  local token = argint(args, 1, 'token', 0, 2 ^ 53)
+  local permits = argint(args, 2, 'permits', 0, 10 ^ 9)
+  local refund = argint(args, 3, 'refund', 0, MAX_COUNT)
+  limitchecks(h, z, true)
+  local l = needlimit(h)
+  local now = nowms()
+  limitexpire(h, z, l, now)
+  local released = 0
+  if token > 0 and permits > 0 then
+    local held = tonumber(call('HGET', h, 'lease:' .. token)) or 0
+    released = math.min(held, permits)
+    if released > 0 then
+      if held == released then
+        call('HDEL', h, 'lease:' .. token)
+        call('ZREM', z, token)
+      else
+        call('HINCRBY', h, 'lease:' .. token, -released)
+      end
+      l.inuse = math.max(0, l.inuse - released)
+      call('HSET', h, 'in-use', l.inuse)
+    end
+  end
+  local t = limitinterval(l)
+  if refund > 0 and t ~= nil and l.tat > now then
+    l.tat = math.max(now, l.tat - refund * t)
+    call('HSET', h, 'tat', string.format('%.3f', l.tat))
+  end
+  return {released, permits - released}
+end
+
+------------------------------------------------------------------------------
+-- pelwarden_v1_limit_show: a limit's settings and use (read only; added
+-- in 1.4.0).
+--
+-- KEYS[1] limit hash, KEYS[2] its leases
+-- Reply: the show reply (see limitshowreply), {} when the limit is not set.
+-- Errors: PWWRONGTYPE, PWBADARG, PWNOPERM, PWSERVER
+local function limitshow(keys, args)
+  local h, z = limitkeys(keys, 'limit_show')
+  limitchecks(h, z, false)
+  local l = limitread(h)
+  if l == nil then return {} end
+  return limitshowreply(h, z, l, nowms())
+end
+
+------------------------------------------------------------------------------
 -- pelwarden_v1_version: the library's version, e.g. "1.1.0" (read only).
 --
 -- KEYS: none. ARGV: none.
@@ -1836,6 +2108,10 @@ local FUNCTIONS = {
   {name = 'pelwarden_v1_lease', fn = lease, flags = {'allow-oom'}},
   {name = 'pelwarden_v1_lease_release', fn = leaserelease, flags = {'allow-oom'}},
   {name = 'pelwarden_v1_lease_next', fn = leasenext, flags = {}},
+  {name = 'pelwarden_v1_limit_set', fn = limitset, flags = {}},
+  {name = 'pelwarden_v1_limit_acquire', fn = limitacquire, flags = {}},
+  {name = 'pelwarden_v1_limit_release', fn = limitrelease, flags = {'allow-oom'}},
+  {name = 'pelwarden_v1_limit_show', fn = limitshow, flags = {'no-writes'}},
 }
 -- @@register (everything below is replaced by lua/shim.lua under EVALSHA)
 -- The load-time environment is minimal (no ipairs on Redis 7.0): plain loop.

@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pelwarden/pelwarden"
 )
 
 // Discovery defaults.
@@ -63,19 +65,31 @@ func DiscoverStreams(ctx context.Context, rdb redis.UniversalClient, o DiscoverO
 		}
 		return out, nil
 	}
+	keys, complete, err := scanType(ctx, rdb, o.Match, "stream", o.MaxKeys, o.Count)
+	if err != nil {
+		return nil, err
+	}
+	return &Discovery{Streams: keys, Complete: complete}, nil
+}
+
+// scanType lists the keys of type typ matching match with SCAN ... TYPE on
+// every primary (ForEachMaster on a cluster client; the client itself
+// otherwise), walking at most maxKeys keys per primary: sorted, each once,
+// and whether every primary was scanned to the end.
+func scanType(ctx context.Context, rdb redis.UniversalClient, match, typ string, maxKeys, count int64) ([]string, bool, error) {
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	complete := true
 	scan := func(ctx context.Context, c redis.Cmdable) error {
 		var cursor uint64
-		for walked := int64(0); ; walked += o.Count {
-			if walked >= o.MaxKeys {
+		for walked := int64(0); ; walked += count {
+			if walked >= maxKeys {
 				mu.Lock()
 				complete = false
 				mu.Unlock()
 				return nil
 			}
-			keys, next, err := c.ScanType(ctx, cursor, o.Match, o.Count, "stream").Result()
+			keys, next, err := c.ScanType(ctx, cursor, match, count, typ).Result()
 			if err != nil {
 				return commandError("SCAN", "", err)
 			}
@@ -97,12 +111,32 @@ func DiscoverStreams(ctx context.Context, rdb redis.UniversalClient, o DiscoverO
 		err = scan(ctx, rdb)
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	out := &Discovery{Streams: make([]string, 0, len(seen)), Complete: complete}
+	out := make([]string, 0, len(seen))
 	for k := range seen {
-		out.Streams = append(out.Streams, k)
+		out = append(out, k)
 	}
-	slices.Sort(out.Streams)
-	return out, nil
+	slices.Sort(out)
+	return out, complete, nil
+}
+
+// DiscoverLimits lists the names of the limits set on the server (the
+// hashes named by pelwarden.LimitKeysFor), walking at most
+// DefaultScanKeys keys per primary; complete reports whether every
+// primary was scanned to the end.
+func DiscoverLimits(ctx context.Context, rdb redis.UniversalClient) (names []string, complete bool, err error) {
+	prefix, _ := pelwarden.LimitKeysFor("")
+	prefix = strings.TrimSuffix(prefix, "}")
+	keys, complete, err := scanType(ctx, rdb, prefix+"*}", "hash", DefaultScanKeys, DefaultScanCount)
+	if err != nil {
+		return nil, false, err
+	}
+	names = []string{}
+	for _, k := range keys {
+		if name, ok := strings.CutPrefix(k, prefix); ok && strings.HasSuffix(name, "}") {
+			names = append(names, strings.TrimSuffix(name, "}"))
+		}
+	}
+	return names, complete, nil
 }
