@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden"
+	"github.com/pelwarden/pelwarden/driver/prommetrics"
 	"github.com/pelwarden/pelwarden/pelwardentest/testserver"
 )
 
@@ -332,4 +334,41 @@ func testClusterLimits(t *testing.T, ctx context.Context, rdb *redis.ClusterClie
 		require.True(t, st.Exists)
 		require.Zero(t, st.InUse)
 	}
+}
+
+// The group collector (and so the exporter) shows each limit's settings
+// and use: the limits named, or every limit on the server.
+func TestGroupCollectorLimits(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := t.Context()
+		name := limitName(t)
+		_, err := s.lib.SetLimit(ctx, name, pelwarden.LimitSettings{Rate: 4, Burst: 3, Concurrency: 5})
+		require.NoError(t, err)
+		p, err := s.lib.AcquirePermits(ctx, pelwarden.LimitAcquireArgs{Limit: name, Want: 2})
+		require.NoError(t, err)
+		require.Equal(t, 2, p.Granted)
+		collect := func(o prommetrics.GroupOptions) gathered {
+			gc, err := prommetrics.NewGroupCollector(s.rdb, o)
+			require.NoError(t, err)
+			reg := prometheus.NewPedanticRegistry()
+			require.NoError(t, reg.Register(gc))
+			return scrape(t, reg)
+		}
+		lbl := map[string]string{"limit": name}
+		for _, o := range []prommetrics.GroupOptions{
+			{Streams: []string{"no-such-stream"}, Limits: []string{name}},
+			{Streams: []string{"no-such-stream"}}, // every limit on the server
+		} {
+			g := collect(o)
+			require.EqualValues(t, 4, g.must(t, "pelwarden_limit_rate", lbl))
+			require.EqualValues(t, 3, g.must(t, "pelwarden_limit_burst", lbl))
+			require.EqualValues(t, 5, g.must(t, "pelwarden_limit_concurrency", lbl))
+			require.EqualValues(t, 2, g.must(t, "pelwarden_limit_in_use", lbl))
+			require.EqualValues(t, 1, g.must(t, "pelwarden_limit_leases", lbl))
+			available := g.must(t, "pelwarden_limit_available", lbl)
+			require.GreaterOrEqual(t, available, 1.0, "the burst of 3 less the 2 taken, and what the rate refilled")
+			require.LessOrEqual(t, available, 3.0)
+			require.EqualValues(t, 1, g.must(t, "pelwarden_state_up", nil))
+		}
+	})
 }

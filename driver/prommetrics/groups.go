@@ -42,6 +42,9 @@ type GroupOptions struct {
 	// pelwarden.Partitions): each one's partitions are found by a SCAN
 	// whatever their number.
 	Partitioned []string
+	// Limits are the names of the limits to watch (pelwarden.SetLimit).
+	// Defaults to every limit set on the server, found by the discovery.
+	Limits []string
 	// StalledAfter: a consumer that owns entries and has been idle this
 	// long is stalled, and its entries count in group_stalled. Use the
 	// consumers' MinIdle. Defaults to driver.DefaultMinIdle.
@@ -97,14 +100,24 @@ type GroupOptions struct {
 //	<ns>_partition_head_blocked         1 while a failing head blocks the partition
 //	<ns>_partition_head_deliveries      the blocked head's deliveries (0 when none)
 //
+// Per limit (label limit; pelwarden.Library.SetLimit):
+//
+//	<ns>_limit_rate                     its rate, permits a second (0: none)
+//	<ns>_limit_burst                    its burst
+//	<ns>_limit_concurrency              its cap (0: none)
+//	<ns>_limit_in_use                   the cap's permits held now
+//	<ns>_limit_leases                   the leases holding them
+//	<ns>_limit_available                the rate's permits available now (absent without a rate)
+//
 // And about the scrape itself: <ns>_state_up (0 when the server could not
 // be read), <ns>_state_scrape_seconds, <ns>_state_streams,
-// <ns>_state_read_errors (groups that could not be read),
+// <ns>_state_read_errors (groups and limits that could not be read),
 // <ns>_state_discovery_complete and <ns>_state_truncated.
 //
 // A scrape costs a discovery (bounded by ScanKeys, and reused for
-// DiscoverEvery) and three pipelined round trips whose work grows with the
-// groups and consumers, never with the size of a PEL or a stream.
+// DiscoverEvery), three pipelined round trips whose work grows with the
+// groups and consumers, never with the size of a PEL or a stream, and one
+// read-only call per limit.
 type GroupCollector struct {
 	rdb  redis.UniversalClient
 	opts GroupOptions
@@ -112,12 +125,14 @@ type GroupCollector struct {
 	pending, lag, oldest, consumers, active, stalled, stalledConsumers, paused, pausedFor *prometheus.Desc
 	length, deadEntries, deadAdded                                                        *prometheus.Desc
 	leaseOwner, leaseLeft, headBlocked, headDeliveries                                    *prometheus.Desc
+	limitRate, limitBurst, limitConcurrency, limitInUse, limitLeases, limitAvailable      *prometheus.Desc
 	up, scrapeSeconds, streams, readErrors, complete, truncate                            *prometheus.Desc
 
 	// mu serialises scrapes: two scrapers at once do the work once each,
 	// one after the other, never in parallel.
 	mu           sync.Mutex
 	discovered   *ops.Discovery
+	limits       []string // the limits' names, from Limits or the discovery
 	discoveredAt time.Time
 	partitions   map[string]partitionOf
 }
@@ -164,10 +179,16 @@ func NewGroupCollector(rdb redis.UniversalClient, o GroupOptions) (*GroupCollect
 	c.leaseLeft = desc("partition_lease_seconds_left", "Time left on the partition's lease; 0 or less when it expired and nobody took it.", part...)
 	c.headBlocked = desc("partition_head_blocked", "1 while a failing head entry blocks the partition (ordered mode).", part...)
 	c.headDeliveries = desc("partition_head_deliveries", "Deliveries of the head entry blocking the partition (0 when none).", part...)
+	c.limitRate = desc("limit_rate", "The limit's rate, permits a second across every holder (0: no rate).", "limit")
+	c.limitBurst = desc("limit_burst", "The limit's burst: permits its rate grants at once after a quiet spell.", "limit")
+	c.limitConcurrency = desc("limit_concurrency", "The limit's concurrency cap, permits held at once (0: no cap).", "limit")
+	c.limitInUse = desc("limit_in_use", "The limit's cap permits held now (expired leases not counted).", "limit")
+	c.limitLeases = desc("limit_leases", "Live leases holding the limit's cap permits (about one per holder).", "limit")
+	c.limitAvailable = desc("limit_available", "The limit's rate permits available now; absent without a rate.", "limit")
 	c.up = desc("state_up", "1 when the last scrape read the server, 0 when it could not.")
 	c.scrapeSeconds = desc("state_scrape_seconds", "Duration of the last scrape's reads.")
 	c.streams = desc("state_streams", "Streams with consumer groups the last scrape read.")
-	c.readErrors = desc("state_read_errors", "Groups the last scrape could not read (each is logged).")
+	c.readErrors = desc("state_read_errors", "Groups and limits the last scrape could not read (each is logged).")
 	c.complete = desc("state_discovery_complete", "1 when the last discovery scanned every primary's keyspace to the end (ScanKeys did not cut it short).")
 	c.truncate = desc("state_truncated", "1 when more streams with groups were found than MaxStreams: the rest are not exported.")
 	return c, nil
@@ -190,6 +211,11 @@ func (o GroupOptions) validate() error {
 	for _, s := range o.Streams {
 		if s == "" {
 			return bad("Streams", "must not hold an empty name")
+		}
+	}
+	for _, l := range o.Limits {
+		if l == "" {
+			return bad("Limits", "must not hold an empty name")
 		}
 	}
 	for _, s := range o.Partitioned {
@@ -232,6 +258,7 @@ func (o GroupOptions) withDefaults() GroupOptions {
 func (c *GroupCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.pending, c.lag, c.oldest, c.consumers, c.active, c.stalled, c.stalledConsumers, c.paused, c.pausedFor,
 		c.length, c.deadEntries, c.deadAdded, c.leaseOwner, c.leaseLeft, c.headBlocked, c.headDeliveries,
+		c.limitRate, c.limitBurst, c.limitConcurrency, c.limitInUse, c.limitLeases, c.limitAvailable,
 		c.up, c.scrapeSeconds, c.streams, c.readErrors, c.complete, c.truncate} {
 		ch <- d
 	}
@@ -296,7 +323,35 @@ func (c *GroupCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.deadAdded, prometheus.CounterValue, float64(g.DeadLetterAdded), g.Stream, g.DeadLetterStream)
 		c.collectPartition(g, gauge)
 	}
+	errs += c.collectLimits(ctx, gauge)
 	gauge(c.readErrors, float64(errs))
+}
+
+// collectLimits sends the series of every watched limit; it returns how
+// many could not be read (each is logged).
+func (c *GroupCollector) collectLimits(ctx context.Context, gauge func(*prometheus.Desc, float64, ...string)) int {
+	lib := pelwarden.NewLibrary(c.rdb)
+	errs := 0
+	for _, name := range c.limits {
+		st, err := lib.ReadLimit(ctx, name)
+		if err != nil {
+			errs++
+			c.opts.Logger.Warn("pelwarden group collector: limit not read", "limit", name, "err", err)
+			continue
+		}
+		if !st.Exists {
+			continue
+		}
+		gauge(c.limitRate, st.Rate, name)
+		gauge(c.limitBurst, float64(st.Burst), name)
+		gauge(c.limitConcurrency, float64(st.Concurrency), name)
+		gauge(c.limitInUse, float64(st.InUse), name)
+		gauge(c.limitLeases, float64(st.Leases), name)
+		if st.Available >= 0 {
+			gauge(c.limitAvailable, float64(st.Available), name)
+		}
+	}
+	return errs
 }
 
 // collectPartition sends the lease series of g's stream when it is a
@@ -335,7 +390,16 @@ func (c *GroupCollector) read(ctx context.Context) (*ops.GroupsSnapshot, *ops.Di
 		if err != nil {
 			return nil, nil, err
 		}
-		c.discovered, c.discoveredAt = d, time.Now()
+		limits := c.opts.Limits
+		if len(limits) == 0 {
+			found, complete, err := ops.DiscoverLimits(ctx, c.rdb)
+			if err != nil {
+				return nil, nil, fmt.Errorf("discover limits: %w", err)
+			}
+			limits = found
+			d.Complete = d.Complete && complete
+		}
+		c.discovered, c.limits, c.discoveredAt = d, limits, time.Now()
 		if len(c.partitions) > 4*len(d.Streams)+1024 {
 			clear(c.partitions) // streams come and go: keep the memo bounded
 		}

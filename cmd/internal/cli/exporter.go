@@ -26,14 +26,15 @@ func (a *app) exporterCommand() *cobra.Command {
 	var listen string
 	var o prommetrics.GroupOptions
 	cmd := &cobra.Command{
-		Use:   "exporter [--listen ADDR] [--stream NAME|GLOB]... [--partitioned NAME]...",
+		Use:   "exporter [--listen ADDR] [--stream NAME|GLOB]... [--partitioned NAME]... [--limit NAME]...",
 		Short: "Serve the state of consumer groups as Prometheus metrics",
 		Long: `exporter serves /metrics for Prometheus, the way redis_exporter does: per
 stream and group the pending entries, the lag, the oldest pending entry's
 age, the consumers and the stalled ones and the entries they hold; per
 stream its length and its dead-letter stream's records; per partition of a
 partitioned stream (ordered mode) its lease owner and whether a failing
-head blocks it. Every metric is listed in the README's operations part and
+head blocks it; per limit (pelwarden limit) its settings and use. Every
+metric is listed in the README's operations part and
 in the GroupCollector's doc (driver/prommetrics), which a consumer can
 register in its own process instead.
 
@@ -93,6 +94,7 @@ round trips, whatever the size of their PELs.`,
 	f.StringVar(&listen, "listen", DefaultExporterListen, "`ADDR` to listen on (host:port or :port)")
 	f.StringArrayVar(&o.Streams, "stream", nil, "watch this stream `NAME` or the streams matching this GLOB (SCAN MATCH syntax); repeatable (default: every stream with groups)")
 	f.StringArrayVar(&o.Partitioned, "partitioned", nil, "watch every partition of the partitioned stream `NAME` (the name given to pelwarden.Partitions); repeatable")
+	f.StringArrayVar(&o.Limits, "limit", nil, "watch the limit `NAME` (pelwarden limit set); repeatable (default: every limit on the server)")
 	f.DurationVar(&o.StalledAfter, "stalled-after", driver.DefaultMinIdle, "count a consumer that owns entries and has been idle this long as stalled; use your consumers' MinIdle")
 	f.IntVar(&o.MaxStreams, "max-streams", prommetrics.DefaultMaxStreams, "export at most this many streams with groups (state_truncated says when more exist)")
 	f.DurationVar(&o.DiscoverEvery, "discover-every", prommetrics.DefaultDiscoverEvery, "look for new streams this often (scrapes in between read the streams already found)")
