@@ -83,6 +83,17 @@ func waitConsumerIdle(t *testing.T, rdb redis.UniversalClient, stream, group, co
 	}, 30*time.Second, 5*time.Millisecond)
 }
 
+// collectGroups scrapes a GroupCollector over rdb once, in a pedantic
+// registry of its own.
+func collectGroups(t *testing.T, rdb redis.UniversalClient, o prommetrics.GroupOptions) gathered {
+	t.Helper()
+	gc, err := prommetrics.NewGroupCollector(rdb, o)
+	require.NoError(t, err)
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(gc))
+	return scrape(t, reg)
+}
+
 // The group collector exports what XPENDING, XINFO and XLEN say of a
 // group, read on the server: pending, lag (absent once the server cannot
 // tell), the oldest pending entry's age on the server's clock, consumers,
@@ -94,13 +105,7 @@ func TestGroupCollector(t *testing.T) {
 		f, ids := statusFixture(t, s)
 		waitConsumerIdle(t, s.rdb, f.Stream, f.Group, "c1", 20*time.Millisecond)
 
-		collect := func(o prommetrics.GroupOptions) gathered {
-			gc, err := prommetrics.NewGroupCollector(s.rdb, o)
-			require.NoError(t, err)
-			reg := prometheus.NewPedanticRegistry()
-			require.NoError(t, reg.Register(gc))
-			return scrape(t, reg)
-		}
+		collect := func(o prommetrics.GroupOptions) gathered { return collectGroups(t, s.rdb, o) }
 		before, err := s.rdb.Time(ctx).Result()
 		require.NoError(t, err)
 		g := collect(prommetrics.GroupOptions{Streams: []string{f.Stream}, StalledAfter: 20 * time.Millisecond})

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -90,9 +89,11 @@ func TestLimitRate(t *testing.T) {
 
 // A cap: never more held than it allows; a release frees permits for
 // others; a lease that is not renewed expires and its permits come back;
-// its late release is fenced (nothing is given back twice).
+// its late release is fenced (nothing is given back twice). Through FCALL
+// and through the EVALSHA fallback.
 func TestLimitConcurrency(t *testing.T) {
-	each(t, func(t *testing.T, s *target) {
+	eachMode(t, func(t *testing.T, s *target, lib *pelwarden.Library) {
+		s = &target{srv: s.srv, rdb: s.rdb, lib: lib}
 		ctx := t.Context()
 		name := limitName(t)
 		_, err := s.lib.SetLimit(ctx, name, pelwarden.LimitSettings{Concurrency: 3, Lease: 300 * time.Millisecond})
@@ -347,19 +348,12 @@ func TestGroupCollectorLimits(t *testing.T) {
 		p, err := s.lib.AcquirePermits(ctx, pelwarden.LimitAcquireArgs{Limit: name, Want: 2})
 		require.NoError(t, err)
 		require.Equal(t, 2, p.Granted)
-		collect := func(o prommetrics.GroupOptions) gathered {
-			gc, err := prommetrics.NewGroupCollector(s.rdb, o)
-			require.NoError(t, err)
-			reg := prometheus.NewPedanticRegistry()
-			require.NoError(t, reg.Register(gc))
-			return scrape(t, reg)
-		}
 		lbl := map[string]string{"limit": name}
 		for _, o := range []prommetrics.GroupOptions{
 			{Streams: []string{"no-such-stream"}, Limits: []string{name}},
-			{Streams: []string{"no-such-stream"}}, // every limit on the server
+			{}, // every stream with groups and every limit on the server
 		} {
-			g := collect(o)
+			g := collectGroups(t, s.rdb, o)
 			require.EqualValues(t, 4, g.must(t, "pelwarden_limit_rate", lbl))
 			require.EqualValues(t, 3, g.must(t, "pelwarden_limit_burst", lbl))
 			require.EqualValues(t, 5, g.must(t, "pelwarden_limit_concurrency", lbl))

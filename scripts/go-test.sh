@@ -26,6 +26,11 @@ if [ "$rc" -ne 0 ]; then
 		{ keep = 0 }
 		/^(FAIL|ok)[[:space:]]/ { print }
 	' "$log" | head -n 600
+	# Last, the short form a log's final screen keeps: the failing tests
+	# and testify's verdicts, without the tests' own log lines.
+	echo "=== in short:"
+	grep -E '^[[:space:]]*--- FAIL|^panic:|Error Trace:|^[[:space:]]+Error:|^[[:space:]]+Messages:|^[[:space:]]+[a-z_]+_test\.go:[0-9]+: ' "$log" |
+		grep -v 'level=' | head -n 60
 	echo "=== end of the failures (exit $rc)"
 fi
 exit "$rc"

@@ -43,7 +43,10 @@ type GroupOptions struct {
 	// whatever their number.
 	Partitioned []string
 	// Limits are the names of the limits to watch (pelwarden.SetLimit).
-	// Defaults to every limit set on the server, found by the discovery.
+	// When Streams, Partitioned and Limits are all empty, the collector
+	// watches every stream with groups and every limit on the server; a
+	// collector given streams watches the limits named here only (a limit
+	// discovery is a SCAN of the keyspace).
 	Limits []string
 	// StalledAfter: a consumer that owns entries and has been idle this
 	// long is stalled, and its entries count in group_stalled. Use the
@@ -130,11 +133,12 @@ type GroupCollector struct {
 
 	// mu serialises scrapes: two scrapers at once do the work once each,
 	// one after the other, never in parallel.
-	mu           sync.Mutex
-	discovered   *ops.Discovery
-	limits       []string // the limits' names, from Limits or the discovery
-	discoveredAt time.Time
-	partitions   map[string]partitionOf
+	mu             sync.Mutex
+	discoverLimits bool // watch every limit (see GroupOptions.Limits)
+	discovered     *ops.Discovery
+	limits         []string // the limits' names, from Limits or the discovery
+	discoveredAt   time.Time
+	partitions     map[string]partitionOf
 }
 
 // partitionOf is a stream's ParsePartition result, kept across scrapes.
@@ -155,8 +159,9 @@ func NewGroupCollector(rdb redis.UniversalClient, o GroupOptions) (*GroupCollect
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	discoverLimits := len(o.Streams) == 0 && len(o.Partitioned) == 0 && len(o.Limits) == 0
 	o = o.withDefaults()
-	c := &GroupCollector{rdb: rdb, opts: o, partitions: map[string]partitionOf{}}
+	c := &GroupCollector{rdb: rdb, opts: o, partitions: map[string]partitionOf{}, discoverLimits: discoverLimits}
 	desc := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(o.Namespace, "", name), help, labels, o.ConstLabels)
 	}
@@ -391,8 +396,8 @@ func (c *GroupCollector) read(ctx context.Context) (*ops.GroupsSnapshot, *ops.Di
 			return nil, nil, err
 		}
 		limits := c.opts.Limits
-		if len(limits) == 0 {
-			found, complete, err := ops.DiscoverLimits(ctx, c.rdb)
+		if c.discoverLimits {
+			found, complete, err := ops.DiscoverLimits(ctx, c.rdb, c.opts.ScanKeys)
 			if err != nil {
 				return nil, nil, fmt.Errorf("discover limits: %w", err)
 			}

@@ -122,13 +122,16 @@ func scanType(ctx context.Context, rdb redis.UniversalClient, match, typ string,
 }
 
 // DiscoverLimits lists the names of the limits set on the server (the
-// hashes named by pelwarden.LimitKeysFor), walking at most
-// DefaultScanKeys keys per primary; complete reports whether every
+// hashes named by pelwarden.LimitKeysFor), walking at most maxKeys keys
+// per primary (0: DefaultScanKeys); complete reports whether every
 // primary was scanned to the end.
-func DiscoverLimits(ctx context.Context, rdb redis.UniversalClient) (names []string, complete bool, err error) {
+func DiscoverLimits(ctx context.Context, rdb redis.UniversalClient, maxKeys int64) (names []string, complete bool, err error) {
+	if maxKeys <= 0 {
+		maxKeys = DefaultScanKeys
+	}
 	prefix, _ := pelwarden.LimitKeysFor("")
 	prefix = strings.TrimSuffix(prefix, "}")
-	keys, complete, err := scanType(ctx, rdb, prefix+"*}", "hash", DefaultScanKeys, DefaultScanCount)
+	keys, complete, err := scanType(ctx, rdb, prefix+"*}", "hash", maxKeys, DefaultScanCount)
 	if err != nil {
 		return nil, false, err
 	}

@@ -94,7 +94,7 @@ round trips, whatever the size of their PELs.`,
 	f.StringVar(&listen, "listen", DefaultExporterListen, "`ADDR` to listen on (host:port or :port)")
 	f.StringArrayVar(&o.Streams, "stream", nil, "watch this stream `NAME` or the streams matching this GLOB (SCAN MATCH syntax); repeatable (default: every stream with groups)")
 	f.StringArrayVar(&o.Partitioned, "partitioned", nil, "watch every partition of the partitioned stream `NAME` (the name given to pelwarden.Partitions); repeatable")
-	f.StringArrayVar(&o.Limits, "limit", nil, "watch the limit `NAME` (pelwarden limit set); repeatable (default: every limit on the server)")
+	f.StringArrayVar(&o.Limits, "limit", nil, "watch the limit `NAME` (pelwarden limit set); repeatable (default: every limit on the server, unless --stream or --partitioned is given)")
 	f.DurationVar(&o.StalledAfter, "stalled-after", driver.DefaultMinIdle, "count a consumer that owns entries and has been idle this long as stalled; use your consumers' MinIdle")
 	f.IntVar(&o.MaxStreams, "max-streams", prommetrics.DefaultMaxStreams, "export at most this many streams with groups (state_truncated says when more exist)")
 	f.DurationVar(&o.DiscoverEvery, "discover-every", prommetrics.DefaultDiscoverEvery, "look for new streams this often (scrapes in between read the streams already found)")

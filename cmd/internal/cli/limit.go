@@ -103,7 +103,7 @@ Without names it shows every limit on the server (SCAN on every primary).`,
 			names := args
 			if len(names) == 0 {
 				var complete bool
-				if names, complete, err = ops.DiscoverLimits(ctx, rdb); err != nil {
+				if names, complete, err = ops.DiscoverLimits(ctx, rdb, 0); err != nil {
 					return opsError(err)
 				}
 				if !complete {
