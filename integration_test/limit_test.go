@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pelwarden/pelwarden"
@@ -175,17 +176,17 @@ func TestLimitConcurrencyUnderRace(t *testing.T) {
 			wg.Go(func() {
 				for range 15 {
 					p, err := s.lib.AcquirePermits(ctx, pelwarden.LimitAcquireArgs{Limit: name, Want: 1})
-					if !assertNoError(t, err) || p.Granted == 0 {
+					if !assert.NoError(t, err) || p.Granted == 0 {
 						continue
 					}
 					n, err := s.rdb.Incr(ctx, counter).Result()
-					assertNoError(t, err)
+					assert.NoError(t, err)
 					for old := most.Load(); n > old && !most.CompareAndSwap(old, n); old = most.Load() {
 					}
 					runs.Add(1)
-					assertNoError(t, s.rdb.Decr(ctx, counter).Err())
+					assert.NoError(t, s.rdb.Decr(ctx, counter).Err())
 					_, err = s.lib.ReleasePermits(ctx, pelwarden.LimitReleaseArgs{Limit: name, Token: p.Token, Permits: 1})
-					assertNoError(t, err)
+					assert.NoError(t, err)
 				}
 			})
 		}
@@ -197,16 +198,6 @@ func TestLimitConcurrencyUnderRace(t *testing.T) {
 		require.Zero(t, st.InUse)
 		t.Logf("%d runs, at most %d at once", runs.Load(), most.Load())
 	})
-}
-
-// assertNoError is require.NoError for goroutines other than the test's.
-func assertNoError(t *testing.T, err error) bool {
-	t.Helper()
-	if err != nil {
-		t.Errorf("unexpected error: %v", err)
-		return false
-	}
-	return true
 }
 
 // A limit not set, a key of another type, and a user without the limit's

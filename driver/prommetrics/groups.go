@@ -123,6 +123,7 @@ type GroupOptions struct {
 // read-only call per limit.
 type GroupCollector struct {
 	rdb  redis.UniversalClient
+	lib  *pelwarden.Library // reads the limits; keeps the call mode it found across scrapes
 	opts GroupOptions
 
 	pending, lag, oldest, consumers, active, stalled, stalledConsumers, paused, pausedFor *prometheus.Desc
@@ -161,7 +162,7 @@ func NewGroupCollector(rdb redis.UniversalClient, o GroupOptions) (*GroupCollect
 	}
 	discoverLimits := len(o.Streams) == 0 && len(o.Partitioned) == 0 && len(o.Limits) == 0
 	o = o.withDefaults()
-	c := &GroupCollector{rdb: rdb, opts: o, partitions: map[string]partitionOf{}, discoverLimits: discoverLimits}
+	c := &GroupCollector{rdb: rdb, lib: pelwarden.NewLibrary(rdb), opts: o, partitions: map[string]partitionOf{}, discoverLimits: discoverLimits}
 	desc := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(o.Namespace, "", name), help, labels, o.ConstLabels)
 	}
@@ -335,10 +336,9 @@ func (c *GroupCollector) Collect(ch chan<- prometheus.Metric) {
 // collectLimits sends the series of every watched limit; it returns how
 // many could not be read (each is logged).
 func (c *GroupCollector) collectLimits(ctx context.Context, gauge func(*prometheus.Desc, float64, ...string)) int {
-	lib := pelwarden.NewLibrary(c.rdb)
 	errs := 0
 	for _, name := range c.limits {
-		st, err := lib.ReadLimit(ctx, name)
+		st, err := c.lib.ReadLimit(ctx, name)
 		if err != nil {
 			errs++
 			c.opts.Logger.Warn("pelwarden group collector: limit not read", "limit", name, "err", err)
