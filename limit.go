@@ -80,8 +80,12 @@ type LimitState struct {
 	Available int
 }
 
-// checkLimitName validates a limit's name: not empty, at most 200 bytes,
-// and no braces (the name sits in its keys' hash tag).
+// CheckLimitName reports whether name can name a limit: not empty, at
+// most 200 bytes, and no braces (the name sits in its keys' hash tag). The
+// error matches ErrInvalidArgument.
+func CheckLimitName(name string) error { return checkLimitName("limit", name) }
+
+// checkLimitName validates a limit's name for function fn.
 func checkLimitName(fn, name string) error {
 	switch {
 	case name == "":
@@ -161,28 +165,65 @@ type LimitAcquireArgs struct {
 	// Want is how many permits to take, 0 to MaxCount; 0 only renews the
 	// lease of Token.
 	Want int
-	// Token is the caller's lease (from an earlier Permits.Token; 0: none).
-	// The cap's permits taken are added to it, and it is renewed.
+	// Token is the caller's lease (from an earlier Permits.Token; 0: none
+	// yet, and a call with Want above 0 makes one). It is renewed, and the
+	// cap's permits taken are added to it. A holder keeps its token: the
+	// live leases are the holders the permits are shared by.
 	Token int64
+	// Horizon grants the rate's permits that come due within this long
+	// after the call, each with its time (Permits.Due), so a holder takes
+	// a batch in one call and starts each on time. 0 grants only those due
+	// now; at most MaxLimitHorizon; a millisecond's resolution.
+	Horizon time.Duration
+	// Release and Refund give permits back first, as ReleasePermits does
+	// (the cap's permits of Token's lease whose handlers ended, and the
+	// rate's permits taken and not used), so a holder's next acquisition
+	// carries them in the same call.
+	Release, Refund int
 }
+
+// MaxLimitHorizon bounds LimitAcquireArgs.Horizon.
+const MaxLimitHorizon = time.Minute
 
 // Permits is what AcquirePermits took.
 type Permits struct {
-	// Granted is how many permits were taken: as many as the rate and the
-	// cap allowed, at most Want.
+	// Granted is how many permits were taken: as many as the rate, the
+	// cap and the holder's fair shares allowed, at most Want.
 	Granted int
-	// Token is the lease the cap's permits are held under (0 without a
-	// cap, or when the caller holds none): renew it (AcquirePermits with
-	// it) within the limit's Lease, and release the permits with it.
+	// Token is the caller's lease: pass it to every later call (renew it
+	// within the limit's Lease), and release the cap's permits with it. 0
+	// only after a call with Want 0 and no live lease.
 	Token int64
 	// Lost reports that LimitAcquireArgs.Token's lease had expired: its permits
 	// came back to the limit, and any taken now are under a new Token.
 	Lost bool
 	// Wait is 0 when every wanted permit was granted; else how long until
-	// the rate allows one more, or WaitForRelease when the cap is full.
+	// the rate allows a share more, or WaitForRelease when the cap (or
+	// this holder's share of it) is full.
 	Wait time.Duration
 	// InUse is the cap's permits held now, by every holder.
 	InUse int
+	// Share is how many of the cap's permits this holder may hold while
+	// the others keep asking: ceil(Concurrency / holders). 0 without a cap.
+	Share int
+	// Held is how many of the cap's permits the lease holds after the
+	// call: a holder whose earlier call's reply was lost (a timeout) finds
+	// the permits it took unknowingly here, to give them back.
+	Held int
+
+	// first and interval place the rate's granted permits in time (see
+	// Due); both 0 without a rate.
+	first, interval time.Duration
+}
+
+// Due returns how long after the call the rate's permit k (0 to
+// Granted-1) of this grant comes due: the holder starts the work it stands
+// for no earlier. 0 for permits due at once, and without a rate.
+func (p *Permits) Due(k int) time.Duration {
+	if p.interval == 0 {
+		return 0
+	}
+	return max(0, p.first+time.Duration(k)*p.interval)
 }
 
 // AcquirePermits takes up to Want permits of a limit, atomically: each is
@@ -199,8 +240,16 @@ func (l *Library) AcquirePermits(ctx context.Context, a LimitAcquireArgs) (*Perm
 	if a.Token < 0 {
 		return nil, argError(fn, "Token", "must not be negative, got %d", a.Token)
 	}
+	switch {
+	case a.Horizon < 0 || a.Horizon > MaxLimitHorizon:
+		return nil, argError(fn, "Horizon", "must be between 0 and %v, got %v", MaxLimitHorizon, a.Horizon)
+	case a.Release < 0 || a.Release > MaxLimitConcurrency:
+		return nil, argError(fn, "Release", "must be between 0 and %d, got %d", MaxLimitConcurrency, a.Release)
+	case a.Refund < 0 || a.Refund > MaxCount:
+		return nil, argError(fn, "Refund", "must be between 0 and %d, got %d", MaxCount, a.Refund)
+	}
 	h, z := LimitKeysFor(a.Limit)
-	v, err := l.call(ctx, fn, []string{h, z}, a.Want, a.Token)
+	v, err := l.call(ctx, fn, []string{h, z}, a.Want, a.Token, a.Horizon.Milliseconds(), a.Release, a.Refund)
 	if err != nil {
 		return nil, err
 	}
@@ -211,7 +260,7 @@ func (l *Library) AcquirePermits(ctx context.Context, a LimitAcquireArgs) (*Perm
 type LimitReleaseArgs struct {
 	// Limit is the limit's name. Required.
 	Limit string
-	// Token is the lease the cap's permits are held under.
+	// Token is the holder's lease.
 	Token int64
 	// Permits is how many of the cap's permits to give back (their
 	// handlers ended).
@@ -220,6 +269,10 @@ type LimitReleaseArgs struct {
 	// gets them back, so a holder may take a batch ahead and return the
 	// rest.
 	Refund int
+	// End ends the lease (the holder stops asking for permits): every
+	// permit of the cap it holds is given back, whatever Permits says, and
+	// it no longer counts among the holders the permits are shared by.
+	End bool
 }
 
 // PermitRelease is what ReleasePermits gave back.
@@ -247,7 +300,11 @@ func (l *Library) ReleasePermits(ctx context.Context, a LimitReleaseArgs) (*Perm
 		return nil, argError(fn, "Refund", "must be between 0 and %d, got %d", MaxCount, a.Refund)
 	}
 	h, z := LimitKeysFor(a.Limit)
-	v, err := l.call(ctx, fn, []string{h, z}, a.Token, a.Permits, a.Refund)
+	end := 0
+	if a.End {
+		end = 1
+	}
+	v, err := l.call(ctx, fn, []string{h, z}, a.Token, a.Permits, a.Refund, end)
 	if err != nil {
 		return nil, err
 	}
@@ -298,17 +355,18 @@ func decodeLimitShow(fn, name string, v any) (*LimitState, error) {
 
 func decodeLimitAcquire(v any) (*Permits, error) {
 	const fn = FunctionLimitAcquire
-	a, err := asArray(fn, "reply", v, 5)
+	a, err := asArray(fn, "reply", v, 9)
 	if err != nil {
 		return nil, err
 	}
-	var n [5]int64
-	for i, what := range []string{"granted", "token", "lost", "wait-ms", "in-use"} {
+	var n [9]int64
+	for i, what := range []string{"granted", "token", "lost", "wait-ms", "in-use", "first-us", "interval-us", "share", "held"} {
 		if n[i], err = asInt(fn, what, a[i]); err != nil {
 			return nil, err
 		}
 	}
-	p := &Permits{Granted: int(n[0]), Token: n[1], Lost: n[2] == 1, InUse: int(n[4])}
+	p := &Permits{Granted: int(n[0]), Token: n[1], Lost: n[2] == 1, InUse: int(n[4]),
+		first: time.Duration(n[5]) * time.Microsecond, interval: time.Duration(n[6]) * time.Microsecond, Share: int(n[7]), Held: int(n[8])}
 	switch {
 	case n[3] < 0:
 		p.Wait = WaitForRelease

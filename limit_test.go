@@ -50,6 +50,13 @@ func TestLimitArgumentsChecked(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	_, err = lib.AcquirePermits(ctx, LimitAcquireArgs{Limit: "x", Token: -1})
 	require.ErrorIs(t, err, ErrInvalidArgument)
+	for _, a := range []LimitAcquireArgs{{Limit: "x", Horizon: -time.Millisecond}, {Limit: "x", Horizon: MaxLimitHorizon + time.Millisecond},
+		{Limit: "x", Release: -1}, {Limit: "x", Refund: MaxCount + 1}} {
+		_, err = lib.AcquirePermits(ctx, a)
+		require.ErrorIs(t, err, ErrInvalidArgument, "%+v", a)
+	}
+	require.ErrorIs(t, CheckLimitName("a{b"), ErrInvalidArgument)
+	require.NoError(t, CheckLimitName("payments-gateway"))
 	_, err = lib.ReleasePermits(ctx, LimitReleaseArgs{Limit: "x", Refund: -1})
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	_, err = lib.ReadLimit(ctx, "")
@@ -68,18 +75,25 @@ func TestDecodeLimitReplies(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, st.Exists)
 
-	p, err := decodeLimitAcquire([]any{int64(3), int64(7), int64(1), int64(-1), int64(8)})
+	p, err := decodeLimitAcquire([]any{int64(3), int64(7), int64(1), int64(-1), int64(8), int64(0), int64(0), int64(4), int64(3)})
 	require.NoError(t, err)
-	require.Equal(t, &Permits{Granted: 3, Token: 7, Lost: true, Wait: WaitForRelease, InUse: 8}, p)
-	p, err = decodeLimitAcquire([]any{int64(0), int64(0), int64(0), int64(250), int64(0)})
+	require.Equal(t, &Permits{Granted: 3, Token: 7, Lost: true, Wait: WaitForRelease, InUse: 8, Share: 4, Held: 3}, p)
+	require.Zero(t, p.Due(2), "no rate: every permit due at once")
+	p, err = decodeLimitAcquire([]any{int64(0), int64(0), int64(0), int64(250), int64(0), int64(0), int64(0), int64(0), int64(0)})
 	require.NoError(t, err)
 	require.Equal(t, 250*time.Millisecond, p.Wait)
+	// A rate of 100/s (10 ms apart) whose next permit was due 15 ms ago
+	// (a burst in hand): the first two are due at once, then 5 ms, 15 ms.
+	p, err = decodeLimitAcquire([]any{int64(4), int64(9), int64(0), int64(0), int64(0), int64(-15000), int64(10000), int64(0), int64(0)})
+	require.NoError(t, err)
+	require.Equal(t, []time.Duration{0, 0, 5 * time.Millisecond, 15 * time.Millisecond}, []time.Duration{p.Due(0), p.Due(1), p.Due(2), p.Due(3)})
 
 	r, err := decodeLimitRelease([]any{int64(2), int64(1)})
 	require.NoError(t, err)
 	require.Equal(t, &PermitRelease{Released: 2, NotHeld: 1}, r)
 
-	for _, bad := range []any{nil, []any{int64(1)}, []any{"x", int64(0), int64(0), int64(0), int64(0)}} {
+	for _, bad := range []any{nil, []any{int64(1)}, []any{int64(1), int64(0), int64(0), int64(0), int64(0)},
+		[]any{"x", int64(0), int64(0), int64(0), int64(0), int64(0), int64(0), int64(0), int64(0)}} {
 		_, err := decodeLimitAcquire(bad)
 		require.ErrorIs(t, err, ErrMalformedReply, "%#v", bad)
 	}

@@ -194,6 +194,23 @@ type Config struct {
 	// Concurrency is the number of handlers run at once. Defaults to
 	// DefaultConcurrency.
 	Concurrency int
+	// Limit names a limit this consumer runs under, shared with every
+	// consumer that names it, in any group and on any stream: a rate of
+	// handler starts per second and a cap on handlers running at once,
+	// across all of them, enforced by the function library on the
+	// server's clock (set it with pelwarden.Library.SetLimit or `pelwarden
+	// limit set`; a change reaches running consumers within a second). The
+	// consumer reads and claims only as many entries as it has permits
+	// for, so entries waiting for a permit stay in the stream for any
+	// consumer with permits to spare, and are not counted as deliveries;
+	// the holders share the permits fairly. A handler holds its permit of
+	// the cap from its read to its end; a consumer that crashed gives its
+	// permits back when its lease expires (the limit's Lease). Empty, the
+	// default, is no limit (and costs nothing). The limit must be set
+	// before Run: Run returns an error matching pelwarden.ErrNoLimit if it
+	// is not. The consumer's ACL user needs the limit's keys
+	// (pelwarden.LimitKeysFor).
+	Limit string
 
 	// CreateGroup creates the group (and the stream) at start if missing,
 	// and again if it disappears while running. Without it a missing group
@@ -545,6 +562,11 @@ func (c Config) validate() error {
 	}
 	if c.Handler == nil {
 		return bad("Handler", "required")
+	}
+	if c.Limit != "" {
+		if err := pelwarden.CheckLimitName(c.Limit); err != nil {
+			return bad("Limit", "%v", err)
+		}
 	}
 	if _, _, err := pelwarden.DeliveryLimit("MaxDeliveries", c.MaxDeliveries); err != nil {
 		return bad("MaxDeliveries", "must be positive, 0 (DefaultMaxDeliveries) or NoDeliveryLimit, got %d", c.MaxDeliveries)

@@ -108,11 +108,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 		members := &redisMembers{rdb: c.rdb, key: MembersKey(c.cfg.Streams, c.cfg.Group), consumer: c.cfg.Consumer}
 		tx := &txProbe{rdb: c.rdb, log: c.log}
 		partitionOf := func(cfg Config) partitionServer { return c.partitionServer(cfg, tx) }
-		r := newOrderedRun(c.cfg, c.log, c.lib, partitionOf, members, newClock())
+		clk := newClock()
+		r := newOrderedRun(c.cfg, c.log, c.lib, partitionOf, members, clk)
+		r.limit = newPermits(c.limitServer(), r.core, clk)
 		c.health.Store(r.health)
 		lingering, err = r.serve(ctx)
 	} else {
-		s, lanes := newSession(c.cfg, c.log, c.lib, c.laneServer, newClock())
+		clk := newClock()
+		s, lanes := newSession(c.cfg, c.log, c.lib, c.laneServer, clk)
+		s.limit = newPermits(c.limitServer(), s.core, clk)
 		c.health.Store(s.health)
 		lingering, err = s.serve(ctx, lanes)
 	}
@@ -133,6 +137,11 @@ func (c *Consumer) partitionServer(cfg Config, tx *txProbe) partitionServer {
 	return &redisPartition{rdb: c.rdb, lib: c.lib, tx: tx, stream: cfg.Stream, deadLetterStream: cfg.DeadLetterStream,
 		lease: pelwarden.LeaseKeyFor(cfg.Stream), lastErrors: newLastErrors(cfg.Stream, c.log), group: cfg.Group, consumer: cfg.Consumer,
 		backoff: cfg.Backoff, maxDeliveries: cfg.MaxDeliveries}
+}
+
+// limitServer is the server of Config.Limit.
+func (c *Consumer) limitServer() limitServer {
+	return &redisLimit{lib: c.lib, name: c.cfg.Limit}
 }
 
 // laneServer is the server of the lane of cfg.Stream.

@@ -33,8 +33,10 @@ type core struct {
 	intake intake
 	// health answers probes (Consumer.Health).
 	health *health
-	oomMu  sync.Mutex
-	oom    error // the refusal that paused the intake
+	// limit takes the permits of Config.Limit (nil without one).
+	limit *permits
+	oomMu sync.Mutex
+	oom   error // the refusal that paused the intake
 
 	// run is Run's context, set by begin: failures it caused are not
 	// errors (endedByRun).
@@ -139,6 +141,16 @@ func (c *core) start(ctx context.Context, streams []*streamScope) error {
 			err = ctx.Err()
 		}
 		return fmt.Errorf("pelwarden/driver: load library: %w", err)
+	}
+	if c.limit != nil {
+		err := retry(ctx, func(err error, _ int) bool { return permanent(err) || errors.Is(err, pelwarden.ErrNoLimit) },
+			failed(nil, "read limit"), c.limit.check)
+		if err != nil {
+			if ctx.Err() != nil && !permanent(err) && !errors.Is(err, pelwarden.ErrNoLimit) {
+				err = ctx.Err()
+			}
+			return fmt.Errorf("pelwarden/driver: read limit: %w", err)
+		}
 	}
 	for _, sc := range streams {
 		err := retry(ctx, onPermanent, failed(sc, "check group"), func(ctx context.Context) error {

@@ -755,7 +755,7 @@ func (h *harness) dispatched(handlerCtx context.Context, msgs ...*Message) []job
 	h.t.Helper()
 	res := h.l.flow.reserve(h.t.Context(), partyRead, len(msgs))
 	require.Equal(h.t, len(msgs), res.n, "room for the entries")
-	h.l.dispatch(handlerCtx, msgs, res, h.clock.now(), time.Millisecond, false, 0)
+	h.l.dispatch(handlerCtx, msgs, res, h.clock.now(), time.Millisecond, false, 0, permitGrant{})
 	jobs := h.s.jobs.drain()
 	require.Len(h.t, jobs, len(msgs))
 	return jobs

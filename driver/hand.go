@@ -66,6 +66,7 @@ type claimTicket uint64
 // handEntry is one entry in hand.
 type handEntry struct {
 	queued time.Duration // dispatch time (a clock reading)
+	due    time.Duration // its handler starts no earlier (a limit's rate; a clock reading)
 	ctx    *entryContext // the handler's context
 	bytes  int64         // field bytes, counted in the window
 	lost   atomic.Bool   // another consumer took it over
@@ -108,8 +109,10 @@ func newHand(clk clock) *hand {
 // messages (all of them after close: they stay pending), so the caller
 // gives their places back.
 //
-// ls is the lease of the call that fetched them.
-func (t *hand) add(handlerCtx context.Context, msgs []*Message, sizes []int64, ls idleReset, q *jobQueue, exec *executor, claim claimTicket) (skipped []*Message, closed bool) {
+// ls is the lease of the call that fetched them; due[i] (when due has
+// that many) is when msgs[i]'s handler may start, under a limit's rate (a
+// clock reading).
+func (t *hand) add(handlerCtx context.Context, msgs []*Message, sizes []int64, ls idleReset, q *jobQueue, exec *executor, claim claimTicket, due []time.Duration) (skipped []*Message, closed bool) {
 	now := t.clock.now()
 	fs := make([]handEntry, len(msgs))
 	ctxs := make([]entryContext, len(msgs))
@@ -139,6 +142,9 @@ func (t *hand) add(handlerCtx context.Context, msgs []*Message, sizes []int64, l
 		f := &fs[i]
 		f.queued = now
 		f.bytes = sizes[i]
+		if i < len(due) {
+			f.due = due[i]
+		}
 		f.ownedUntil.Store(int64(ls.ownedUntil))
 		f.resetAt.Store(int64(ls.from))
 		f.ctx = &ctxs[i]

@@ -31,7 +31,7 @@ func TestTrackerAdd(t *testing.T) {
 		tr := newHand(clk)
 		q := newJobQueue(1, &atomic.Bool{})
 		msgs, sizes := trackerMsgs("1-0", "2-0")
-		skipped, closed := tr.add(t.Context(), msgs, sizes, idleReset{ownedUntil: 5 * time.Second}, q, nil, 0)
+		skipped, closed := tr.add(t.Context(), msgs, sizes, idleReset{ownedUntil: 5 * time.Second}, q, nil, 0, nil)
 		require.False(t, closed)
 		require.Empty(t, skipped)
 		require.Equal(t, 2, tr.count())
@@ -43,7 +43,7 @@ func TestTrackerAdd(t *testing.T) {
 
 		// A reclaim pass took back 2-0 while its handler runs: skipped.
 		msgs, sizes = trackerMsgs("2-0", "3-0")
-		skipped, closed = tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0)
+		skipped, closed = tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0, nil)
 		require.False(t, closed)
 		require.Equal(t, []*Message{msgs[0]}, skipped)
 		require.Len(t, q.drain(), 1)
@@ -51,7 +51,7 @@ func TestTrackerAdd(t *testing.T) {
 
 		tr.close()
 		msgs, sizes = trackerMsgs("4-0")
-		skipped, closed = tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0)
+		skipped, closed = tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0, nil)
 		require.True(t, closed)
 		require.Equal(t, msgs, skipped)
 		require.Empty(t, q.drain())
@@ -72,7 +72,7 @@ func TestTrackerClaimTickets(t *testing.T) {
 		add := func(claim claimTicket, ids ...string) []*Message {
 			t.Helper()
 			msgs, sizes := trackerMsgs(ids...)
-			skipped, closed := tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, claim)
+			skipped, closed := tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, claim, nil)
 			require.False(t, closed)
 			q.drain()
 			return skipped
@@ -117,7 +117,7 @@ func TestTrackerClaimTickets(t *testing.T) {
 		c := tr.claims.begin()
 		tr.close()
 		msgs, sizes := trackerMsgs("8-0")
-		_, closed := tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, c)
+		_, closed := tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, c, nil)
 		require.True(t, closed)
 		require.Empty(t, tr.claims.claims)
 	})
@@ -189,7 +189,7 @@ func TestTrackerLeaseDue(t *testing.T) {
 						continue
 					}
 					msgs, sizes := trackerMsgs(e.id)
-					tr.add(t.Context(), msgs, sizes, idleReset{from: clk.now() - e.age}, q, nil, 0) // read e.age ago
+					tr.add(t.Context(), msgs, sizes, idleReset{from: clk.now() - e.age}, q, nil, 0, nil) // read e.age ago
 					f := q.drain()[0].f
 					if e.leased > 0 {
 						tr.extended([]string{e.id}, idleReset{from: clk.now() - e.leased})
@@ -233,7 +233,7 @@ func TestHeartbeatMarginIgnoresPhase(t *testing.T) {
 				q := newJobQueue(1, &atomic.Bool{})
 				msgs, sizes := trackerMsgs("1-0")
 				advance(phase) // the read lands phase after a tick
-				tr.add(t.Context(), msgs, sizes, idleReset{from: clk.now()}, q, nil, 0)
+				tr.add(t.Context(), msgs, sizes, idleReset{from: clk.now()}, q, nil, 0, nil)
 				q.drain()
 				lastReset, extensions := clk.now(), 0
 				for now := tick; now < 10*cfg.MinIdle; now += tick {
@@ -264,7 +264,7 @@ func TestTrackerLoseExtendForget(t *testing.T) {
 		tr := newHand(clk)
 		q := newJobQueue(1, &atomic.Bool{})
 		msgs, sizes := trackerMsgs("1-0", "2-0", "3-0")
-		tr.add(t.Context(), msgs, sizes, idleReset{ownedUntil: time.Second}, q, nil, 0)
+		tr.add(t.Context(), msgs, sizes, idleReset{ownedUntil: time.Second}, q, nil, 0, nil)
 		jobs := q.drain()
 		tr.delay("9-0", time.Hour)
 
@@ -289,7 +289,7 @@ func TestTrackerLoseExtendForget(t *testing.T) {
 		// Adding an entry again drops its delay.
 		tr.delay("5-0", time.Hour)
 		msgs, sizes = trackerMsgs("5-0")
-		tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0)
+		tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0, nil)
 		_, release, _ := tr.heartbeatDue(false, time.Second, time.Second, 2*time.Hour)
 		require.Empty(t, release)
 		extend, _, _ = tr.heartbeatDue(false, time.Second, time.Second, 2*time.Hour)

@@ -122,6 +122,15 @@ func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err 
 		defer close(paused)
 		r.pauseLoop(loopCtx, pauses)
 	}()
+	// The limit's loop gives the permits of ending handlers back until
+	// the holders all stopped.
+	limitCtx, stopLimit := context.WithCancel(r.bg)
+	defer stopLimit()
+	limitDone := make(chan struct{})
+	go func() {
+		defer close(limitDone)
+		r.limit.loop(limitCtx)
+	}()
 
 	r.balancer = r.health.pulse("balancer", 3*r.balanceEvery+time.Minute)
 	balanced := make(chan struct{})
@@ -168,6 +177,11 @@ func (r *orderedRun) serve(ctx context.Context) (lingering <-chan struct{}, err 
 			lingering = done
 		}
 	}
+	stopLimit()
+	<-limitDone
+	finishCtx, cancelFinish := context.WithTimeout(r.bg, cfg.ShutdownTimeout)
+	r.limit.finish(finishCtx) // every permit still held goes back, and the lease ends
+	cancelFinish()
 	return lingering, r.end()
 }
 

@@ -83,6 +83,11 @@ type OrderedConfig struct {
 	// this consumer owns (one per partition). Defaults to
 	// DefaultConcurrency.
 	Concurrency int
+	// Limit names a limit the handlers run under, shared with every
+	// consumer that names it (see Config.Limit): an owner takes permits
+	// for the entries of its partition's batch before handling them, and
+	// gives back those it did not use.
+	Limit string
 
 	// CreateGroup creates the group (and the stream) of every partition at
 	// start if missing, and again if it disappears while running.
@@ -109,7 +114,7 @@ type OrderedConfig struct {
 func (o OrderedConfig) config() Config {
 	return Config{Stream: o.Stream, Streams: o.Streams, Group: o.Group, Consumer: o.Consumer, Handler: o.Handler,
 		DeadLetterStream: o.DeadLetterStream, MaxDeliveries: o.MaxDeliveries, Backoff: o.Backoff,
-		Concurrency: o.Concurrency, CreateGroup: o.CreateGroup, GroupStartID: o.GroupStartID,
+		Concurrency: o.Concurrency, Limit: o.Limit, CreateGroup: o.CreateGroup, GroupStartID: o.GroupStartID,
 		ShutdownTimeout: o.ShutdownTimeout, Logger: o.Logger, Metrics: o.Metrics,
 		ordered: true, partitionLease: o.PartitionLease}
 }
@@ -124,7 +129,7 @@ func (c *Consumer) OrderedConfig() OrderedConfig {
 	cfg := c.cfg
 	return OrderedConfig{Stream: cfg.Stream, Streams: cfg.Streams, Group: cfg.Group, Consumer: cfg.Consumer, Handler: cfg.Handler,
 		DeadLetterStream: cfg.DeadLetterStream, MaxDeliveries: cfg.MaxDeliveries, Backoff: cfg.Backoff,
-		PartitionLease: cfg.partitionLease, Concurrency: cfg.Concurrency, CreateGroup: cfg.CreateGroup,
+		PartitionLease: cfg.partitionLease, Concurrency: cfg.Concurrency, Limit: cfg.Limit, CreateGroup: cfg.CreateGroup,
 		GroupStartID: cfg.GroupStartID, ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger, Metrics: cfg.Metrics}
 }
 

@@ -76,6 +76,21 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 			l.flow.giveBack(res)
 			continue
 		}
+		// Under a limit, the read takes only as many entries as it has
+		// permits for.
+		l.readPulse.wait(true) // throttled
+		grant, ok := l.sess.limit.take(ctx, n)
+		l.readPulse.wait(false)
+		if !ok {
+			l.flow.giveBack(res)
+			return
+		}
+		if l.pause.isPaused() {
+			l.sess.limit.unused(grant.n)
+			l.flow.giveBack(res)
+			continue
+		}
+		n = grant.n
 		var msgs []*Message
 		var began, rtt time.Duration
 		var claim time.Duration
@@ -95,6 +110,7 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 		if err != nil {
 			l.hand.claims.end(ticket)
 			l.flow.giveBack(res)
+			l.sess.limit.unused(grant.n)
 			if ctx.Err() != nil || l.faults.stopping() {
 				return
 			}
@@ -114,6 +130,7 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 			}
 			continue
 		}
+		l.sess.limit.unused(n - len(msgs))
 		if newTurn {
 			newTurn = false
 			if len(msgs) == 0 {
@@ -144,8 +161,9 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 		}
 		idle = got == 0
 		msgs = l.takenOver(ctx, msgs)
+		l.sess.limit.unused(got - len(msgs)) // dead-lettered, or still running here
 		l.drain.read(idle)
-		l.dispatch(handlerCtx, msgs, res, began, rtt, got == n, ticket)
+		l.dispatch(handlerCtx, msgs, res, began, rtt, got == n, ticket, grant)
 	}
 }
 
@@ -221,8 +239,10 @@ func (l *lane) readFailed(err error, attempt int) {
 // dispatch hands msgs, fetched by the call of reservation res begun at
 // began (a clock reading), to the handler workers, and reports the call
 // to the window. rtt is the call's round trip; more says the source had
-// at least as many entries as the call asked for.
-func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reservation, began, rtt time.Duration, more bool, claim claimTicket) {
+// at least as many entries as the call asked for. Under a limit, msgs[k]
+// starts no earlier than grant's permit k comes due; the permits of
+// entries skipped are given back.
+func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reservation, began, rtt time.Duration, more bool, claim claimTicket, grant permitGrant) {
 	sizes := make([]int64, len(msgs))
 	var total int64
 	for i, m := range msgs {
@@ -237,10 +257,11 @@ func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reserva
 		return
 	}
 	l.drain.add(len(msgs))
-	skipped, closed := l.hand.add(handlerCtx, msgs, sizes, l.cfg.idleResetFrom(began), l.jobs, l.exec, claim)
+	skipped, closed := l.hand.add(handlerCtx, msgs, sizes, l.cfg.idleResetFrom(began), l.jobs, l.exec, claim, grant.due)
 	if closed {
 		l.log.Warn("entries read during shutdown; they stay pending", "count", len(msgs), "ids", firstIDs(messageIDs(msgs)))
 	}
+	l.sess.limit.unused(len(skipped))
 	for _, m := range skipped {
 		l.flow.free(entryBytes(m))
 		l.drain.done()

@@ -95,6 +95,14 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 			l.flow.giveBack(res)
 			return // the passes resume with the group
 		}
+		// Under a limit, the page takes only as many entries as the pass
+		// has permits for.
+		grant, ok := l.sess.limit.take(ctx, n)
+		if !ok {
+			l.flow.giveBack(res)
+			return
+		}
+		n = grant.n
 		var page *pelwarden.ClaimPage
 		var began, rtt time.Duration
 		claim := l.hand.claims.begin()
@@ -116,6 +124,7 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 		if err != nil {
 			l.hand.claims.end(claim)
 			l.flow.giveBack(res)
+			l.sess.limit.unused(grant.n)
 			switch {
 			case ctx.Err() != nil:
 			case permanent(err):
@@ -135,7 +144,8 @@ func (l *lane) reclaimPass(ctx, handlerCtx context.Context, onePage bool) {
 			msgs[i] = Message{ID: e.ID, Fields: e.Fields, Deliveries: e.Deliveries, Stream: l.cfg.Stream, Group: l.cfg.Group, Consumer: l.cfg.Consumer}
 			ptrs[i] = &msgs[i]
 		}
-		l.dispatch(handlerCtx, ptrs, res, began, rtt, !page.Done(), claim)
+		l.sess.limit.unused(n - len(ptrs))
+		l.dispatch(handlerCtx, ptrs, res, began, rtt, !page.Done(), claim, grant)
 		if page.Done() {
 			l.sweeps.record(passBegan) // the whole PEL, from cursor 0-0 to its end
 		}

@@ -35,7 +35,16 @@ func newSession(cfg Config, log *slog.Logger, lib loader, laneOf func(Config) la
 	if cfg.Prefetch > 0 {
 		ceil = cfg.Concurrency + cfg.Prefetch
 	}
-	flow := newWindow(min(cfg.Concurrency, ceil), ceil, cfg.Prefetch > 0, cfg.MaxInHandBytes, cfg.MinIdle)
+	floor := min(cfg.Concurrency, ceil)
+	if cfg.Limit != "" {
+		// Under a limit, the entries in hand are bounded by the permits
+		// (a cap's share, a rate's horizon), and a rate's permits come
+		// due over the horizon ahead: a window of Concurrency would cut
+		// the reads short of the permits they could take, leaving the
+		// rate's slots unclaimed whenever a call lags.
+		floor = min(limitWindowFloor*cfg.Concurrency, ceil)
+	}
+	flow := newWindow(floor, ceil, cfg.Prefetch > 0, cfg.MaxInHandBytes, cfg.MinIdle)
 	s := &session{core: newCore(cfg, log, lib, flow, clk), flow: flow}
 	s.jobs = newJobQueue(cfg.Concurrency, &s.flow.starved)
 	lanes := make([]*lane, len(cfg.Streams))
@@ -96,6 +105,12 @@ func (s *session) serve(ctx context.Context, lanes []*lane) (lingering <-chan st
 		l.acks.start(flushCtx)
 	}
 	loops.Go(func() { s.pauseLoop(loopCtx, pauses) })
+	// The limit's loop gives the permits of ending handlers back until
+	// they all ended.
+	limitCtx, stopLimit := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLimit()
+	var limitLoop sync.WaitGroup
+	limitLoop.Go(func() { s.limit.loop(limitCtx) })
 	loopsDone := make(chan struct{})
 	go func() { loops.Wait(); close(loopsDone) }()
 
@@ -146,6 +161,11 @@ func (s *session) serve(ctx context.Context, lanes []*lane) (lingering <-chan st
 	for _, l := range lanes {
 		<-l.acks.done()
 	}
+	stopLimit()
+	limitLoop.Wait()
+	finishCtx, cancelFinish := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	s.limit.finish(finishCtx) // every permit still held goes back, and the lease ends
+	cancelFinish()
 	if !waitOrTimeout(done, time.Second) {
 		s.log.Error("handlers ignored their cancelled context; abandoned (their outcome is discarded, entries stay pending)", "in_flight", heldCount(lanes))
 	}

@@ -57,6 +57,11 @@ type tenure struct {
 	watch  leaseWatch
 
 	handOver flag // hand the partition over at the next boundary
+
+	// permits is the grant of Config.Limit's permits for the batch;
+	// permitsUsed of them went to handlers.
+	permits     permitGrant
+	permitsUsed int
 }
 
 // flag is one-way and can be waited for: raised once, for good.
@@ -98,6 +103,7 @@ func (o *tenure) own() {
 	}
 	defer func() {
 		o.cancel(context.Canceled)
+		o.returnPermits()
 		if !o.fenced {
 			o.releaseLease()
 		}
@@ -146,9 +152,14 @@ func (o *tenure) own() {
 			o.idle = 0
 			o.batch = partitionMessages(res.Entries, o.p.cfg.Stream, o.run.cfg.Group, o.run.cfg.Consumer)
 		}
+		if !o.takePermit() {
+			o.run.places <- struct{}{}
+			return
+		}
 		m := &o.batch[0]
 		o.batch = o.batch[1:]
 		goOn, wait, settled := o.handle(m)
+		o.run.limit.ended()
 		o.run.places <- struct{}{}
 		if !settled {
 			// The head is tried again (or left to the next holder) before
@@ -369,12 +380,54 @@ func partitionMessages(entries []pelwarden.Entry, stream, group, consumer string
 }
 
 // giveBackBatch moves the entries of the batch not handled yet to the
-// give-back list of the next call.
+// give-back list of the next call, and gives their permits back.
 func (o *tenure) giveBackBatch() {
 	for _, e := range o.batch {
 		o.giveBack = append(o.giveBack, e.ID)
 	}
 	o.batch = nil
+	o.returnPermits()
+}
+
+// takePermit makes sure the holder has a permit of Config.Limit for the
+// batch's head, taking permits for the whole batch in one call, and waits
+// until it comes due; meanwhile the lease is renewed. It reports false
+// once the holder must stop. Without a limit it does nothing.
+func (o *tenure) takePermit() bool {
+	lim := o.run.limit
+	if lim == nil {
+		return true
+	}
+	var w permitWait
+	var throttled time.Duration
+	defer func() { lim.throttled(throttled) }()
+	for o.permitsUsed >= o.permits.n {
+		ctx, cancel := context.WithTimeout(o.run.bg, max(o.validUntil-o.run.clock.now(), time.Millisecond))
+		g, wait, ok := lim.try(ctx, len(o.batch), &w)
+		cancel()
+		if !ok {
+			return false
+		}
+		if g.n > 0 {
+			o.permits, o.permitsUsed = g, 0
+			break
+		}
+		throttled += wait
+		if o.hold(nil, wait, true) != holdTimedOut {
+			return false
+		}
+	}
+	if wait := o.permits.dueAt(o.permitsUsed) - o.run.clock.now(); wait > 0 && o.hold(nil, wait, true) != holdTimedOut {
+		return false
+	}
+	o.permitsUsed++
+	return true
+}
+
+// returnPermits gives back the permits of the batch that no handler used.
+func (o *tenure) returnPermits() {
+	o.run.limit.unused(o.permits.n - o.permitsUsed)
+	o.permits, o.permitsUsed = permitGrant{}, 0
 }
 
 // call runs op until it succeeds, each attempt bounded by the lease's

@@ -59,6 +59,7 @@ type executor struct {
 // skip drops a queued job at shutdown without running its handler; its
 // entry is released by the settler's releaseUnstarted.
 func (e *executor) skip(j job) {
+	e.run.limit.unused(1)
 	j.f.ctx.finish()
 	e.hand.skipped(j.m.ID)
 	e.flow.free(j.f.bytes)
@@ -70,10 +71,19 @@ func (e *executor) skip(j job) {
 func (e *executor) runJob(j job) {
 	defer j.f.ctx.finish()
 	start := e.clock.now()
+	if wait := j.f.due - start; wait > 0 {
+		// Its permit of the limit's rate comes due then.
+		t := time.NewTimer(wait)
+		<-t.C
+		start = e.clock.now()
+	}
 	err, panicked := e.runHandler(j.f.ctx, j.m)
 	took := e.clock.now() - start
+	e.run.limit.ended()
 	e.m.HandlerDuration(took)
-	e.flow.timings.add(start-j.f.queued, took)
+	// Waiting for a limit's permit to come due is not waiting for a
+	// handler: the window sizes itself by the latter.
+	e.flow.timings.add(start-max(j.f.queued, j.f.due), took)
 	if !e.applyOutcome(j.m, j.f, err, panicked) {
 		e.hand.forget(j.m.ID)
 	}

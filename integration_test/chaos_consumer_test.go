@@ -80,6 +80,8 @@ type chaosConsumerConfig struct {
 	PartitionLease time.Duration
 	Backoff        []time.Duration
 	OrderLog       string
+	// Limit names the limit the consumer runs under (Config.Limit).
+	Limit string
 }
 
 // The kinds of entries, derived from the producer's sequence number (a
@@ -265,7 +267,7 @@ func chaosConsumerMain() int {
 		Concurrency: cfg.Concurrency, MaxDeliveries: cfg.MaxDeliveries,
 		MinIdle:  cfg.MinIdle,
 		ReapIdle: cfg.ReapIdle, ShutdownTimeout: cfg.ShutdownTimeout,
-		Logger: log, Metrics: m,
+		Logger: log, Metrics: m, Limit: cfg.Limit,
 		Tuning: driver.Tuning{ReclaimInterval: cfg.ReclaimInterval, ReadBlock: cfg.ReadBlock},
 	}
 	var c *driver.Consumer

@@ -48,9 +48,11 @@ func TestLimitRate(t *testing.T) {
 		require.NoError(t, err)
 		require.LessOrEqual(t, p.Granted, 5, "at most the burst at once")
 		require.GreaterOrEqual(t, p.Granted, 5, "the whole burst is there")
-		require.Zero(t, p.Token, "no lease without a cap")
+		require.Positive(t, p.Token, "every holder has a lease")
+		require.Zero(t, p.Share, "no cap, no share of it")
 		require.Positive(t, p.Wait)
 		granted := p.Granted
+		token := p.Token
 		// Taking one at a time until refused, then as soon as Wait says:
 		// never more than burst + rate x elapsed (server time), and each
 		// Wait honoured gives a permit.
@@ -60,7 +62,7 @@ func TestLimitRate(t *testing.T) {
 		}
 		for range 6 {
 			for p.Granted > 0 {
-				p, err = s.lib.AcquirePermits(ctx, pelwarden.LimitAcquireArgs{Limit: name, Want: 1})
+				p, err = s.lib.AcquirePermits(ctx, pelwarden.LimitAcquireArgs{Limit: name, Want: 1, Token: token})
 				require.NoError(t, err)
 				granted += p.Granted
 			}
@@ -68,7 +70,7 @@ func TestLimitRate(t *testing.T) {
 			require.Positive(t, p.Wait)
 			require.LessOrEqual(t, p.Wait, 50*time.Millisecond, "one interval at most")
 			time.Sleep(p.Wait)
-			p, err = s.lib.AcquirePermits(ctx, pelwarden.LimitAcquireArgs{Limit: name, Want: 1})
+			p, err = s.lib.AcquirePermits(ctx, pelwarden.LimitAcquireArgs{Limit: name, Want: 1, Token: token})
 			require.NoError(t, err)
 			require.Equal(t, 1, p.Granted, "a permit once Wait has passed")
 			granted += p.Granted
@@ -97,7 +99,7 @@ func TestLimitConcurrency(t *testing.T) {
 		s = &target{srv: s.srv, rdb: s.rdb, lib: lib}
 		ctx := t.Context()
 		name := limitName(t)
-		_, err := s.lib.SetLimit(ctx, name, pelwarden.LimitSettings{Concurrency: 3, Lease: 300 * time.Millisecond})
+		_, err := s.lib.SetLimit(ctx, name, pelwarden.LimitSettings{Concurrency: 3, Lease: time.Second})
 		require.NoError(t, err)
 
 		a, err := s.lib.AcquirePermits(ctx, pelwarden.LimitAcquireArgs{Limit: name, Want: 5})
@@ -105,18 +107,25 @@ func TestLimitConcurrency(t *testing.T) {
 		require.Equal(t, 3, a.Granted)
 		require.Positive(t, a.Token)
 		require.Equal(t, pelwarden.WaitForRelease, a.Wait)
+		require.Equal(t, 3, a.Share, "alone, a holder's share is the whole cap")
 		b, err := s.lib.AcquirePermits(ctx, pelwarden.LimitAcquireArgs{Limit: name, Want: 1})
 		require.NoError(t, err)
 		require.Zero(t, b.Granted, "the cap is full")
 		require.Equal(t, 3, b.InUse)
+		require.Positive(t, b.Token, "a holder waiting has a lease too")
+		require.NotEqual(t, a.Token, b.Token, "a lease per holder")
+		require.Equal(t, 2, b.Share, "two holders: ceil(3/2) each")
 
 		rel, err := s.lib.ReleasePermits(ctx, pelwarden.LimitReleaseArgs{Limit: name, Token: a.Token, Permits: 1})
 		require.NoError(t, err)
 		require.Equal(t, &pelwarden.PermitRelease{Released: 1}, rel)
-		b, err = s.lib.AcquirePermits(ctx, pelwarden.LimitAcquireArgs{Limit: name, Want: 1})
+		b, err = s.lib.AcquirePermits(ctx, pelwarden.LimitAcquireArgs{Limit: name, Want: 1, Token: b.Token})
 		require.NoError(t, err)
 		require.Equal(t, 1, b.Granted, "the released permit")
-		require.NotEqual(t, a.Token, b.Token, "a lease per holder")
+		a2, err := s.lib.AcquirePermits(ctx, pelwarden.LimitAcquireArgs{Limit: name, Want: 1, Token: a.Token})
+		require.NoError(t, err)
+		require.Zero(t, a2.Granted, "a holds its share of two")
+		require.Equal(t, pelwarden.WaitForRelease, a2.Wait)
 
 		// b renews its lease; a stops renewing: its two come back once its
 		// lease expires, and b takes them.
@@ -148,9 +157,17 @@ func TestLimitConcurrency(t *testing.T) {
 		require.True(t, r.Lost)
 		require.Zero(t, r.Token)
 
-		rel, err = s.lib.ReleasePermits(ctx, pelwarden.LimitReleaseArgs{Limit: name, Token: b.Token, Permits: 3})
+		rel, err = s.lib.ReleasePermits(ctx, pelwarden.LimitReleaseArgs{Limit: name, Token: b.Token, Permits: 2})
 		require.NoError(t, err)
-		require.Equal(t, 3, rel.Released)
+		require.Equal(t, 2, rel.Released)
+		st, err = s.lib.ReadLimit(ctx, name)
+		require.NoError(t, err)
+		require.Equal(t, 1, st.InUse)
+		require.Equal(t, 1, st.Leases, "a holder stays one after a release")
+		// Ending the lease gives back what it still holds.
+		rel, err = s.lib.ReleasePermits(ctx, pelwarden.LimitReleaseArgs{Limit: name, Token: b.Token, End: true})
+		require.NoError(t, err)
+		require.Equal(t, &pelwarden.PermitRelease{Released: 1}, rel)
 		st, err = s.lib.ReadLimit(ctx, name)
 		require.NoError(t, err)
 		require.Zero(t, st.InUse)

@@ -134,6 +134,22 @@ func each(t *testing.T, fn func(t *testing.T, s *target)) {
 	}
 }
 
+// eachAlone runs fn as a subtest on every server of the matrix, in
+// parallel with each other but not with the rest of the suite: the test
+// is not parallel, so it runs before every parallel test starts. It is
+// for measures of consumers' throughput over time (a limit's rate, its
+// fair shares): a consumer starved of CPU by the suite's other tests on
+// two cores does not have the capacity such a measure presumes.
+func eachAlone(t *testing.T, fn func(t *testing.T, s *target)) {
+	t.Helper()
+	for _, s := range servers {
+		t.Run(s.srv.Name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, s)
+		})
+	}
+}
+
 // eachMode runs fn on every server of the matrix through FCALL and through
 // the EVALSHA fallback (an ACL user refused FUNCTION, FCALL and FCALL_RO).
 func eachMode(t *testing.T, fn func(t *testing.T, s *target, lib *pelwarden.Library)) {

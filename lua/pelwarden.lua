@@ -1808,11 +1808,12 @@ end
 -- Both in one cluster slot (the Go side names them, LimitKeysFor).
 --
 -- The rate is a GCRA, a token bucket kept in one timestamp: a permit every
--- 1000/rate ms, at most burst at once. The cap is leased permits: an
--- acquire that takes some makes a lease, or adds to the caller's lease
--- and renews it; a lease not renewed within lease-ms expires and its
--- permits come back, so a crashed consumer leaks nothing for longer than
--- that. A release names its lease's token: permits of a lease that
+-- 1000/rate ms, at most burst at once. Every holder asking for permits
+-- has a lease: its first acquire makes one, every later one renews it,
+-- and the cap's permits it takes are added to it; a lease not renewed
+-- within lease-ms expires and its permits come back, so a crashed
+-- consumer leaks nothing for longer than that. The live leases are the
+-- holders the permits are shared by, fairly (see limit_acquire). A release names its lease's token: permits of a lease that
 -- expired meanwhile are not given back twice (they came back at expiry).
 
 local LIMIT_EXPIRE_SCAN = 100 -- expired leases collected per call
@@ -1937,25 +1938,53 @@ end
 -- pelwarden_v1_limit_acquire: take permits, renew a lease (added in 1.4.0).
 --
 -- KEYS[1] limit hash, KEYS[2] its leases
--- ARGV[1] want    permits wanted, 0..MAX_COUNT (0: only renew the lease)
--- ARGV[2] token   the caller's lease ("0": none yet); taken permits of the
---                 cap are added to it and it is renewed, while it lasts
--- Takes min(want, what the rate allows now, what the cap has free): as many
--- as it can, never more, at once or not at all for each permit.
+-- ARGV[1] want     permits wanted, 0..MAX_COUNT (0: only renew the lease)
+-- ARGV[2] token    the caller's lease ("0": none yet); it is renewed, and
+--                  the cap's permits taken are added to it
+-- ARGV[3] horizon  optional, ms, 0..60000 (default 0): rate permits that
+--                  come due within this long are granted now, each with
+--                  its time (see first-us), so a holder takes a batch for
+--                  the time ahead in one call and starts each on time
+-- ARGV[4] release  optional, 0..10^9 (default 0): the cap's permits of the
+--                  lease to give back first (handlers done), as
+--                  limit_release does, so a holder's next acquire carries
+--                  them without a call of its own
+-- ARGV[5] refund   optional, 0..MAX_COUNT (default 0): the rate's permits
+--                  taken and not used, given back first, as limit_release
+-- Every caller that asks for permits holds a lease (its token) while it
+-- keeps calling: the live leases are the holders the permits are shared
+-- by. One call takes at most a fair share of the rate (ceil((burst +
+-- horizon's permits) / holders)), and a lease holds at most a fair share
+-- of the cap (ceil(concurrency / holders)), so every holder that keeps
+-- asking gets its turn. It takes min(want, what the rate allows, what the
+-- cap has free, the shares): as many as it can, never more.
 -- Reply: { granted,
---          token       the lease holding the cap's permits (0 without a
---                      cap, or when the caller holds none),
+--          token       the caller's lease (0 only for a call with want 0
+--                      and no live lease)
 --          lost        1: ARGV token's lease had expired (its permits came
 --                      back to the limit; a new lease holds the new ones)
 --          wait-ms     0 when every wanted permit was granted; else the time
---                      until the rate allows one more, or -1 when the cap is
---                      full (a release or an expiry frees some),
---          in-use      the cap's permits held now }
+--                      until the rate allows a share more, or -1 when the
+--                      cap (or the lease's share of it) is full: a release
+--                      or an expiry frees some,
+--          in-use      the cap's permits held now,
+--          first-us    the rate's permit k (0-based) of this grant comes
+--                      due max(0, first-us + k x interval-us) microseconds
+--                      from now (first-us may be negative: permits due
+--                      already; 0 without a rate),
+--          interval-us the rate's interval between permits (0 without),
+--          share       the cap's permits this lease may hold (0 without a
+--                      cap),
+--          held        the cap's permits the lease holds after the call }
 -- Errors: PWNOLIMIT, PWWRONGTYPE, PWBADARG, PWNOPERM, PWSERVER
 local function limitacquire(keys, args)
   local h, z = limitkeys(keys, 'limit_acquire')
   local want = argint(args, 1, 'want', 0, MAX_COUNT)
   local token = argint(args, 2, 'token', 0, 2 ^ 53)
+  local horizon, release, refund = 0, 0, 0
+  if args[3] ~= nil then horizon = argint(args, 3, 'horizon', 0, 60000) end
+  if args[4] ~= nil then release = argint(args, 4, 'release', 0, 10 ^ 9) end
+  if args[5] ~= nil then refund = argint(args, 5, 'refund', 0, MAX_COUNT) end
   limitchecks(h, z, true)
   local l = needlimit(h)
   local now = nowms()
@@ -1963,31 +1992,56 @@ local function limitacquire(keys, args)
   local lost = 0
   local held = 0
   if token > 0 then
-    held = tonumber(call('HGET', h, 'lease:' .. token)) or 0
-    if held > 0 then
+    local v = call('HGET', h, 'lease:' .. token)
+    if v then
+      held = tonumber(v)
       call('ZADD', z, 'XX', now + l.lease, token)
+      local back = math.min(held, release)
+      if back > 0 then
+        held = held - back
+        call('HSET', h, 'lease:' .. token, held)
+        l.inuse = math.max(0, l.inuse - back)
+        call('HSET', h, 'in-use', l.inuse)
+      end
     else
       lost = 1
       token = 0
     end
   end
-  local n = math.min(want, rateavailable(l, now))
+  if refund > 0 and l.rate > 0 and l.tat > now then
+    l.tat = math.max(now, l.tat - refund * limitinterval(l))
+    call('HSET', h, 'tat', string.format('%.3f', l.tat))
+  end
+  if token == 0 and want > 0 then
+    token = call('HINCRBY', h, 'token', 1)
+    call('ZADD', z, now + l.lease, token)
+    call('HSET', h, 'lease:' .. token, 0)
+  end
+  local holders = math.max(1, call('ZCOUNT', z, '(' .. now, '+inf'))
+  local t = limitinterval(l)
+  local n = want
+  local rateshare = want
+  local first = 0
+  if t ~= nil then
+    local avail = math.max(0, math.floor((now + horizon + l.burst * t - math.max(l.tat, now)) / t + 1e-9))
+    rateshare = math.max(1, math.ceil((l.burst + math.floor(horizon / t)) / holders))
+    n = math.min(n, avail, rateshare)
+    first = math.max(l.tat, now) - now - (l.burst - 1) * t
+  end
   local capfull = false
+  local share = 0
   if l.conc > 0 then
-    local free = math.max(0, l.conc - l.inuse)
+    share = math.max(1, math.ceil(l.conc / holders))
+    local free = math.max(0, math.min(l.conc - l.inuse, share - held))
     if free < n then n = free; capfull = true end
   end
-  local t = limitinterval(l)
   if n > 0 then
     if t ~= nil then
       l.tat = math.max(l.tat, now) + n * t
       call('HSET', h, 'tat', string.format('%.3f', l.tat))
     end
     if l.conc > 0 then
-      if token == 0 then
-        token = call('HINCRBY', h, 'token', 1)
-        call('ZADD', z, now + l.lease, token)
-      end
+      held = held + n
       call('HINCRBY', h, 'lease:' .. token, n)
       l.inuse = l.inuse + n
       call('HSET', h, 'in-use', l.inuse)
@@ -1998,12 +2052,18 @@ local function limitacquire(keys, args)
     if capfull or t == nil then
       wait = -1
     else
-      -- The next permit comes once now + burst*t - tat reaches t.
-      wait = math.max(1, math.ceil(math.max(l.tat, now) - (l.burst - 1) * t - now))
+      -- A share more comes due within the horizon once
+      -- tat + (k - burst) x t <= now + horizon.
+      local k = math.min(want, rateshare)
+      wait = math.max(1, math.ceil(l.tat + (k - l.burst) * t - now - horizon))
     end
   end
-  if l.conc == 0 then token = 0 end
-  return {n, token, lost, wait, l.inuse}
+  local first_us, interval_us = 0, 0
+  if t ~= nil then
+    first_us = math.floor(first * 1000 + 0.5)
+    interval_us = math.floor(t * 1000 + 0.5)
+  end
+  return {n, token, lost, wait, l.inuse, first_us, interval_us, share, held}
 end
 
 ------------------------------------------------------------------------------
@@ -2014,6 +2074,10 @@ end
 -- ARGV[2] permits  the cap's permits to give back (handlers done), 0..10^9
 -- ARGV[3] refund   rate permits taken and not used, 0..MAX_COUNT: the rate
 --                  gets them back (never more than the time since now)
+-- ARGV[4] end      optional, 0 or 1 (default 0): 1 ends the lease (the
+--                  holder stops asking), giving back every permit it holds
+-- A lease that gave its permits back stays a holder until it ends or
+-- expires (see limit_acquire's shares).
 -- Reply: { released (the cap's permits given back),
 --          not-held (asked for but not held by the lease: it expired, and
 --                    they came back then) }
@@ -2023,21 +2087,26 @@ local function limitrelease(keys, args)
   local token = argint(args, 1, 'token', 0, 2 ^ 53)
   local permits = argint(args, 2, 'permits', 0, 10 ^ 9)
   local refund = argint(args, 3, 'refund', 0, MAX_COUNT)
+  local finish = false
+  if args[4] ~= nil then finish = argbool(args, 4, 'end') end
   limitchecks(h, z, true)
   local l = needlimit(h)
   local now = nowms()
   limitexpire(h, z, l, now)
   local released = 0
-  if token > 0 and permits > 0 then
-    local held = tonumber(call('HGET', h, 'lease:' .. token)) or 0
+  local v = false
+  if token > 0 then v = call('HGET', h, 'lease:' .. token) end
+  if v then
+    local held = tonumber(v)
     released = math.min(held, permits)
-    if released > 0 then
-      if held == released then
-        call('HDEL', h, 'lease:' .. token)
-        call('ZREM', z, token)
-      else
-        call('HINCRBY', h, 'lease:' .. token, -released)
-      end
+    if finish then
+      released = held
+      call('HDEL', h, 'lease:' .. token)
+      call('ZREM', z, token)
+      l.inuse = math.max(0, l.inuse - held)
+      call('HSET', h, 'in-use', l.inuse)
+    elseif released > 0 then
+      call('HINCRBY', h, 'lease:' .. token, -released)
       l.inuse = math.max(0, l.inuse - released)
       call('HSET', h, 'in-use', l.inuse)
     end
@@ -2047,7 +2116,7 @@ local function limitrelease(keys, args)
     l.tat = math.max(now, l.tat - refund * t)
     call('HSET', h, 'tat', string.format('%.3f', l.tat))
   end
-  return {released, permits - released}
+  return {released, math.max(0, permits - released)}
 end
 
 ------------------------------------------------------------------------------

@@ -28,14 +28,16 @@ type Options struct {
 	Buckets []float64
 }
 
-// Metrics implements driver.Metrics, driver.PartitionMetrics and
-// prometheus.Collector:
+// Metrics implements driver.Metrics, driver.PartitionMetrics,
+// driver.LimitMetrics and prometheus.Collector:
 //
 //	<ns>_events_total{event="read|handled|handler_error|..."}
 //	<ns>_dead_lettered_total{reason="max_deliveries|handler|..."}
 //	<ns>_handler_duration_seconds
 //	<ns>_partition_owned{partition="..."}    1 while this consumer owns the partition (ordered mode)
 //	<ns>_partition_blocked{partition="..."}  1 while a failing head blocks it (ordered mode)
+//	<ns>_limit_throttled_seconds_total{limit="..."}  time reads waited for the limit's permits
+//	<ns>_limit_permits_held{limit="..."}   the limit's cap permits this consumer holds
 //
 // A partition's series are removed when the consumer no longer owns it,
 // so a fleet's sum of partition_owned is the number of owned partitions.
@@ -46,10 +48,13 @@ type Metrics struct {
 	duration prometheus.Histogram
 	owned    *prometheus.GaugeVec
 	blocked  *prometheus.GaugeVec
+	throttle *prometheus.CounterVec
+	held     *prometheus.GaugeVec
 }
 
 var _ driver.Metrics = (*Metrics)(nil)
 var _ driver.PartitionMetrics = (*Metrics)(nil)
+var _ driver.LimitMetrics = (*Metrics)(nil)
 var _ prometheus.Collector = (*Metrics)(nil)
 
 // New returns a collector; register it with a prometheus.Registerer.
@@ -81,6 +86,14 @@ func New(o Options) *Metrics {
 			Namespace: o.Namespace, Name: "partition_blocked", ConstLabels: o.ConstLabels,
 			Help: "1 while a failing head blocks the partition this consumer owns (ordered mode).",
 		}, []string{"partition"}),
+		throttle: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: o.Namespace, Name: "limit_throttled_seconds_total", ConstLabels: o.ConstLabels,
+			Help: "Time this consumer's reads waited for permits of the limit (driver.Config.Limit).",
+		}, []string{"limit"}),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: o.Namespace, Name: "limit_permits_held", ConstLabels: o.ConstLabels,
+			Help: "Permits of the limit's concurrency cap this consumer holds (handlers running or queued, reads under way).",
+		}, []string{"limit"}),
 	}
 	// Pre-create every event series so they export 0 before the first event.
 	for _, e := range driver.Events() {
@@ -137,6 +150,16 @@ func (m *Metrics) PartitionBlocked(stream string, blocked bool) {
 	m.blocked.WithLabelValues(stream).Set(v)
 }
 
+// Throttled implements driver.LimitMetrics.
+func (m *Metrics) Throttled(limit string, d time.Duration) {
+	m.throttle.WithLabelValues(limit).Add(d.Seconds())
+}
+
+// PermitsHeld implements driver.LimitMetrics.
+func (m *Metrics) PermitsHeld(limit string, n int) {
+	m.held.WithLabelValues(limit).Set(float64(n))
+}
+
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.events.Describe(ch)
@@ -144,6 +167,8 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.duration.Describe(ch)
 	m.owned.Describe(ch)
 	m.blocked.Describe(ch)
+	m.throttle.Describe(ch)
+	m.held.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -153,4 +178,6 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.duration.Collect(ch)
 	m.owned.Collect(ch)
 	m.blocked.Collect(ch)
+	m.throttle.Collect(ch)
+	m.held.Collect(ch)
 }

@@ -111,6 +111,28 @@ pelwarden_partition_owned{partition="{orders/4/1/2}",stream="orders"} 1
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "pelwarden_partition_owned", "pelwarden_partition_blocked"))
 }
 
+// A limit's throttled time adds up and its permits held follow the
+// latest report, labelled by limit.
+func TestLimitMetrics(t *testing.T) {
+	t.Parallel()
+	m := prommetrics.New(prommetrics.Options{})
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(m))
+	m.Throttled("payments", 1500*time.Millisecond)
+	m.Throttled("payments", 500*time.Millisecond)
+	m.PermitsHeld("payments", 7)
+	m.PermitsHeld("payments", 3)
+	want := `
+# HELP pelwarden_limit_permits_held Permits of the limit's concurrency cap this consumer holds (handlers running or queued, reads under way).
+# TYPE pelwarden_limit_permits_held gauge
+pelwarden_limit_permits_held{limit="payments"} 3
+# HELP pelwarden_limit_throttled_seconds_total Time this consumer's reads waited for permits of the limit (driver.Config.Limit).
+# TYPE pelwarden_limit_throttled_seconds_total counter
+pelwarden_limit_throttled_seconds_total{limit="payments"} 2
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "pelwarden_limit_permits_held", "pelwarden_limit_throttled_seconds_total"))
+}
+
 // Bad options are refused with the field named; a server that cannot be
 // reached makes state_up 0 and no group series, not a failed scrape.
 func TestGroupCollectorWithoutServer(t *testing.T) {

@@ -143,7 +143,16 @@ type DriverVariant struct {
 	// ReadClaim is the driver's Config.ReadClaim: ReadClaimAuto (the
 	// default) or ReadClaimOff.
 	ReadClaim driver.ReadClaimMode
+	// Limit runs the consumer under a limit set above what it can reach
+	// (a rate of UnreachedLimit.Rate a second and a cap of
+	// UnreachedLimit.Concurrency): the cost of taking and giving back
+	// permits, with nothing throttled.
+	Limit bool
 }
+
+// UnreachedLimit is the limit of a DriverVariant with Limit: far above
+// what one consumer can reach, so it only costs its calls.
+var UnreachedLimit = pelwarden.LimitSettings{Rate: 100_000_000, Concurrency: 1_000_000}
 
 // String names the variant in the report, e.g. "driver defaults",
 // "driver defaults, plain acks", "driver c=16 prefetch 984".
@@ -161,7 +170,7 @@ func (v DriverVariant) String() string {
 	s := "driver " + strings.Join(opts, " ")
 	if len(opts) == 0 {
 		s = "driver defaults"
-		if v.AckMode != driver.AckFenced || v.ReadClaim != driver.ReadClaimAuto {
+		if v.AckMode != driver.AckFenced || v.ReadClaim != driver.ReadClaimAuto || v.Limit {
 			s += ","
 		}
 	}
@@ -170,6 +179,9 @@ func (v DriverVariant) String() string {
 	}
 	if v.ReadClaim != driver.ReadClaimAuto {
 		s += " read claim " + v.ReadClaim.String()
+	}
+	if v.Limit {
+		s += " under a limit"
 	}
 	return s
 }
@@ -196,7 +208,8 @@ var DefaultDrivers = []DriverVariant{{}, {AckMode: driver.AckPlain}, {Concurrenc
 // list of variants, each a slash-separated list of options: "default"
 // (every field at its default; the same as leaving the others out),
 // "c=N" (Concurrency), "p=N" (Prefetch), "r=N" (ReadCount), "plain" or
-// "fenced" (AckMode) and "noreadclaim" (ReadClaim off), e.g.
+// "fenced" (AckMode), "noreadclaim" (ReadClaim off) and "limit" (under
+// UnreachedLimit), e.g.
 // "default,plain,c=16/p=984". An option left out
 // keeps the driver's default. "" means DefaultDrivers.
 func ParseDrivers(s string) ([]DriverVariant, error) {
@@ -220,6 +233,8 @@ func ParseDrivers(s string) ([]DriverVariant, error) {
 				v.AckMode = driver.AckFenced
 			case name == "noreadclaim" && !hasVal:
 				v.ReadClaim = driver.ReadClaimOff
+			case name == "limit" && !hasVal:
+				v.Limit = true
 			case name == "c" && hasVal && (err != nil || n < 1):
 				return nil, fmt.Errorf("consume: driver variant %q: c wants a positive integer (leave it out for the default), got %q", f, val)
 			case (name == "p" || name == "r") && hasVal && (err != nil || n < 0):
@@ -231,7 +246,7 @@ func ParseDrivers(s string) ([]DriverVariant, error) {
 			case name == "r" && hasVal:
 				v.ReadCount = n
 			default:
-				return nil, fmt.Errorf("consume: driver variant %q: unknown option %q (want default, c=N, p=N, r=N, plain, fenced, noreadclaim)", f, opt)
+				return nil, fmt.Errorf("consume: driver variant %q: unknown option %q (want default, c=N, p=N, r=N, plain, fenced, noreadclaim, limit)", f, opt)
 			}
 		}
 		out = append(out, v)

@@ -118,6 +118,7 @@ type driverSpec struct {
 	// clientName, when set, names the driver's connections (CLIENT
 	// SETNAME), so the server's slow log tells its commands apart.
 	clientName string
+	limit      string        // the limit the consumer runs under ("": none)
 	target     int64         // entries to settle (acked or dead-lettered)
 	minRun     time.Duration // keep running at least this long
 }
@@ -142,9 +143,9 @@ func (b *bench) newDriverRun(spec driverSpec, consumer string, h *hook, g *goal,
 	d := &driverRun{rdb: rdb, m: &counting{goal: g}, logs: newLogCounter()}
 	c, err := driver.New(rdb, driver.Config{
 		Stream: spec.k.stream, Group: benchGroup, Consumer: consumer, Handler: handler, CreateGroup: true,
-		Concurrency: spec.v.Concurrency,
-		MinIdle:     spec.minIdle,
-		Logger:      slog.New(d.logs), Metrics: d.m,
+		Concurrency: spec.v.Concurrency, Limit: spec.limit,
+		MinIdle: spec.minIdle,
+		Logger:  slog.New(d.logs), Metrics: d.m,
 		Tuning: driver.Tuning{Prefetch: spec.v.Prefetch, ReadCount: spec.v.ReadCount, AckMode: spec.v.AckMode, ReadClaim: spec.v.ReadClaim, ReclaimInterval: spec.reclaimInterval},
 	})
 	if err != nil {

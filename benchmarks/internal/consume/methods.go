@@ -323,8 +323,17 @@ func (b *bench) runDriver(ctx context.Context, v DriverVariant) (*Result, error)
 	if err != nil {
 		return nil, fmt.Errorf("consume: %s: %w", method, err)
 	}
+	spec := driverSpec{method: method, part: PartMain, k: k, v: v, target: int64(n)}
+	if v.Limit {
+		spec.limit = k.stream[1:len(k.stream)-1] + "-limit"
+		h, z := pelwarden.LimitKeysFor(spec.limit)
+		defer b.ctl.Del(context.WithoutCancel(ctx), h, z)
+		if _, err := pelwarden.NewLibrary(b.ctl).SetLimit(ctx, spec.limit, UnreachedLimit); err != nil {
+			return nil, fmt.Errorf("consume: %s: set the limit: %w", method, err)
+		}
+	}
 	b.cfg.logf("%s: consuming", method)
-	r, err := b.measureDriver(ctx, driverSpec{method: method, part: PartMain, k: k, v: v, target: int64(n)})
+	r, err := b.measureDriver(ctx, spec)
 	return b.finish(ctx, r, err, func() error { return b.checkConsumed(ctx, k.stream, last) })
 }
 
