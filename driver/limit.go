@@ -138,6 +138,12 @@ type permits struct {
 	// those given back and not yet sent to the server.
 	out, done int
 	refund    int // the rate's permits taken and unused, to give back
+	// banked is permits taken ahead, due now, for the next read (counted
+	// in out); unbound: the last acquisition got all it asked for, none
+	// paced, so the limit does not bind and a take asks for its next
+	// read's permits too (see take).
+	banked  int
+	unbound bool
 	// calls is the number of calls under way, started the number of
 	// calls begun: the lease's count in a reply is compared with
 	// out+done only for a call no other call overlapped (see granted).
@@ -192,11 +198,33 @@ func (p *permits) take(ctx context.Context, want int) (permitGrant, bool) {
 	if p == nil {
 		return permitGrant{n: want}, true
 	}
+	if n := p.fromBank(want); n > 0 {
+		return permitGrant{n: n}, true
+	}
 	var throttled time.Duration
 	defer func() { p.throttled(throttled) }()
 	var w permitWait
 	for {
-		g, wait, ok := p.try(ctx, want, &w)
+		ask := want
+		p.mu.Lock()
+		if p.unbound {
+			// While the limit does not bind, one acquisition serves two
+			// reads: the half this read does not take waits in the bank
+			// (given back if no read takes it within limitLinger).
+			ask = min(2*want, pelwarden.MaxCount)
+		}
+		p.mu.Unlock()
+		g, wait, ok := p.try(ctx, ask, &w)
+		if ok && g.n > want {
+			if g.due == nil {
+				p.bank(g.n - want)
+			} else {
+				// Paced (the rate binds now): the extra goes back.
+				p.unused(g.n - want)
+				g.due = g.due[:want]
+			}
+			g.n = want
+		}
 		if !ok || g.n > 0 {
 			return g, ok
 		}
@@ -206,6 +234,26 @@ func (p *permits) take(ctx context.Context, want int) (permitGrant, bool) {
 		}
 		throttled += p.clock.now() - began
 	}
+}
+
+// fromBank takes up to want permits from the bank.
+func (p *permits) fromBank(want int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := min(want, p.banked)
+	p.banked -= n
+	if n > 0 {
+		p.asked = p.clock.now()
+	}
+	return n
+}
+
+// bank keeps n permits (due now) for the next read.
+func (p *permits) bank(n int) {
+	p.mu.Lock()
+	p.banked += n
+	p.mu.Unlock()
+	signal(p.linger)
 }
 
 // sleep waits d, or until a handler ended (its permit can be taken again
@@ -272,7 +320,7 @@ func (p *permits) try(ctx context.Context, want int, w *permitWait) (g permitGra
 		p.run.memoryFreed("take permits")
 		w.failures = 0
 	}
-	p.granted(r, sent, mark, true)
+	p.granted(r, sent, mark, a.want, true)
 	if r.Granted > 0 {
 		g.n = r.Granted
 		if r.Due(r.Granted-1) > 0 {
@@ -344,7 +392,7 @@ func (p *permits) end() {
 // granted records the reply of an acquire marked mark, sent at sent (a
 // clock reading); out says its permits go out to the caller (not for a
 // renewal, which takes none). It ends the call's count (see begin).
-func (p *permits) granted(r *pelwarden.Permits, sent time.Duration, mark callMark, out bool) {
+func (p *permits) granted(r *pelwarden.Permits, sent time.Duration, mark callMark, asked int, out bool) {
 	p.mu.Lock()
 	p.calls--
 	// No other call under way from its start to its reply: the lease's
@@ -354,6 +402,9 @@ func (p *permits) granted(r *pelwarden.Permits, sent time.Duration, mark callMar
 		p.log.Warn("the limit's lease expired before it was renewed; its permits went back to the limit", "out", p.out)
 	}
 	p.token, p.capped, p.called = r.Token, r.Share > 0, max(p.called, sent)
+	if out {
+		p.unbound = r.Granted == asked && r.Due(max(r.Granted-1, 0)) == 0
+	}
 	if p.capped && out {
 		p.out += r.Granted
 	}
@@ -442,6 +493,14 @@ func (p *permits) loop(ctx context.Context) {
 				}
 				p.mu.Lock()
 				quiet := p.clock.now()-p.asked >= limitLinger
+				if quiet && p.banked > 0 {
+					// No read took them: they go back.
+					p.refund += p.banked
+					if p.capped {
+						p.giveBackLocked(p.banked)
+					}
+					p.banked = 0
+				}
 				p.mu.Unlock()
 				if quiet {
 					break
@@ -487,7 +546,7 @@ func (p *permits) send(ctx context.Context, end bool) {
 			p.mu.Lock()
 			p.calls--
 			if end {
-				p.token, p.out = 0, 0
+				p.token, p.out, p.banked = 0, 0, 0
 			}
 			p.called = max(p.called, sent)
 			n := p.out
@@ -500,7 +559,7 @@ func (p *permits) send(ctx context.Context, end bool) {
 	} else {
 		var r *pelwarden.Permits
 		if r, err = p.srv.acquire(ctx, permitAsk{token: token}); err == nil {
-			p.granted(r, sent, mark, false)
+			p.granted(r, sent, mark, 0, false)
 			return
 		}
 	}

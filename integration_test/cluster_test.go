@@ -130,6 +130,10 @@ func TestCluster(t *testing.T) {
 			t.Parallel()
 			testClusterLimits(t, t.Context(), rdb, usable)
 		})
+		t.Run("ConsumersUnderLimit", func(t *testing.T) {
+			t.Parallel()
+			testClusterConsumerLimits(t, t.Context(), rdb, usable)
+		})
 		t.Run("DriverPerShard", func(t *testing.T) {
 			t.Parallel()
 			for i, s := range usable {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pelwarden/pelwarden"
 	"github.com/pelwarden/pelwarden/driver"
+	"github.com/pelwarden/pelwarden/pelwardentest/testserver"
 )
 
 // fillStream adds n entries ("n": 0..n-1) to stream, pipelined.
@@ -34,15 +35,45 @@ func fillStream(t *testing.T, ctx context.Context, rdb redis.UniversalClient, st
 	}
 }
 
-// startLog records handler starts in a Redis list ("<consumer>:<unix µs>"),
-// one RPUSH per start, so the measure is what the server saw arrive.
+// startLog records handler starts ("<consumer>:<unix µs>") in memory and
+// writes them to a Redis list at the end (flush), so recording a start
+// costs the handler no round trip: the measure is the handlers' start
+// times, kept in Redis.
 type startLog struct {
 	rdb redis.UniversalClient
 	key string
+
+	mu     *sync.Mutex
+	starts *[]string
 }
 
-func (l startLog) record(ctx context.Context, consumer int) error {
-	return l.rdb.RPush(ctx, l.key, fmt.Sprintf("%d:%d", consumer, time.Now().UnixMicro())).Err()
+func newStartLog(rdb redis.UniversalClient, key string) startLog {
+	return startLog{rdb: rdb, key: key, mu: &sync.Mutex{}, starts: &[]string{}}
+}
+
+func (l startLog) record(consumer int) {
+	v := fmt.Sprintf("%d:%d", consumer, time.Now().UnixMicro())
+	l.mu.Lock()
+	*l.starts = append(*l.starts, v)
+	l.mu.Unlock()
+}
+
+// count is the number of starts recorded.
+func (l startLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(*l.starts)
+}
+
+// flush writes the starts recorded to the list.
+func (l startLog) flush(t *testing.T, ctx context.Context) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for from := 0; from < len(*l.starts); from += 1000 {
+		batch := (*l.starts)[from:min(from+1000, len(*l.starts))]
+		require.NoError(t, l.rdb.RPush(ctx, l.key, batch).Err())
+	}
 }
 
 // read returns the starts by consumer, in µs.
@@ -95,11 +126,12 @@ func firstStart(starts map[int][]int64) int64 {
 // starts in span from the first, in all and by consumer.
 func measureStarts(t *testing.T, ctx context.Context, log startLog, span time.Duration, stops []func() error) (total int, each map[int]int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return log.rdb.LLen(ctx, log.key).Val() > 0 }, time.Minute, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return log.count() > 0 }, time.Minute, 10*time.Millisecond)
 	time.Sleep(span + time.Second) // the measure's span
 	for _, stop := range stops {
 		require.NoError(t, stop())
 	}
+	log.flush(t, ctx)
 	starts := log.read(t, ctx)
 	return window(starts, firstStart(starts), span)
 }
@@ -121,6 +153,15 @@ func (g gauge) raise(ctx context.Context) error {
 }
 
 func (g gauge) lower(ctx context.Context) error { return g.rdb.Decr(ctx, g.cur).Err() }
+
+// run is a handler's work of d, counted by the gauge.
+func (g gauge) run(ctx context.Context, d time.Duration) error {
+	if err := g.raise(ctx); err != nil {
+		return err
+	}
+	time.Sleep(d)
+	return g.lower(ctx)
+}
 
 func (g gauge) highest(t *testing.T, ctx context.Context) int {
 	t.Helper()
@@ -163,7 +204,7 @@ func TestLimitConsumersRate(t *testing.T) {
 		_, err := s.lib.SetLimit(ctx, name, pelwarden.LimitSettings{Rate: rate})
 		require.NoError(t, err)
 		fillStream(t, ctx, s.rdb, f.Stream, rate*int(span/time.Second)*5/4)
-		log := startLog{rdb: s.rdb, key: f.Stream + ":starts"}
+		log := newStartLog(s.rdb, f.Stream+":starts")
 		var redelivered atomic.Int64
 		stops := make([]func() error, consumers)
 		for i := range consumers {
@@ -173,7 +214,8 @@ func TestLimitConsumersRate(t *testing.T) {
 					if m.Deliveries > 1 {
 						redelivered.Add(1)
 					}
-					return log.record(ctx, i)
+					log.record(i)
+					return nil
 				})})
 		}
 		total, counts := measureStarts(t, ctx, log, span, stops)
@@ -210,11 +252,7 @@ func TestLimitConsumersCap(t *testing.T) {
 					if m.Deliveries > 1 {
 						redelivered.Add(1)
 					}
-					if err := g.raise(ctx); err != nil {
-						return err
-					}
-					time.Sleep(5 * time.Millisecond)
-					if err := g.lower(ctx); err != nil {
+					if err := g.run(ctx, 5 * time.Millisecond); err != nil {
 						return err
 					}
 					handled[i].Add(1)
@@ -258,14 +296,15 @@ func TestLimitTwoGroups(t *testing.T) {
 		_, err := s.lib.SetLimit(ctx, name, pelwarden.LimitSettings{Rate: rate})
 		require.NoError(t, err)
 		fillStream(t, ctx, s.rdb, f.Stream, rate*int(span/time.Second)*3/2)
-		log := startLog{rdb: s.rdb, key: f.Stream + ":starts"}
+		log := newStartLog(s.rdb, f.Stream+":starts")
 		var stops []func() error
 		for i := range 4 {
 			group := fmt.Sprint(f.Group, "-", i/2)
 			stops = append(stops, startConsumer(t, s.rdb, driver.Config{Stream: f.Stream, Group: group, Consumer: fmt.Sprint("c", i),
 				CreateGroup: true, Limit: name,
 				Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
-					return log.record(ctx, i/2) // by group
+					log.record(i / 2) // by group
+					return nil
 				})}))
 		}
 		total, byGroup := measureStarts(t, ctx, log, span, stops)
@@ -311,9 +350,13 @@ func TestLimitCrashedHolder(t *testing.T) {
 		t.Cleanup(fleet.close)
 		require.NoError(t, err)
 		require.Eventually(t, func() bool {
-			st, err := s.lib.ReadLimit(ctx, name)
-			return err == nil && st.InUse == cap
-		}, time.Minute, 10*time.Millisecond, "the victim holds the whole cap")
+			// cap handlers started (each works a minute or more: each
+			// holds its permit until the kill).
+			return s.rdb.HLen(ctx, keys.Runs).Val() == cap
+		}, time.Minute, 10*time.Millisecond, "the victim's handlers hold the whole cap")
+		st, err := s.lib.ReadLimit(ctx, name)
+		require.NoError(t, err)
+		require.Equal(t, cap, st.InUse)
 		victim := fleet.slots[0]
 		fleet.mu.Lock()
 		fleet.stopping = true // no replacement
@@ -340,11 +383,7 @@ func TestLimitCrashedHolder(t *testing.T) {
 			Limit: name, MinIdle: 2 * time.Second, Concurrency: 8, Tuning: driver.Tuning{ReclaimInterval: time.Second},
 			Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
 				firstStart.CompareAndSwap(0, time.Now().UnixNano())
-				if err := g.raise(ctx); err != nil {
-					return err
-				}
-				time.Sleep(20 * time.Millisecond)
-				if err := g.lower(ctx); err != nil {
+				if err := g.run(ctx, 20 * time.Millisecond); err != nil {
 					return err
 				}
 				mu.Lock()
@@ -401,11 +440,7 @@ func TestLimitOrdered(t *testing.T) {
 		c, err := driver.NewOrdered(s.rdb, driver.OrderedConfig{Streams: names, Group: f.Group, Consumer: "c", CreateGroup: true,
 			Concurrency: 4, Limit: name, PartitionLease: 2 * time.Second,
 			Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
-				if err := g.raise(ctx); err != nil {
-					return err
-				}
-				time.Sleep(2 * time.Millisecond)
-				if err := g.lower(ctx); err != nil {
+				if err := g.run(ctx, 2 * time.Millisecond); err != nil {
 					return err
 				}
 				mu.Lock()
@@ -508,4 +543,69 @@ func TestLimitChangePickedUp(t *testing.T) {
 		t.Logf("the raised cap was picked up %v after the change", time.Duration(sawAt.Load()-raisedAt.Load()).Round(time.Millisecond))
 		require.LessOrEqual(t, g.highest(t, ctx), 6)
 	})
+}
+
+// testClusterConsumerLimits: on the cluster, consumers of streams on two
+// shards run under one limit whose keys are on a third: a cap of 4 is
+// never exceeded across them (a gauge on the server), every entry is
+// handled once and acked, and the permits all come back at the stops.
+func testClusterConsumerLimits(t *testing.T, ctx context.Context, rdb *redis.ClusterClient, shards []testserver.Shard) {
+	require.GreaterOrEqual(t, len(shards), 3)
+	// A name (a stream's hash tag, or the limit's) whose key lands on shard i.
+	on := func(i int, key func(string) string) string {
+		for n := 0; ; n++ {
+			name := fmt.Sprintf("clusterlimit.%d.%d", i, n)
+			if shards[i].Owns(pelwarden.Slot(key(name))) {
+				return name
+			}
+		}
+	}
+	limit := on(2, func(n string) string { h, _ := pelwarden.LimitKeysFor(n); return h })
+	streams := []string{"{" + on(0, func(n string) string { return "{" + n + "}" }) + "}",
+		"{" + on(1, func(n string) string { return "{" + n + "}" }) + "}"}
+	g := gauge{rdb: rdb, cur: "{" + limit + "}:running", most: "{" + limit + "}:most"}
+	t.Cleanup(func() {
+		h, z := pelwarden.LimitKeysFor(limit)
+		for _, k := range append(streams, h, z, g.cur, g.most, streams[0]+":dead", streams[1]+":dead") {
+			rdb.Del(context.Background(), k)
+		}
+	})
+	lib := pelwarden.NewLibrary(rdb)
+	const cap, per = 4, 300
+	_, err := lib.SetLimit(ctx, limit, pelwarden.LimitSettings{Concurrency: cap, Rate: 2000, Burst: 10})
+	require.NoError(t, err)
+	for _, st := range streams {
+		fillStream(t, ctx, rdb, st, per)
+	}
+	var mu sync.Mutex
+	handled := map[string]int{}
+	var stops []func() error
+	for i := range 4 {
+		stops = append(stops, startConsumer(t, rdb, driver.Config{Stream: streams[i%2], Group: "g", Consumer: fmt.Sprint("c", i),
+			CreateGroup: true, Limit: limit,
+			Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
+				if err := g.run(ctx, 2 * time.Millisecond); err != nil {
+					return err
+				}
+				mu.Lock()
+				handled[m.Stream+"/"+m.ID]++
+				mu.Unlock()
+				return nil
+			})}))
+	}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) == 2*per
+	}, 2*time.Minute, 10*time.Millisecond, "every entry of both streams handled")
+	for _, stop := range stops {
+		require.NoError(t, stop())
+	}
+	for id, n := range handled {
+		require.Equal(t, 1, n, "%s handled once", id)
+	}
+	most := g.highest(t, ctx)
+	t.Logf("at most %d handlers at once across two shards under a cap of %d", most, cap)
+	require.LessOrEqual(t, most, cap)
+	requireLimitIdle(t, ctx, lib, limit)
 }

@@ -82,7 +82,9 @@ type SubscriberConfig struct {
 	// out one at a time. Tuning.ReclaimInterval defaults to
 	// DefaultReclaimInterval here, CreateGroup follows RequireGroup, and
 	// ShutdownTimeout defaults to CloseTimeout + DefaultFlushTimeout (it
-	// must exceed CloseTimeout). Logger defaults to Logger.
+	// must exceed CloseTimeout). Logger defaults to Logger. Limit passes
+	// through: every subscription runs under it, a message holding its
+	// permit from delivery to Ack or Nack.
 	Driver driver.Config
 	// Logger receives the Subscriber's logs (a subscription that stops
 	// with an error). Defaults to slog.Default().

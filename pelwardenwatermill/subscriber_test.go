@@ -3,6 +3,7 @@ package pelwardenwatermill_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -506,4 +507,53 @@ func TestConfigErrors(t *testing.T) {
 	err = pub.Publish("{braces}", message.NewMessage(watermill.NewUUID(), nil))
 	require.ErrorIs(t, err, pelwarden.ErrInvalidArgument)
 	require.NoError(t, pub.Close())
+}
+
+// The driver's Limit passes through the Driver template: two subscribers
+// of the topic under one limit with a cap of 1 never hold a message at
+// once (each holds its permit from delivery to Ack), and every message
+// is delivered; the permit goes back at the close.
+func TestLimitPassesThrough(t *testing.T) {
+	eachParallel(t, func(t *testing.T, s *server) {
+		e := newEnv(t, s)
+		ctx := t.Context()
+		lib := pelwarden.NewLibrary(e.rdb)
+		name := "wm-" + e.group
+		t.Cleanup(func() {
+			h, z := pelwarden.LimitKeysFor(name)
+			e.rdb.Del(context.Background(), h, z)
+		})
+		_, err := lib.SetLimit(ctx, name, pelwarden.LimitSettings{Concurrency: 1})
+		require.NoError(t, err)
+		const n = 20
+		e.publish(e.publisher(pelwardenwatermill.PublisherConfig{}), n)
+		var held, most atomic.Int64
+		got := make(chan string, n)
+		for i := range 2 {
+			sub := e.subscriber(pelwardenwatermill.SubscriberConfig{Consumer: fmt.Sprint("c", i), Driver: driver.Config{Limit: name}})
+			ch, err := sub.Subscribe(ctx, e.topic)
+			require.NoError(t, err)
+			go func() {
+				for m := range ch {
+					h := held.Add(1)
+					for old := most.Load(); h > old && !most.CompareAndSwap(old, h); old = most.Load() {
+					}
+					time.Sleep(2 * time.Millisecond)
+					held.Add(-1)
+					m.Ack()
+					got <- m.UUID
+				}
+			}()
+		}
+		seen := map[string]bool{}
+		for len(seen) < n {
+			select {
+			case id := <-got:
+				seen[id] = true
+			case <-time.After(time.Minute):
+				t.Fatalf("%d of %d messages after a minute", len(seen), n)
+			}
+		}
+		require.Equal(t, int64(1), most.Load(), "one message held at a time across the two subscribers")
+	})
 }

@@ -24,15 +24,16 @@ type Server struct {
 	templates map[string]*template.Template
 	handler   http.Handler
 
-	discovery *cache[*ops.Discovery]
-	overviews *cache[*overview]
-	groups    *cache[*groupView]
-	pels      *cache[*pelPage]
-	stuck     *cache[*stuckView]
-	deads     *cache[*deadPage]
-	lengths   *cache[int64]
-	history   *histories
-	jobs      *jobs
+	discovery  *cache[*ops.Discovery]
+	limitNames *cache[*limitNames]
+	overviews  *cache[*overview]
+	groups     *cache[*groupView]
+	pels       *cache[*pelPage]
+	stuck      *cache[*stuckView]
+	deads      *cache[*deadPage]
+	lengths    *cache[int64]
+	history    *histories
+	jobs       *jobs
 
 	// ctx is cancelled by Close: running actions stop.
 	ctx    context.Context
@@ -52,16 +53,17 @@ func New(rdb redis.UniversalClient, o Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		rdb:       rdb,
-		opts:      o,
-		discovery: newCache[*ops.Discovery](o.DiscoverEvery),
-		overviews: newCache[*overview](o.Refresh),
-		groups:    newCache[*groupView](o.Refresh),
-		pels:      newCache[*pelPage](o.Refresh),
-		stuck:     newCache[*stuckView](o.Refresh),
-		deads:     newCache[*deadPage](o.Refresh),
-		lengths:   newCache[int64](o.Refresh),
-		history:   newHistories(o.History),
+		rdb:        rdb,
+		opts:       o,
+		discovery:  newCache[*ops.Discovery](o.DiscoverEvery),
+		limitNames: newCache[*limitNames](o.DiscoverEvery),
+		overviews:  newCache[*overview](o.Refresh),
+		groups:     newCache[*groupView](o.Refresh),
+		pels:       newCache[*pelPage](o.Refresh),
+		stuck:      newCache[*stuckView](o.Refresh),
+		deads:      newCache[*deadPage](o.Refresh),
+		lengths:    newCache[int64](o.Refresh),
+		history:    newHistories(o.History),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.jobs = newJobs()

@@ -56,6 +56,62 @@ type overview struct {
 	// every primary's keyspace; Truncated: more than MaxStreams streams.
 	Streams             int
 	Complete, Truncated bool
+	// Limits are the limits on the server (pelwarden.Library.SetLimit),
+	// at most maxLimitsShown, by name; LimitsComplete: their discovery
+	// reached the end of the keyspace; LimitsErr: it failed.
+	Limits         []limitRow
+	LimitsComplete bool
+	LimitsErr      string
+}
+
+// limitRow is one limit's settings and use; Err is set when it could not
+// be read.
+type limitRow struct {
+	pelwarden.LimitState
+	Err string
+}
+
+// Full reports a cap whose permits are all in use.
+func (r limitRow) Full() bool { return r.Concurrency > 0 && r.InUse >= r.Concurrency }
+
+// maxLimitsShown bounds the limits the overview reads.
+const maxLimitsShown = 100
+
+// limitNames are the limits found on the server.
+type limitNames struct {
+	names    []string
+	complete bool
+}
+
+// loadLimits reads the limits on the server: their names discovered at
+// most once per DiscoverEvery, each one's state with one read-only call.
+func (s *Server) loadLimits(ctx context.Context, out *overview) {
+	found, err := s.limitNames.get(ctx, "limits", func(ctx context.Context) (*limitNames, error) {
+		names, complete, err := ops.DiscoverLimits(ctx, s.rdb, s.opts.ScanKeys)
+		if err != nil {
+			return nil, fmt.Errorf("discover limits: %w", err)
+		}
+		return &limitNames{names: names, complete: complete}, nil
+	})
+	if err != nil {
+		out.LimitsErr = err.Error()
+		return
+	}
+	out.LimitsComplete = found.complete && len(found.names) <= maxLimitsShown
+	lib := pelwarden.NewLibrary(s.rdb)
+	for _, name := range found.names[:min(len(found.names), maxLimitsShown)] {
+		st, err := lib.ReadLimit(ctx, name)
+		row := limitRow{LimitState: pelwarden.LimitState{Name: name}}
+		switch {
+		case err != nil:
+			row.Err = err.Error()
+		case !st.Exists:
+			continue // removed since the discovery
+		default:
+			row.LimitState = *st
+		}
+		out.Limits = append(out.Limits, row)
+	}
 }
 
 // discover returns the streams to show (cached for DiscoverEvery).
@@ -96,6 +152,7 @@ func (s *Server) loadOverview(ctx context.Context) (*overview, error) {
 	for i := range out.Rows {
 		out.Rows[i].FirstOfStream = i == 0 || out.Rows[i-1].Stream != out.Rows[i].Stream
 	}
+	s.loadLimits(ctx, out)
 	return out, nil
 }
 

@@ -316,3 +316,46 @@ func TestStuckEntries(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, get(t, ts, "/group"+q("stream", sc.Stream, "group", sc.Group, "stuck_after", "0s")).Status)
 	require.Equal(t, http.StatusBadRequest, get(t, ts, "/group"+q("stream", sc.Stream, "group", sc.Group, "stuck_after", "soon")).Status)
 }
+
+// The overview shows each limit on the server: its rate and burst, the
+// rate's permits available, its cap and the permits in use, the holders;
+// a full cap is flagged. On a database of its own, so the other tests'
+// overviews do not show its limits.
+func TestLimitsShown(t *testing.T) {
+	t.Parallel()
+	o := *client(t).Options()
+	o.DB = 1
+	rdb := redis.NewClient(&o)
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := t.Context()
+	lib := pelwarden.NewLibrary(rdb)
+	names := []string{"dash-limits-rate", "dash-limits-cap"}
+	t.Cleanup(func() {
+		for _, n := range names {
+			h, z := pelwarden.LimitKeysFor(n)
+			rdb.Del(context.Background(), h, z)
+		}
+	})
+	_, err := lib.SetLimit(ctx, names[0], pelwarden.LimitSettings{Rate: 2.5, Burst: 4})
+	require.NoError(t, err)
+	_, err = lib.SetLimit(ctx, names[1], pelwarden.LimitSettings{Concurrency: 3, Lease: time.Minute})
+	require.NoError(t, err)
+	p, err := lib.AcquirePermits(ctx, pelwarden.LimitAcquireArgs{Limit: names[1], Want: 3})
+	require.NoError(t, err)
+	require.Equal(t, 3, p.Granted)
+	_, ts := newTest(t, rdb, Options{Streams: "{dash-limits-none-*"})
+	r := get(t, ts, "/")
+	row := func(name string) string {
+		i := strings.Index(r.Body, `data-limit="`+name+`"`)
+		require.GreaterOrEqual(t, i, 0, "a row for %s", name)
+		j := strings.Index(r.Body[i:], "</tr>")
+		return r.Body[i : i+j]
+	}
+	rate := row(names[0])
+	require.Contains(t, rate, "2.5/s")
+	require.Contains(t, rate, ">4<", "the burst, and as many available")
+	cap := row(names[1])
+	require.Contains(t, cap, "3 of 3")
+	require.Contains(t, cap, `class="warn"`, "a full cap is flagged")
+	require.Contains(t, cap, ">1<", "one holder")
+}
