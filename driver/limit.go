@@ -112,7 +112,7 @@ func (g permitGrant) dueAt(k int) time.Duration {
 
 // permits is a Run's side of its limit: it takes permits for reads and
 // claims (take), gives back those a read did not use (unused) and the
-// cap's permits of ended handlers (done), renews its lease while it holds
+// cap's permits of ended handlers (ended), renews its lease while it holds
 // permits, and ends the lease at the stop. Every holder under the limit
 // takes a fair share (the library's rule), so the consumer never holds
 // entries waiting for a permit: it reads only as many entries as it has
@@ -137,7 +137,11 @@ type permits struct {
 	// back yet (handlers queued or running, reads under way); done is
 	// those given back and not yet sent to the server.
 	out, done int
-	refund    int // the rate's permits taken and unused, to give back
+	// lost is permits that went out under a lease that expired: they came
+	// back to the limit then, so the first lost handlers to end give
+	// nothing back (never more than the lease holds).
+	lost   int
+	refund int // the rate's permits taken and unused, to give back
 	// banked is permits taken ahead, due now, for the next read (counted
 	// in out); unbound: the last acquisition got all it asked for, none
 	// paced, so the limit does not bind and a take asks for its next
@@ -400,6 +404,8 @@ func (p *permits) granted(r *pelwarden.Permits, sent time.Duration, mark callMar
 	quiet := mark.alone && p.started == mark.started
 	if r.Lost {
 		p.log.Warn("the limit's lease expired before it was renewed; its permits went back to the limit", "out", p.out)
+		p.lost += p.out - p.banked // the bank's are in no one's hands
+		p.out, p.banked = 0, 0
 	}
 	p.token, p.capped, p.called = r.Token, r.Share > 0, max(p.called, sent)
 	if out {
@@ -444,16 +450,19 @@ func (p *permits) unused(n int) {
 	signal(p.flush)
 }
 
-// giveBackLocked moves n permits that went out to those to send back.
-// p.mu is held.
+// giveBackLocked moves n permits that went out to those to send back,
+// less those of a lost lease. p.mu is held.
 func (p *permits) giveBackLocked(n int) {
-	n = min(n, p.out) // a lost lease took the rest back
+	gone := min(n, p.lost)
+	p.lost -= gone
+	n = min(n-gone, p.out)
 	p.out -= n
 	p.done += n
 }
 
-// ended gives back the cap's permit of a handler that ended, at once (the
-// loop sends what gathered while its previous call was under way).
+// ended gives back the cap's permit of a handler that ended: the
+// consumer's next acquisition carries it, or a call of its own after
+// limitLinger; a take waiting for permits is woken to carry it at once.
 func (p *permits) ended() {
 	if p == nil {
 		return

@@ -252,7 +252,7 @@ func TestLimitConsumersCap(t *testing.T) {
 					if m.Deliveries > 1 {
 						redelivered.Add(1)
 					}
-					if err := g.run(ctx, 5 * time.Millisecond); err != nil {
+					if err := g.run(ctx, 5*time.Millisecond); err != nil {
 						return err
 					}
 					handled[i].Add(1)
@@ -383,7 +383,7 @@ func TestLimitCrashedHolder(t *testing.T) {
 			Limit: name, MinIdle: 2 * time.Second, Concurrency: 8, Tuning: driver.Tuning{ReclaimInterval: time.Second},
 			Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
 				firstStart.CompareAndSwap(0, time.Now().UnixNano())
-				if err := g.run(ctx, 20 * time.Millisecond); err != nil {
+				if err := g.run(ctx, 20*time.Millisecond); err != nil {
 					return err
 				}
 				mu.Lock()
@@ -440,7 +440,7 @@ func TestLimitOrdered(t *testing.T) {
 		c, err := driver.NewOrdered(s.rdb, driver.OrderedConfig{Streams: names, Group: f.Group, Consumer: "c", CreateGroup: true,
 			Concurrency: 4, Limit: name, PartitionLease: 2 * time.Second,
 			Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
-				if err := g.run(ctx, 2 * time.Millisecond); err != nil {
+				if err := g.run(ctx, 2*time.Millisecond); err != nil {
 					return err
 				}
 				mu.Lock()
@@ -584,7 +584,7 @@ func testClusterConsumerLimits(t *testing.T, ctx context.Context, rdb *redis.Clu
 		stops = append(stops, startConsumer(t, rdb, driver.Config{Stream: streams[i%2], Group: "g", Consumer: fmt.Sprint("c", i),
 			CreateGroup: true, Limit: limit,
 			Handler: driver.HandlerFunc(func(ctx context.Context, m *driver.Message) error {
-				if err := g.run(ctx, 2 * time.Millisecond); err != nil {
+				if err := g.run(ctx, 2*time.Millisecond); err != nil {
 					return err
 				}
 				mu.Lock()
