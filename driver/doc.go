@@ -61,6 +61,14 @@
 // reports the Run's readiness and whether its loops make progress, for
 // probes (HealthHandler).
 //
+// Under a limit (Config.Limit) the core holds the Run's permits
+// (limit.go): every read and claim page, and in ordered mode every batch,
+// takes its permits first and asks for no more entries than it got; a
+// rate's permits carry the time each comes due, and the handler starts
+// then; a handler's end gives its cap permit back, carried by the next
+// acquisition or by the permits' loop, which also renews the lease and
+// ends it at the stop.
+//
 // One unordered Run is a session (session.go): one window and Concurrency
 // handler workers shared by all streams, and per stream a lane and its
 // parts, each a type with the dependencies it needs and its own loop:

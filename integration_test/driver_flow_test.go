@@ -476,6 +476,11 @@ func TestDriverFullServer(t *testing.T) {
 			require.Len(t, gs, 1)
 			return gs[0].LastDeliveredID, gs[0].EntriesRead
 		}
+		// A read reserved before the pause still goes out and delivers what
+		// it finds (readLoop); one refused claim later, at
+		// least ReclaimInterval on, any such read has long landed.
+		probesNow := probes.Load()
+		f.Eventually("one more refused claim", func() bool { return probes.Load() > probesNow })
 		lastBefore, readBefore := delivered()
 		pendingBefore := f.PendingCount()
 		readsBefore, probesBefore := reads.Load(), probes.Load()

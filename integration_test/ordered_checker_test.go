@@ -105,6 +105,9 @@ type orderEvent struct {
 	seq      int
 	consumer string
 	token    int64
+	// lease is the partition lease's token the handling ran under, where
+	// recorded (recordUnder), else 0.
+	lease int64
 }
 
 // orderLog records every handling, per key, in the order handlers started.
@@ -117,7 +120,19 @@ type orderLog struct {
 func (l *orderLog) record(key, seq int, consumer string, token int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.events[key] = append(l.events[key], orderEvent{seq, consumer, token})
+	l.events[key] = append(l.events[key], orderEvent{seq, consumer, token, 0})
+	if l.seen == nil {
+		l.seen = map[[2]int]bool{}
+	}
+	l.seen[[2]int{key, seq}] = true
+}
+
+// recordUnder records a handling that ran under the partition lease with
+// token lease.
+func (l *orderLog) recordUnder(key, seq int, consumer string, token, lease int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events[key] = append(l.events[key], orderEvent{seq, consumer, token, lease})
 	if l.seen == nil {
 		l.seen = map[[2]int]bool{}
 	}
