@@ -389,8 +389,8 @@ func TestDriverFullServer(t *testing.T) {
 		var logBuf bytes.Buffer
 		var logMu sync.Mutex
 		m := &pelwardentest.Metrics{}
-		var running, reads, probes atomic.Int64
-		rdb.AddHook(commandCounter{name: "xreadgroup", n: &reads})
+		var running, reads, readsInFlight, probes atomic.Int64
+		rdb.AddHook(commandCounter{name: "xreadgroup", n: &reads, inFlight: &readsInFlight})
 		rdb.AddHook(commandCounter{fn: pelwarden.FunctionClaim, n: &probes})
 		cfg := driver.Config{Consumer: "full", Handler: driver.HandlerFunc(func(ctx context.Context, msg *driver.Message) error {
 			running.Add(1)
@@ -408,6 +408,10 @@ func TestDriverFullServer(t *testing.T) {
 			return nil
 		})}
 		cfg.Concurrency = 4
+		// Above the kit's 300 ms: a handler delayed past MinIdle on two
+		// loaded cores would run its entry once more than the exact
+		// counts below allow (at least once permits it, this test counts).
+		cfg.MinIdle = 2 * time.Second
 		cfg.Metrics = m
 		cfg.Logger = slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logBuf}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		r := f.WithClient(rdb).RunConsumer(cfg)
@@ -477,13 +481,12 @@ func TestDriverFullServer(t *testing.T) {
 			return gs[0].LastDeliveredID, gs[0].EntriesRead
 		}
 		// A read reserved before the pause still goes out and delivers what
-		// it finds (readLoop); one refused claim later, at
-		// least ReclaimInterval on, any such read has long landed.
-		probesNow := probes.Load()
-		f.Eventually("one more refused claim", func() bool { return probes.Load() > probesNow })
+		// it finds (readLoop): the baseline counts the reads sent, then
+		// waits for those under way to return before it reads the group.
+		readsBefore, probesBefore := reads.Load(), probes.Load()
+		f.Eventually("the reads sent returned", func() bool { return readsInFlight.Load() == 0 })
 		lastBefore, readBefore := delivered()
 		pendingBefore := f.PendingCount()
-		readsBefore, probesBefore := reads.Load(), probes.Load()
 		f.Eventually("three more refused claims", func() bool { return probes.Load() >= probesBefore+3 })
 		require.Equal(t, readsBefore, reads.Load(), "no reads while paused")
 		lastAfter, readAfter := delivered()

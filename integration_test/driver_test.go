@@ -636,6 +636,9 @@ func TestDriverRetriedAckIsNotLostOwnership(t *testing.T) {
 type commandCounter struct {
 	name, fn string
 	n        *atomic.Int64
+	// inFlight, when set, counts the calls counted that have not
+	// returned yet.
+	inFlight *atomic.Int64
 	// args, when set, collects the arguments of every call counted.
 	args *syncStrings
 }
@@ -674,6 +677,10 @@ func (h commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			h.n.Add(1)
 			if h.args != nil {
 				h.args.add(cmd.Args()...)
+			}
+			if h.inFlight != nil {
+				h.inFlight.Add(1)
+				defer h.inFlight.Add(-1)
 			}
 		}
 		return next(ctx, cmd)
