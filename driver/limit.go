@@ -46,6 +46,55 @@ const (
 	limitWindowFloor = 4
 )
 
+// batchPermits are an ordered owner's permits of Config.Limit for its
+// batch: taken for the whole batch in one call, one used per handler, the
+// rest given back with the batch.
+type batchPermits struct {
+	lim   *permits // nil: no limit
+	grant permitGrant
+	used  int
+}
+
+// next makes sure there is a permit for the batch's head (want: the
+// entries left in the batch), each call bounded by callCtx, and waits
+// until it comes due. wait waits d (the owner renews its lease meanwhile)
+// and reports whether the owner may go on; next reports the same.
+func (b *batchPermits) next(want int, callCtx func() (context.Context, context.CancelFunc), clk clock, wait func(d time.Duration) bool) bool {
+	if b.lim == nil {
+		return true
+	}
+	var w permitWait
+	var throttled time.Duration
+	defer func() { b.lim.throttled(throttled) }()
+	for b.used >= b.grant.n {
+		ctx, cancel := callCtx()
+		g, d, ok := b.lim.try(ctx, want, &w)
+		cancel()
+		if !ok {
+			return false
+		}
+		if g.n > 0 {
+			b.grant, b.used = g, 0
+			break
+		}
+		throttled += d
+		if !wait(d) {
+			return false
+		}
+	}
+	if d := b.grant.dueAt(b.used) - clk.now(); d > 0 && !wait(d) {
+		return false
+	}
+	b.used++
+	return true
+}
+
+// giveBack gives back the permits of the batch that no handler used.
+func (b *batchPermits) giveBack() {
+	b.lim.unused(b.grant.n - b.used)
+	b.grant, b.used = permitGrant{}, 0
+}
+
 // LimitMetrics is an optional extension of Metrics for consumers under a
 // limit (Config.Limit): a Metrics that also implements it is told how long
 // the consumer waited for permits and how many of the cap's permits it
@@ -221,7 +270,10 @@ func (p *permits) take(ctx context.Context, want int) (permitGrant, bool) {
 		g, wait, ok := p.try(ctx, ask, &w)
 		if ok && g.n > want {
 			if g.due == nil {
-				p.bank(g.n - want)
+				p.mu.Lock()
+				p.banked += g.n - want
+				p.mu.Unlock()
+				signal(p.linger) // given back unless a read takes them
 			} else {
 				// Paced (the rate binds now): the extra goes back.
 				p.unused(g.n - want)
@@ -233,7 +285,7 @@ func (p *permits) take(ctx context.Context, want int) (permitGrant, bool) {
 			return g, ok
 		}
 		began := p.clock.now()
-		if !p.sleep(ctx, wait) {
+		if !sleepOrWake(ctx, wait, p.freed) {
 			return permitGrant{}, false
 		}
 		throttled += p.clock.now() - began
@@ -252,24 +304,16 @@ func (p *permits) fromBank(want int) int {
 	return n
 }
 
-// bank keeps n permits (due now) for the next read.
-func (p *permits) bank(n int) {
-	p.mu.Lock()
-	p.banked += n
-	p.mu.Unlock()
-	signal(p.linger)
-}
-
-// sleep waits d, or until a handler ended (its permit can be taken again
-// at once), or ctx ends (then it reports false).
-func (p *permits) sleep(ctx context.Context, d time.Duration) bool {
+// sleepOrWake waits d, or until wake receives (a handler ended: its
+// permit can be taken again at once), or ctx ends (then it reports false).
+func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
 	case <-t.C:
-	case <-p.freed:
+	case <-wake:
 	}
 	return true
 }

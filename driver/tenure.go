@@ -58,10 +58,8 @@ type tenure struct {
 
 	handOver flag // hand the partition over at the next boundary
 
-	// permits is the grant of Config.Limit's permits for the batch;
-	// permitsUsed of them went to handlers.
-	permits     permitGrant
-	permitsUsed int
+	// permits are Config.Limit's permits for the batch.
+	permits batchPermits
 }
 
 // flag is one-way and can be waited for: raised once, for good.
@@ -83,7 +81,7 @@ func (s *flag) raised() bool { return closedNow(s.ch) }
 func newTenure(r *orderedRun, p *partition, token int64, sent time.Duration) *tenure {
 	o := &tenure{run: r, p: p, srv: p.srv, log: p.log.With("token", token), token: token,
 		validUntil: sent + r.cfg.partitionLease - r.cfg.leaseMargin(), renewedAt: sent,
-		handOver: newFlag()}
+		handOver: newFlag(), permits: batchPermits{lim: r.limit}}
 	o.ctx, o.cancel = context.WithCancelCause(r.handlerCtx)
 	o.watch.o = o
 	return o
@@ -103,7 +101,7 @@ func (o *tenure) own() {
 	}
 	defer func() {
 		o.cancel(context.Canceled)
-		o.returnPermits()
+		o.permits.giveBack()
 		if !o.fenced {
 			o.releaseLease()
 		}
@@ -152,9 +150,16 @@ func (o *tenure) own() {
 			o.idle = 0
 			o.batch = partitionMessages(res.Entries, o.p.cfg.Stream, o.run.cfg.Group, o.run.cfg.Consumer)
 		}
-		if !o.takePermit() {
-			o.run.places <- struct{}{}
-			return
+		// Config.Limit's permit for the head (taken for the whole batch),
+		// the lease renewed while it waits.
+		if o.permits.lim != nil {
+			callCtx := func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(o.run.bg, max(o.validUntil-o.run.clock.now(), time.Millisecond))
+			}
+			if !o.permits.next(len(o.batch), callCtx, o.run.clock, func(d time.Duration) bool { return o.hold(nil, d, true) == holdTimedOut }) {
+				o.run.places <- struct{}{}
+				return
+			}
 		}
 		m := &o.batch[0]
 		o.batch = o.batch[1:]
@@ -386,48 +391,7 @@ func (o *tenure) giveBackBatch() {
 		o.giveBack = append(o.giveBack, e.ID)
 	}
 	o.batch = nil
-	o.returnPermits()
-}
-
-// takePermit makes sure the holder has a permit of Config.Limit for the
-// batch's head, taking permits for the whole batch in one call, and waits
-// until it comes due; meanwhile the lease is renewed. It reports false
-// once the holder must stop. Without a limit it does nothing.
-func (o *tenure) takePermit() bool {
-	lim := o.run.limit
-	if lim == nil {
-		return true
-	}
-	var w permitWait
-	var throttled time.Duration
-	defer func() { lim.throttled(throttled) }()
-	for o.permitsUsed >= o.permits.n {
-		ctx, cancel := context.WithTimeout(o.run.bg, max(o.validUntil-o.run.clock.now(), time.Millisecond))
-		g, wait, ok := lim.try(ctx, len(o.batch), &w)
-		cancel()
-		if !ok {
-			return false
-		}
-		if g.n > 0 {
-			o.permits, o.permitsUsed = g, 0
-			break
-		}
-		throttled += wait
-		if o.hold(nil, wait, true) != holdTimedOut {
-			return false
-		}
-	}
-	if wait := o.permits.dueAt(o.permitsUsed) - o.run.clock.now(); wait > 0 && o.hold(nil, wait, true) != holdTimedOut {
-		return false
-	}
-	o.permitsUsed++
-	return true
-}
-
-// returnPermits gives back the permits of the batch that no handler used.
-func (o *tenure) returnPermits() {
-	o.run.limit.unused(o.permits.n - o.permitsUsed)
-	o.permits, o.permitsUsed = permitGrant{}, 0
+	o.permits.giveBack()
 }
 
 // call runs op until it succeeds, each attempt bounded by the lease's
