@@ -31,7 +31,7 @@ AGREE_IMAGES ?= pelwarden/redis:7.0 pelwarden/redis:8.6 pelwarden/valkey:8.1 pel
 CORE_MODULE := .
 MODULES := driver/prommetrics pelwardenotel pelwardentest pelwardenwatermill cmd benchmarks integration_test
 
-.PHONY: alerts watermill-stress watermill-matrix test tools release-check release tidy images lint deps unit integration chaos soak soak-model fuzz fuzz-lua bench bench-drain demo ui-scale ui-screenshots
+.PHONY: alerts watermill-stress watermill-matrix test tools release-check release tidy images lint deps unit integration chaos soak soak-model fuzz fuzz-lua bench bench-report bench-drain demo ui-scale ui-screenshots
 
 ## test: everything CI checks: formatting, vet of every module, the core
 ## module's dependency promise, unit tests with -race, the release check,
@@ -193,6 +193,22 @@ bench:
 	./scripts/images.sh pelwarden/redis:8.0
 	$(if $(filter reclaim all,$(BENCH_SUITE)),PELWARDEN_BENCH_IMAGE=pelwarden/redis:8.0 $(GO) run ./cmd/pelwarden bench $(BENCH_FLAGS))
 	$(if $(filter consume all,$(BENCH_SUITE)),PELWARDEN_BENCH_IMAGE=pelwarden/redis:8.0 $(GO) run ./benchmarks/cmd/consume $(BENCH_FLAGS))
+
+## bench-report: regenerates BENCHMARKS.md's headline table from one run
+## of the code at hand: builds the images and the benchmark programs, runs
+## every headline job BENCH_ROUNDS times (the jobs interleaved round by
+## round), and writes the medians with their least and most, the targets,
+## the commit, the date and each job's command between the table's markers,
+## and every round's metrics to benchmarks/headline.json. On 2 cores the
+## first round takes about 20 minutes (the 1,000,000-entry drain runs in it
+## alone), each other about 14: run it on a machine doing nothing else.
+## BENCH_REPORT_FLAGS adds flags (--jobs NAME runs jobs alone and only
+## prints their figures; go run ./benchmarks/cmd/bench-report -help).
+BENCH_ROUNDS ?= 3
+BENCH_REPORT_FLAGS ?=
+bench-report:
+	./scripts/images.sh pelwarden/redis:7.0 pelwarden/redis:8.0 pelwarden/redis:8.6 pelwarden/valkey:8.1
+	cd benchmarks && $(GO) run ./cmd/bench-report --rounds $(BENCH_ROUNDS) $(BENCH_REPORT_FLAGS)
 
 ## bench-drain: issue 5's memory check (RELIABILITY.md, "Resources"): the
 ## driver drains a PEL of 1,000,000 idle entries left by a dead consumer

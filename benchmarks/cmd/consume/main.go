@@ -79,6 +79,7 @@ type options struct {
 	parts, drivers          string
 	watermill               bool
 	profileDir              string
+	jsonPath                string
 }
 
 // usageError is a bad flag: nothing was started.
@@ -111,6 +112,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.watermill, "watermill", true, "include watermill-redisstream in the main part (over a minute)")
 	fs.IntVar(&o.reclaimEntries, "reclaim-entries", consume.DefaultReclaimEntries, "PEL size of the reclaim part (make bench-drain: 1000000)")
 	fs.StringVar(&o.profileDir, "profile-dir", "", "write a CPU profile of each driver run of the main part to this `directory`")
+	fs.StringVar(&o.jsonPath, "json", "", "also write every result as JSON to this `file` (the headline report reads it: make bench-report)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -240,7 +242,28 @@ func runBench(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	if werr := consume.WriteTable(stdout, rep); werr != nil && err == nil {
 		err = werr
 	}
+	if o.jsonPath != "" {
+		if werr := writeJSONFile(o.jsonPath, rep); werr != nil && err == nil {
+			err = werr
+		}
+	}
 	return err
+}
+
+// writeJSONFile writes rep to path as JSON (consume.WriteJSON).
+func writeJSONFile(path string, rep consume.Report) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--json: %w", err)
+	}
+	if err := consume.WriteJSON(f, rep); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--json: %w", err)
+	}
+	return nil
 }
 
 // quietLogger drops go-redis's internal log lines.
