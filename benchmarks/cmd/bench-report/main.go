@@ -143,8 +143,10 @@ func report(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	if o.binDir == "" {
 		o.binDir = filepath.Join(o.logDir, "bin")
 	}
-	if err := os.MkdirAll(o.binDir, 0o755); err != nil {
-		return err
+	for _, dir := range []string{o.logDir, o.binDir} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
 	}
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(stderr, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))

@@ -80,6 +80,7 @@ func runOne(ctx context.Context, cfg Config, j Job, round int) JobRound {
 	log, err := os.Create(filepath.Join(cfg.LogDir, fmt.Sprintf("%s-round%d.log", j.Name, round)))
 	if err != nil {
 		jr.Err = err.Error()
+		cfg.Logf("round %d: %s not run: %v", round, j.Name, err)
 		return jr
 	}
 	defer log.Close()
