@@ -104,16 +104,16 @@ unit:
 ## integration (and unit): scripts/go-test.sh repeats a run's failures at
 ## its end, where a CI log's last screen shows them.
 ## integration: the integration matrix, then the Watermill adapter's tests
-## (watermill's universal suite among them, on the three servers where it
-## tests a path of its own, suite_test.go's suiteLabels; the matrix is
-## watermill-matrix; -parallel 8: the suite's tests mostly wait), then
-## watermill's stress test on Redis 8.0 (about 4 minutes; the matrix is
-## watermill-stress).
+## in one run: its own tests on the matrix, beside watermill's stress test
+## (the universal suite ten times at once) on Redis 8.0 and the universal
+## suite once on the two other servers where it tests a path of its own
+## (suite_test.go's suiteLabels; a plain run on 8.0 would repeat what the
+## stress test checks there). The matrix is watermill-matrix and
+## watermill-stress; -parallel 8: the suite's tests mostly wait.
 integration:
 	cd integration_test && $(CURDIR)/scripts/go-test.sh $(GO) test -race -count=1 -parallel 8 -timeout 20m ./...
-	cd pelwardenwatermill && $(CURDIR)/scripts/go-test.sh $(GO) test -race -count=1 -parallel 8 -timeout 30m ./...
-	cd pelwardenwatermill && PELWARDEN_WATERMILL_STRESS=1 PELWARDEN_IMAGES=pelwarden/redis:8.0 \
-	  $(CURDIR)/scripts/go-test.sh $(GO) test -race -count=1 -parallel 8 -timeout 30m -run '^TestPubSubStressTest$$' ./...
+	cd pelwardenwatermill && PELWARDEN_WATERMILL_STRESS=redis-8.0 \
+	  $(CURDIR)/scripts/go-test.sh $(GO) test -race -count=1 -parallel 8 -timeout 30m ./...
 
 ## watermill-matrix: watermill's universal suite on every server of the
 ## matrix (about 2.5 minutes per server; make integration runs it on three).
@@ -129,7 +129,7 @@ watermill-matrix:
 ## run it before a release (PELWARDEN_IMAGES narrows the matrix).
 watermill-stress:
 	./scripts/images.sh
-	cd pelwardenwatermill && PELWARDEN_WATERMILL_STRESS=1 $(GO) test -race -count=1 -parallel 8 -timeout 60m -run '^TestPubSubStressTest$$' ./...
+	cd pelwardenwatermill && PELWARDEN_WATERMILL_STRESS=all $(GO) test -race -count=1 -parallel 8 -timeout 60m -run '^TestPubSubStressTest$$' ./...
 
 ## chaos: the chaos suite alone (integration_test/chaos_*): producers and
 ## consumer subprocesses under SIGKILL, toxiproxy toxics, FUNCTION FLUSH,

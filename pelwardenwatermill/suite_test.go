@@ -3,6 +3,7 @@ package pelwardenwatermill_test
 import (
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -67,49 +68,104 @@ const EnvSuiteEverywhere = "PELWARDEN_WATERMILL_SUITE_EVERYWHERE"
 
 // suiteServers returns the servers of the matrix that suiteLabels names,
 // or every server when the matrix (PELWARDEN_IMAGES) has none of them or
-// EnvSuiteEverywhere is set.
+// EnvSuiteEverywhere is set; leaving out those stressServers names, where
+// the stress test runs the same suite ten times over.
 func suiteServers() []*server {
-	if os.Getenv(EnvSuiteEverywhere) != "" {
-		return servers
-	}
-	var out []*server
-	for _, s := range servers {
-		if slices.Contains(suiteLabels, s.name) {
-			out = append(out, s)
+	some := servers
+	if os.Getenv(EnvSuiteEverywhere) == "" {
+		var named []*server
+		for _, s := range servers {
+			if slices.Contains(suiteLabels, s.name) {
+				named = append(named, s)
+			}
+		}
+		if len(named) > 0 {
+			some = named
 		}
 	}
-	if len(out) == 0 {
-		return servers
+	stressed := stressServers()
+	var out []*server
+	for _, s := range some {
+		if !slices.Contains(stressed, s) {
+			out = append(out, s)
+		}
 	}
 	return out
 }
 
 // TestPubSub runs watermill's universal Pub/Sub suite (not -short) on the
-// servers where it tests a path of its own (suiteLabels).
+// servers where it tests a path of its own (suiteLabels), but those where
+// TestPubSubStressTest runs it. In parallel with the module's other tests:
+// the suite's tests mostly wait.
 func TestPubSub(t *testing.T) {
 	if testing.Short() {
 		t.Skip("watermill's suite is long; it runs without -short")
 	}
-	eachOf(t, suiteServers(), func(t *testing.T, s *server) {
-		tests.TestPubSub(t, features,
-			func(t *testing.T) (message.Publisher, message.Subscriber) { return pubSub(t, s, suiteGroup) },
-			func(t *testing.T, group string) (message.Publisher, message.Subscriber) { return pubSub(t, s, group) },
-		)
-	})
+	t.Parallel()
+	some := suiteServers()
+	if len(some) == 0 {
+		t.Skipf("the stress test (%s) runs the suite on every server named", EnvStress)
+	}
+	for _, s := range some {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			tests.TestPubSub(t, features,
+				func(t *testing.T) (message.Publisher, message.Subscriber) { return pubSub(t, s, suiteGroup) },
+				func(t *testing.T, group string) (message.Publisher, message.Subscriber) { return pubSub(t, s, group) },
+			)
+		})
+	}
 }
 
-// EnvStress turns TestPubSubStressTest on: make integration sets it for
-// Redis 8.0 alone (PELWARDEN_IMAGES), make watermill-stress for the
-// matrix.
+// EnvStress turns TestPubSubStressTest on: "all" (or "1") runs it on every
+// server of the matrix (make watermill-stress), otherwise on the servers
+// it names, comma-separated (make integration: redis-8.0). TestPubSub
+// leaves those servers out: the stress test runs the same suite there ten
+// times at once, so the plain run would check nothing more.
 const EnvStress = "PELWARDEN_WATERMILL_STRESS"
 
-// TestPubSubStressTest runs watermill's stress test: the suite ten times
-// at once (STRESS_TEST_COUNT) per server.
-func TestPubSubStressTest(t *testing.T) {
-	if os.Getenv(EnvStress) == "" {
-		t.Skipf("set %s=1 to run it (make integration does, on Redis 8.0; make watermill-stress on the matrix)", EnvStress)
+// stressServers returns the servers EnvStress names (none when unset).
+func stressServers() []*server {
+	v := strings.TrimSpace(os.Getenv(EnvStress))
+	switch v {
+	case "":
+		return nil
+	case "1", "all":
+		return servers
 	}
-	each(t, func(t *testing.T, s *server) {
+	labels := strings.Split(v, ",")
+	var out []*server
+	for _, s := range servers {
+		if slices.Contains(labels, s.name) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// serverNames lists the matrix's server names.
+func serverNames() string {
+	names := make([]string, len(servers))
+	for i, s := range servers {
+		names[i] = s.name
+	}
+	return strings.Join(names, ", ")
+}
+
+// TestPubSubStressTest runs watermill's stress test: the suite ten times
+// at once (STRESS_TEST_COUNT) on each server EnvStress names, in parallel
+// with the module's other tests.
+func TestPubSubStressTest(t *testing.T) {
+	v := os.Getenv(EnvStress)
+	some := stressServers()
+	if len(some) == 0 {
+		if v != "" {
+			t.Fatalf("%s=%q names no server of the matrix (%s)", EnvStress, v, serverNames())
+		}
+		t.Skipf("set %s=all (or a list of servers) to run it (make integration does, on Redis 8.0; make watermill-stress on the matrix)", EnvStress)
+	}
+	t.Parallel()
+	eachOf(t, some, func(t *testing.T, s *server) {
 		tests.TestPubSubStressTest(t, features,
 			func(t *testing.T) (message.Publisher, message.Subscriber) { return pubSub(t, s, suiteGroup) },
 			func(t *testing.T, group string) (message.Publisher, message.Subscriber) { return pubSub(t, s, group) },

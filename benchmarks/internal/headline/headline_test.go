@@ -94,7 +94,7 @@ func TestWriteTableAndSplice(t *testing.T) {
 	require.NoError(t, WriteTable(&b, h, Evaluate(figs, runs), []Job{{Name: "j", Command: "go run x", Images: []string{"img"}}}, runs))
 	table := b.String()
 	require.Contains(t, table, "abc1234, 2026-12-05 21:00 to 22:00 UTC")
-	require.Contains(t, table, "| 9 | driver vs raw | **0.80×** | 0.80× - 0.80× | 1 | ≥ 0.90×: **missed** | j |")
+	require.Contains(t, table, "| 9 | driver vs raw | **0.80×** | 0.80× - 0.80× | 1 | ≥ 0.9×: **missed** | j |")
 	require.Contains(t, table, "| 9 | … driver \\| entries | **80,000 entries/s** |")
 	require.Contains(t, table, "| 10 | missing (missing in 1 round(s): round 1: no metric")
 	require.Contains(t, table, "| j | `go run x` | img | 1m30s |")
