@@ -230,19 +230,25 @@ func TestLimitConsumersRate(t *testing.T) {
 
 // A cap of 8 shared by four consumers of 16 handlers each is never
 // exceeded, checked with a counter the handlers raise and lower on the
-// server; each consumer's share of the entries is within ±20% of an even
-// split; everything is handled once and acked.
+// server; once all four hold leases, none runs more than its share of the
+// cap, ceil(8 / 4) = 2, at once (what the share rule guarantees), and none
+// is starved: each handles at least half an even split of the entries
+// handled from then on. (How evenly the entries spread beyond that
+// depends on how fast each consumer cycles its permits, which CPU
+// contention skews: ±23% was seen with twenty consumers on two cores.)
+// Everything is handled once and acked.
 func TestLimitConsumersCap(t *testing.T) {
 	eachAlone(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
 		name := limitName(t)
-		const cap, entries, consumers = 8, 1600, 4
+		const cap, entries, consumers = 8, 2400, 4
 		_, err := s.lib.SetLimit(ctx, name, pelwarden.LimitSettings{Concurrency: cap})
 		require.NoError(t, err)
 		fillStream(t, ctx, s.rdb, f.Stream, entries)
 		g := gauge{rdb: s.rdb, cur: f.Stream + ":running", most: f.Stream + ":most"}
-		var handled [consumers]atomic.Int64
+		var handled, running, mostRunning [consumers]atomic.Int64
+		var measuring atomic.Bool // set once the shares hold: see below
 		var redelivered atomic.Int64
 		stops := make([]func() error, consumers)
 		for i := range consumers {
@@ -252,6 +258,11 @@ func TestLimitConsumersCap(t *testing.T) {
 					if m.Deliveries > 1 {
 						redelivered.Add(1)
 					}
+					if n := running[i].Add(1); measuring.Load() {
+						for most := mostRunning[i].Load(); n > most && !mostRunning[i].CompareAndSwap(most, n); most = mostRunning[i].Load() {
+						}
+					}
+					defer running[i].Add(-1)
 					if err := g.run(ctx, 5*time.Millisecond); err != nil {
 						return err
 					}
@@ -259,6 +270,31 @@ func TestLimitConsumersCap(t *testing.T) {
 					return nil
 				})})
 		}
+		require.Eventually(t, func() bool {
+			for i := range handled {
+				if handled[i].Load() == 0 {
+					return false
+				}
+			}
+			return true
+		}, time.Minute, time.Millisecond, "every consumer handling")
+		var base [consumers]int64
+		for i := range handled {
+			base[i] = handled[i].Load()
+		}
+		// A consumer may still hold permits taken before the others asked
+		// (the first alone had the whole cap); they go back as its
+		// handlers end. Once each has handled 16 more, every permit it
+		// holds was taken under the four-way share.
+		require.Eventually(t, func() bool {
+			for i := range handled {
+				if handled[i].Load() < base[i]+16 {
+					return false
+				}
+			}
+			return true
+		}, time.Minute, time.Millisecond, "every consumer handling under the share")
+		measuring.Store(true)
 		require.Eventually(t, func() bool {
 			n := int64(0)
 			for i := range handled {
@@ -270,13 +306,25 @@ func TestLimitConsumersCap(t *testing.T) {
 			require.NoError(t, stop())
 		}
 		most := g.highest(t, ctx)
-		counts := map[int]int{}
+		counts, total := map[int]int{}, 0
 		for i := range handled {
-			counts[i] = int(handled[i].Load())
+			counts[i] = int(handled[i].Load() - base[i])
+			total += counts[i]
 		}
-		t.Logf("at most %d handlers at once under a cap of %d; by consumer %v", most, cap, counts)
+		var mostEach [consumers]int64
+		for i := range mostRunning {
+			mostEach[i] = mostRunning[i].Load()
+		}
+		t.Logf("at most %d handlers at once under a cap of %d, each consumer at most %v; by consumer once all ran %v (before: %v)", most, cap, mostEach, counts, base)
 		require.LessOrEqual(t, most, cap, "never more than the cap at once, across consumers")
-		requireFair(t, entries, counts, consumers)
+		share := int64((cap + consumers - 1) / consumers)
+		for i, n := range mostEach {
+			require.LessOrEqual(t, n, share, "consumer %d ran at most its share of the cap at once", i)
+		}
+		require.Greater(t, total, entries/2, "most entries handled once all four ran")
+		for i, n := range counts {
+			require.GreaterOrEqual(t, n, total/consumers/2, "consumer %d not starved: %v", i, counts)
+		}
 		require.Zero(t, redelivered.Load(), "no entry delivered twice")
 		pending, err := s.rdb.XPending(ctx, f.Stream, f.Group).Result()
 		require.NoError(t, err)

@@ -83,7 +83,10 @@ func TestPauseResumeUnderLoad(t *testing.T) {
 		log := &handledLog{times: map[string]int{}}
 		ms := []*trMetrics{{}, {}, {}}
 		for i := range 2 {
-			f.RunConsumer(driver.Config{Consumer: "c" + itoa(i), Handler: log.handler(2 * time.Millisecond), Metrics: ms[i]})
+			// MinIdle 2 s, not the kit's 300 ms: a heartbeat or ack delayed
+			// that long on a loaded machine would let the other consumer
+			// take an entry over and run it a second time.
+			f.RunConsumer(driver.Config{Consumer: "c" + itoa(i), Handler: log.handler(2 * time.Millisecond), Metrics: ms[i], MinIdle: 2 * time.Second})
 		}
 		var ids []string
 		var idsMu sync.Mutex
@@ -110,7 +113,7 @@ func TestPauseResumeUnderLoad(t *testing.T) {
 		})
 
 		// A consumer started now waits.
-		f.RunConsumer(driver.Config{Consumer: "late", Handler: log.handler(2 * time.Millisecond), Metrics: ms[2]})
+		f.RunConsumer(driver.Config{Consumer: "late", Handler: log.handler(2 * time.Millisecond), Metrics: ms[2], MinIdle: 2 * time.Second})
 		f.Eventually("the late consumer saw the pause", func() bool { return ms[2].get(driver.EventGroupPaused) == 1 })
 		produce(100)
 
