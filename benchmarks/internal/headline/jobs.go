@@ -21,29 +21,23 @@ type Binaries struct {
 	Dir string
 }
 
-// builds are the programs Build makes: name, module directory (relative to
-// Root), and the go command's arguments after "go".
-var builds = []struct{ name, dir string }{
-	{"pelwarden", "cmd"},
-	{"consume", "benchmarks"},
-	{"integration.test", "integration_test"},
-	{"watermill.test", "pelwardenwatermill"},
-	{"dashboard.test", "cmd/internal/dashboard"},
+// builds are the programs Build makes: the file's name, the module's
+// directory (relative to Root) and the go command's arguments there.
+var builds = []struct {
+	name, dir string
+	args      []string
+}{
+	{"pelwarden", "cmd", []string{"build", "./pelwarden"}},
+	{"consume", "benchmarks", []string{"build", "./cmd/consume"}},
+	{"integration.test", "integration_test", []string{"test", "-c", "."}},
+	{"watermill.test", "pelwardenwatermill", []string{"test", "-c", "."}},
+	{"dashboard.test", "cmd/internal/dashboard", []string{"test", "-c", "."}},
 }
 
 // Build compiles the jobs' programs into b.Dir.
 func (b Binaries) Build(ctx context.Context, log func(string)) error {
 	for _, p := range builds {
-		out := filepath.Join(b.Dir, p.name)
-		var args []string
-		switch p.name {
-		case "pelwarden":
-			args = []string{"build", "-o", out, "./pelwarden"}
-		case "consume":
-			args = []string{"build", "-o", out, "./cmd/consume"}
-		default:
-			args = []string{"test", "-c", "-o", out, "."}
-		}
+		args := append([]string{p.args[0], "-o", b.path(p.name)}, p.args[1:]...)
 		log(fmt.Sprintf("building %s (go %s in %s)", p.name, strings.Join(args, " "), p.dir))
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir = filepath.Join(b.Root, p.dir)
@@ -72,8 +66,8 @@ type Job struct {
 	run func(ctx context.Context, b Binaries, log *os.File) (Metrics, error)
 }
 
-// runCmd runs argv in dir with env added, its standard error (and, with
-// keepStdout false, its output) written to log; it returns the output.
+// runCmd runs argv in dir with env added and returns its standard output;
+// log gets the command line, its standard error, then its output.
 func runCmd(ctx context.Context, dir string, env []string, log *os.File, argv ...string) ([]byte, error) {
 	fmt.Fprintf(log, "$ (cd %s && %s %s)\n", dir, strings.Join(env, " "), strings.Join(argv, " "))
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
