@@ -133,7 +133,10 @@ func stressServers() []*server {
 	case "1", "all":
 		return servers
 	}
-	labels := strings.Split(v, ",")
+	var labels []string
+	for l := range strings.SplitSeq(v, ",") {
+		labels = append(labels, strings.TrimSpace(l))
+	}
 	var out []*server
 	for _, s := range servers {
 		if slices.Contains(labels, s.name) {
