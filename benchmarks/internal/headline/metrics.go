@@ -33,16 +33,31 @@ type Metrics []Metric
 // get returns the value of the first metric whose name matches the regular
 // expression name (anchored at both ends) and whose unit is unit.
 func (ms Metrics) get(name, unit string) (float64, error) {
+	vs, err := ms.matching(name, unit, "")
+	if err != nil {
+		return 0, err
+	}
+	return vs[0], nil
+}
+
+// matching returns the values, in order, of the metrics whose name matches
+// the regular expression name (anchored at both ends) and does not contain
+// except (when not empty), and whose unit is unit; an error when none does.
+func (ms Metrics) matching(name, unit, except string) ([]float64, error) {
 	re, err := regexp.Compile("^(?:" + name + ")$")
 	if err != nil {
-		return 0, fmt.Errorf("metric pattern %q: %w", name, err)
+		return nil, fmt.Errorf("metric pattern %q: %w", name, err)
 	}
+	var vs []float64
 	for _, m := range ms {
-		if m.Unit == unit && re.MatchString(m.Name) {
-			return m.Value, nil
+		if m.Unit == unit && re.MatchString(m.Name) && (except == "" || !strings.Contains(m.Name, except)) {
+			vs = append(vs, m.Value)
 		}
 	}
-	return 0, fmt.Errorf("no metric %q in %s", name+" "+unit, ms.units())
+	if len(vs) == 0 {
+		return nil, fmt.Errorf("no metric %q in %s", name+" "+unit, ms.units())
+	}
+	return vs, nil
 }
 
 // units names a few of the metrics present, for an error message.

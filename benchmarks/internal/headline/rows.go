@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -26,33 +27,46 @@ const (
 	CorePct                // 0.95% of a core
 )
 
+// formats says how each Format prints: its digits after the point (-1:
+// rounded, with thousands separators), the factor its value is shown at,
+// and its unit.
+var formats = map[Format]struct {
+	digits int
+	scale  float64
+	unit   string
+}{
+	Ratio:    {2, 1, "×"},
+	Rate:     {-1, 1, " entries/s"},
+	MsgsRate: {-1, 1, " msgs/s"},
+	Micros:   {2, 1, " µs"},
+	Millis:   {1, 1, " ms"},
+	Seconds:  {2, 1, " s"},
+	Count:    {0, 1, ""},
+	Trips:    {4, 1, ""},
+	MiB:      {1, 1, " MiB"},
+	Share:    {0, 100, "%"},
+	CorePct:  {2, 1, "% of a core"},
+}
+
 // String formats v.
 func (f Format) String(v float64) string {
-	switch f {
-	case Ratio:
-		return fmt.Sprintf("%.2f×", v)
-	case Rate:
-		return thousands(v) + " entries/s"
-	case MsgsRate:
-		return thousands(v) + " msgs/s"
-	case Micros:
-		return fmt.Sprintf("%.2f µs", v)
-	case Millis:
-		return fmt.Sprintf("%.1f ms", v)
-	case Seconds:
-		return fmt.Sprintf("%.2f s", v)
-	case Count:
-		return fmt.Sprintf("%.0f", v)
-	case Trips:
-		return fmt.Sprintf("%.4f", v)
-	case MiB:
-		return fmt.Sprintf("%.1f MiB", v)
-	case Share:
-		return fmt.Sprintf("%.0f%%", 100*v)
-	case CorePct:
-		return fmt.Sprintf("%.2f%% of a core", v)
+	p, ok := formats[f]
+	if !ok {
+		return fmt.Sprint(v)
 	}
-	return fmt.Sprint(v)
+	if p.digits < 0 {
+		return thousands(v*p.scale) + p.unit
+	}
+	return strconv.FormatFloat(v*p.scale, 'f', p.digits, 64) + p.unit
+}
+
+// bound formats a target's value: as String, without trailing zeros.
+func (f Format) bound(x float64) string {
+	p, ok := formats[f]
+	if !ok || p.digits < 0 {
+		return f.String(x)
+	}
+	return strconv.FormatFloat(x*p.scale, 'f', -1, 64) + p.unit
 }
 
 // thousands formats v rounded, with thousands separators.
@@ -91,28 +105,6 @@ func atMost(x float64, f Format) *Target {
 
 func below(x float64, f Format) *Target {
 	return &Target{Text: "< " + f.bound(x), Met: func(v float64) bool { return v < x }}
-}
-
-// bound formats a target's value: as String, without trailing zeros.
-func (f Format) bound(x float64) string {
-	n := strconv.FormatFloat(x, 'f', -1, 64)
-	switch f {
-	case Ratio:
-		return n + "×"
-	case Micros:
-		return n + " µs"
-	case Millis:
-		return n + " ms"
-	case Seconds:
-		return n + " s"
-	case MiB:
-		return n + " MiB"
-	case Share:
-		return strconv.FormatFloat(100*x, 'f', -1, 64) + "%"
-	case CorePct:
-		return n + "% of a core"
-	}
-	return f.String(x)
 }
 
 // A Figure is one line of the headline table: a value computed from one
@@ -304,20 +296,11 @@ func msPerOp(name string) func(Metrics) (float64, error) {
 // out names that contain except (when not empty).
 func mostOf(name, unit, except string) func(Metrics) (float64, error) {
 	return func(ms Metrics) (float64, error) {
-		re, err := regexp.Compile("^(?:" + name + ")$")
+		vs, err := ms.matching(name, unit, except)
 		if err != nil {
 			return 0, err
 		}
-		most, found := 0.0, false
-		for _, m := range ms {
-			if m.Unit == unit && re.MatchString(m.Name) && (except == "" || !strings.Contains(m.Name, except)) {
-				most, found = max(most, m.Value), true
-			}
-		}
-		if !found {
-			return 0, fmt.Errorf("no metric %q in %s", name+" "+unit, ms.units())
-		}
-		return most, nil
+		return slices.Max(vs), nil
 	}
 }
 
