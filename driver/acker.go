@@ -37,8 +37,12 @@ type acker struct {
 	// sendTime is the mean time an ack call took (0: none yet): how early
 	// a flush timed by the fence goes out (see loop). The loop's own.
 	sendTime time.Duration
-	stopped  chan struct{} // closed by stop: no more acks are coming
-	gone     chan struct{} // closed when the loop has exited
+	// plain, fenced and ids are the loop's buffers for one batch (see
+	// send and forgetAcked), reused from batch to batch: a consumer acks
+	// every entry, so allocating them per batch would cost every entry.
+	plain, fenced, ids []string
+	stopped            chan struct{} // closed by stop: no more acks are coming
+	gone               chan struct{} // closed when the loop has exited
 	// live is the loop's context until stop (see start).
 	live     context.Context
 	stopLive context.CancelFunc
@@ -57,9 +61,14 @@ func newAcker(a acker) *acker {
 // first take it over (see Config.fenceFrom). It reports false once the
 // acker has stopped: the entry then stays pending. It waits while the
 // queue is full (the back-pressure of a slow or failing ack call).
-func (a *acker) add(id string, ownedUntil time.Duration) bool {
-	return a.queue.push(ackItem{id: id, ownedUntil: ownedUntil, ahead: ownedUntil > a.clock.now()})
+func (a *acker) add(id string, ownedUntil, now time.Duration) bool {
+	return a.queue.push(ackItem{id: id, ownedUntil: ownedUntil, ahead: ownedUntil > now})
 }
+
+// addAll queues the acks of items, in order, as add does, and returns how
+// many it queued: fewer than all once the acker has stopped (those
+// entries stay pending).
+func (a *acker) addAll(items []ackItem) int { return a.queue.pushAll(items) }
 
 // drained tells the loop to flush now: nothing is queued or running and
 // the last read found nothing new, so no more acks are coming soon. Under
@@ -107,7 +116,14 @@ func (a *acker) done() <-chan struct{} { return a.gone }
 // for the interval would send most acks fenced and leave their entries to
 // lease extensions meanwhile.
 func (a *acker) loop(ctx context.Context) {
+	// pending: taken from the queue, not yet sent. Its buffer is reused:
+	// what a flush leaves moves to the front (see keep).
 	var pending []ackItem
+	keep := func(rest []ackItem) {
+		n := len(pending)
+		pending = append(pending[:0], rest...) // memmove: rest is pending's tail
+		clear(pending[len(pending):n])         // drop the ids sent
+	}
 	t := time.NewTimer(a.interval)
 	defer t.Stop()
 	// fence runs while queued ids wait for a flush timed by the fence.
@@ -115,8 +131,13 @@ func (a *acker) loop(ctx context.Context) {
 	fence.Stop()
 	defer fence.Stop()
 	take := func() {
-		pending = append(pending, a.queue.take()...)
+		pending = a.queue.take(pending)
 		fence.Stop() // the next push times the next one
+	}
+	flush := func(ctx context.Context) bool {
+		rest, ok := a.flush(ctx, pending)
+		keep(rest)
+		return ok
 	}
 	live := a.live
 	for {
@@ -127,11 +148,11 @@ func (a *acker) loop(ctx context.Context) {
 			}
 		case <-fence.C:
 			take()
-			pending, _ = a.flush(live, pending)
+			flush(live)
 		case <-a.queue.full:
 			take()
 			if len(pending) >= a.batch {
-				pending, _ = a.flush(live, pending)
+				flush(live)
 			} else if d, ok := a.beforeFence(firstFence(pending)); ok {
 				// A token left from before an earlier take: what it took
 				// keeps its timing.
@@ -139,10 +160,10 @@ func (a *acker) loop(ctx context.Context) {
 			}
 		case <-a.queue.drained:
 			take()
-			pending, _ = a.flush(live, pending)
+			flush(live)
 		case <-t.C:
 			take()
-			pending, _ = a.flush(live, pending)
+			flush(live)
 			t.Reset(a.interval)
 		case <-a.stopped:
 			// Handlers that return from now on (after the shutdown timeout)
@@ -152,8 +173,7 @@ func (a *acker) loop(ctx context.Context) {
 			// clients with ContextTimeoutEnabled stop waiting on a hung server).
 			fctx, cancel := context.WithTimeout(ctx, a.flushTimeout)
 			for len(pending) > 0 && fctx.Err() == nil {
-				var ok bool
-				if pending, ok = a.flush(fctx, pending); !ok && a.faults.stopping() {
+				if !flush(fctx) && a.faults.stopping() {
 					break // a permanent error: retrying cannot help
 				}
 			}
@@ -285,7 +305,7 @@ type ackResult struct {
 // time.
 func (a *acker) send(ctx context.Context, batch []ackItem) (ackResult, error) {
 	now := a.clock.now()
-	var plain, fenced []string
+	plain, fenced := a.plain[:0], a.fenced[:0]
 	for _, it := range batch {
 		if now < it.ownedUntil {
 			plain = append(plain, it.id)
@@ -293,6 +313,12 @@ func (a *acker) send(ctx context.Context, batch []ackItem) (ackResult, error) {
 			fenced = append(fenced, it.id)
 		}
 	}
+	defer func() {
+		// The calls keep neither slice; the ids are dropped for the GC.
+		clear(plain)
+		clear(fenced)
+		a.plain, a.fenced = plain[:0], fenced[:0]
+	}()
 	var res ackResult
 	if len(plain) > 0 {
 		n, err := a.srv.ack(ctx, plain)
@@ -319,7 +345,14 @@ func (a *acker) send(ctx context.Context, batch []ackItem) (ackResult, error) {
 // owned elsewhere are still pending (another consumer handles them: see
 // hand.forget), the others are gone from the PEL (see hand.gone).
 func (a *acker) forgetAcked(batch []ackItem, ownedElsewhere []string) {
-	ids := itemIDs(batch)
+	ids := a.ids[:0]
+	for _, it := range batch {
+		ids = append(ids, it.id)
+	}
+	defer func() {
+		clear(ids)
+		a.ids = ids[:0]
+	}()
 	if len(ownedElsewhere) == 0 {
 		a.hand.gone(ids...)
 		return
@@ -404,20 +437,32 @@ func newAckQueue(batch, limit int) *ackQueue {
 // push queues id. It reports false when the queue was closed: the ack loop
 // has stopped and the entry stays pending.
 func (q *ackQueue) push(id ackItem) bool {
+	return q.pushAll([]ackItem{id}) == 1
+}
+
+// pushAll queues items in order, as many at a time as there is room for,
+// and returns how many it queued: fewer than all once the queue was
+// closed.
+func (q *ackQueue) pushAll(items []ackItem) int {
+	pushed := 0
 	waited := false
-	for {
+	for pushed < len(items) {
 		q.mu.Lock()
 		if q.closed {
 			q.mu.Unlock()
-			return false
+			return pushed
 		}
-		if len(q.ids) < q.limit {
-			q.ids = append(q.ids, id)
-			n := len(q.ids)
-			sooner := id.ahead && (!q.hasFirst || id.ownedUntil < q.first)
-			if sooner {
-				q.first, q.hasFirst = id.ownedUntil, true
+		if room := q.limit - len(q.ids); room > 0 {
+			sooner := false
+			for _, id := range items[pushed : pushed+min(room, len(items)-pushed)] {
+				q.ids = append(q.ids, id)
+				if id.ahead && (!q.hasFirst || id.ownedUntil < q.first) {
+					q.first, q.hasFirst = id.ownedUntil, true
+					sooner = true
+				}
+				pushed++
 			}
+			n := len(q.ids)
 			q.mu.Unlock()
 			if n >= q.batch {
 				signal(q.full)
@@ -430,7 +475,7 @@ func (q *ackQueue) push(id ackItem) bool {
 				// per take.
 				signal(q.room)
 			}
-			return true
+			continue
 		}
 		q.mu.Unlock()
 		waited = true
@@ -442,6 +487,7 @@ func (q *ackQueue) push(id ackItem) bool {
 		case <-q.gone:
 		}
 	}
+	return pushed
 }
 
 // earliest is the earliest ownedUntil among the queued ids whose fence
@@ -455,17 +501,20 @@ func (q *ackQueue) earliest() time.Duration {
 	return q.first
 }
 
-// take removes and returns every queued id.
-func (q *ackQueue) take() []ackItem {
+// take removes every queued id and appends them to dst. The queue keeps
+// its buffer for the next pushes.
+func (q *ackQueue) take(dst []ackItem) []ackItem {
 	q.mu.Lock()
-	ids := q.ids
-	q.ids = nil
+	n := len(q.ids)
+	dst = append(dst, q.ids...)
+	clear(q.ids)
+	q.ids = q.ids[:0]
 	q.hasFirst = false
 	q.mu.Unlock()
-	if len(ids) > 0 {
+	if n > 0 {
 		signal(q.room)
 	}
-	return ids
+	return dst
 }
 
 // close refuses further pushes and returns the ids still queued.

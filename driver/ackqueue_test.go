@@ -33,7 +33,7 @@ func TestAckQueueWakesEveryBlockedPush(t *testing.T) {
 			<-waiting // a push found the queue full and waits
 		}
 		// One take makes room for all of them.
-		require.Len(t, q.take(), 4)
+		require.Len(t, q.take(nil), 4)
 		done := make(chan struct{})
 		go func() { wg.Wait(); close(done) }()
 		select {
@@ -41,7 +41,7 @@ func TestAckQueueWakesEveryBlockedPush(t *testing.T) {
 		case <-time.After(10 * time.Second): // only turns a hang into a failure: nothing but the take can wake them
 			t.Fatal("blocked pushes still waiting after one take made room for all of them")
 		}
-		require.Len(t, q.take(), blocked)
+		require.Len(t, q.take(nil), blocked)
 	})
 }
 
@@ -63,7 +63,7 @@ func TestAckQueueSignalsFullBatch(t *testing.T) {
 		default:
 			t.Fatal("a full batch was not signalled")
 		}
-		require.Equal(t, []string{"1-0", "2-0", "3-0"}, itemIDs(q.take()))
+		require.Equal(t, []string{"1-0", "2-0", "3-0"}, itemIDs(q.take(nil)))
 	})
 }
 
@@ -108,7 +108,7 @@ func TestAckQueueEarliest(t *testing.T) {
 		q.push(ackItem{id: "4-0", ownedUntil: 3 * time.Second, ahead: true})
 		require.True(t, sooner(), "an earlier one")
 		require.Equal(t, 3*time.Second, q.earliest())
-		require.Len(t, q.take(), 4)
+		require.Len(t, q.take(nil), 4)
 		require.EqualValues(t, math.MaxInt64, q.earliest())
 		q.push(ackItem{id: "5-0", ownedUntil: 9 * time.Second, ahead: true})
 		require.True(t, sooner(), "the first after a take")

@@ -26,6 +26,9 @@ type hand struct {
 	delayed   map[string]time.Duration // RetryAfter beyond MinIdle: id -> retry at (a clock reading)
 	unstarted []string                 // queued entries skipped at shutdown
 	closed    bool                     // shutdown began: add refuses
+	// jobs is add's buffer of the jobs it queues, reused from call to
+	// call (every entry passes through it).
+	jobs []job
 
 	// claims are the claims under way and what was settled meanwhile
 	// (see claimTicket). It has its own lock; add and gone take it under
@@ -67,7 +70,7 @@ type claimTicket uint64
 type handEntry struct {
 	queued time.Duration // dispatch time (a clock reading)
 	due    time.Duration // its handler starts no earlier (a limit's rate; a clock reading)
-	ctx    *entryContext // the handler's context
+	ctx    entryContext  // the handler's context
 	bytes  int64         // field bytes, counted in the window
 	lost   atomic.Bool   // another consumer took it over
 	// acking: the handler succeeded and the ack is queued; the ack loop
@@ -109,14 +112,12 @@ func newHand(clk clock) *hand {
 // messages (all of them after close: they stay pending), so the caller
 // gives their places back.
 //
-// ls is the lease of the call that fetched them; due[i] (when due has
-// that many) is when msgs[i]'s handler may start, under a limit's rate (a
-// clock reading).
-func (t *hand) add(handlerCtx context.Context, msgs []*Message, sizes []int64, ls idleReset, q *jobQueue, exec *executor, claim claimTicket, due []time.Duration) (skipped []*Message, closed bool) {
+// Each entry counts entryBytes in the window. ls is the lease of the call
+// that fetched them; due[i] (when due has that many) is when msgs[i]'s
+// handler may start, under a limit's rate (a clock reading).
+func (t *hand) add(handlerCtx context.Context, msgs []*Message, ls idleReset, q *jobQueue, exec *executor, claim claimTicket, due []time.Duration) (skipped []*Message, closed bool) {
 	now := t.clock.now()
 	fs := make([]handEntry, len(msgs))
-	ctxs := make([]entryContext, len(msgs))
-	jobs := make([]job, 0, len(msgs))
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	defer t.claims.end(claim)
@@ -141,21 +142,22 @@ func (t *hand) add(handlerCtx context.Context, msgs []*Message, sizes []int64, l
 		}
 		f := &fs[i]
 		f.queued = now
-		f.bytes = sizes[i]
+		f.bytes = entryBytes(m)
 		if i < len(due) {
 			f.due = due[i]
 		}
 		f.ownedUntil.Store(int64(ls.ownedUntil))
 		f.resetAt.Store(int64(ls.from))
-		f.ctx = &ctxs[i]
 		f.ctx.parent = handlerCtx
 		t.entries[m.ID] = f
 		if len(t.delayed) > 0 {
 			delete(t.delayed, m.ID)
 		}
-		jobs = append(jobs, job{m: m, f: f, exec: exec})
+		t.jobs = append(t.jobs, job{m: m, f: f, exec: exec})
 	}
-	q.push(jobs...)
+	q.push(t.jobs...)
+	clear(t.jobs) // the queue copied them
+	t.jobs = t.jobs[:0]
 	return skipped, false
 }
 
@@ -491,6 +493,13 @@ func (q *jobQueue) wakeOneLocked() bool {
 // get returns the next job, waiting while the queue is empty. It returns
 // false once the queue is closed and empty.
 func (q *jobQueue) get() (job, bool) {
+	j, ok, _ := q.take(nil)
+	return j, ok
+}
+
+// take is get, and reports whether it waited for the job. When it is
+// about to wait, it first calls beforeWait (when not nil), once.
+func (q *jobQueue) take(beforeWait func()) (j job, ok, waited bool) {
 	woken := false
 	q.mu.Lock()
 	for {
@@ -499,7 +508,7 @@ func (q *jobQueue) get() (job, bool) {
 			woken = false
 		}
 		if q.head < len(q.jobs) {
-			j := q.jobs[q.head]
+			next := q.jobs[q.head]
 			q.jobs[q.head] = job{} // the queue does not keep the entry alive
 			q.head++
 			wake := q.wakeOneLocked()
@@ -507,11 +516,18 @@ func (q *jobQueue) get() (job, bool) {
 			if wake {
 				q.wakeups <- struct{}{}
 			}
-			return j, true
+			return next, true, waited
 		}
 		if q.closed {
 			q.mu.Unlock()
-			return job{}, false
+			return job{}, false, waited
+		}
+		if beforeWait != nil {
+			q.mu.Unlock()
+			beforeWait()
+			beforeWait = nil
+			q.mu.Lock()
+			continue // jobs may have come meanwhile
 		}
 		q.parked++
 		q.mu.Unlock()
@@ -519,7 +535,7 @@ func (q *jobQueue) get() (job, bool) {
 			q.starved.Store(true)
 		}
 		<-q.wakeups
-		woken = true
+		woken, waited = true, true
 		q.mu.Lock()
 	}
 }

@@ -11,14 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func trackerMsgs(ids ...string) ([]*Message, []int64) {
+func trackerMsgs(ids ...string) []*Message {
 	msgs := make([]*Message, len(ids))
-	sizes := make([]int64, len(ids))
 	for i, id := range ids {
 		msgs[i] = &Message{ID: id}
-		sizes[i] = int64(len(id))
 	}
-	return msgs, sizes
+	return msgs
 }
 
 // add tracks new entries and queues them; an entry already in hand is
@@ -30,8 +28,8 @@ func TestTrackerAdd(t *testing.T) {
 		advance(time.Second)
 		tr := newHand(clk)
 		q := newJobQueue(1, &atomic.Bool{})
-		msgs, sizes := trackerMsgs("1-0", "2-0")
-		skipped, closed := tr.add(t.Context(), msgs, sizes, idleReset{ownedUntil: 5 * time.Second}, q, nil, 0, nil)
+		msgs := trackerMsgs("1-0", "2-0")
+		skipped, closed := tr.add(t.Context(), msgs, idleReset{ownedUntil: 5 * time.Second}, q, nil, 0, nil)
 		require.False(t, closed)
 		require.Empty(t, skipped)
 		require.Equal(t, 2, tr.count())
@@ -42,16 +40,16 @@ func TestTrackerAdd(t *testing.T) {
 		require.EqualValues(t, 3, jobs[1].f.bytes)
 
 		// A reclaim pass took back 2-0 while its handler runs: skipped.
-		msgs, sizes = trackerMsgs("2-0", "3-0")
-		skipped, closed = tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0, nil)
+		msgs = trackerMsgs("2-0", "3-0")
+		skipped, closed = tr.add(t.Context(), msgs, idleReset{}, q, nil, 0, nil)
 		require.False(t, closed)
 		require.Equal(t, []*Message{msgs[0]}, skipped)
 		require.Len(t, q.drain(), 1)
 		require.Equal(t, 3, tr.count())
 
 		tr.close()
-		msgs, sizes = trackerMsgs("4-0")
-		skipped, closed = tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0, nil)
+		msgs = trackerMsgs("4-0")
+		skipped, closed = tr.add(t.Context(), msgs, idleReset{}, q, nil, 0, nil)
 		require.True(t, closed)
 		require.Equal(t, msgs, skipped)
 		require.Empty(t, q.drain())
@@ -71,8 +69,8 @@ func TestTrackerClaimTickets(t *testing.T) {
 		q := newJobQueue(1, &atomic.Bool{})
 		add := func(claim claimTicket, ids ...string) []*Message {
 			t.Helper()
-			msgs, sizes := trackerMsgs(ids...)
-			skipped, closed := tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, claim, nil)
+			msgs := trackerMsgs(ids...)
+			skipped, closed := tr.add(t.Context(), msgs, idleReset{}, q, nil, claim, nil)
 			require.False(t, closed)
 			q.drain()
 			return skipped
@@ -116,8 +114,8 @@ func TestTrackerClaimTickets(t *testing.T) {
 		// After close the claim ends too.
 		c := tr.claims.begin()
 		tr.close()
-		msgs, sizes := trackerMsgs("8-0")
-		_, closed := tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, c, nil)
+		msgs := trackerMsgs("8-0")
+		_, closed := tr.add(t.Context(), msgs, idleReset{}, q, nil, c, nil)
 		require.True(t, closed)
 		require.Empty(t, tr.claims.claims)
 	})
@@ -188,8 +186,8 @@ func TestTrackerLeaseDue(t *testing.T) {
 						tr.delay(e.id, clk.now()+e.delayedLeft)
 						continue
 					}
-					msgs, sizes := trackerMsgs(e.id)
-					tr.add(t.Context(), msgs, sizes, idleReset{from: clk.now() - e.age}, q, nil, 0, nil) // read e.age ago
+					msgs := trackerMsgs(e.id)
+					tr.add(t.Context(), msgs, idleReset{from: clk.now() - e.age}, q, nil, 0, nil) // read e.age ago
 					f := q.drain()[0].f
 					if e.leased > 0 {
 						tr.extended([]string{e.id}, idleReset{from: clk.now() - e.leased})
@@ -231,9 +229,9 @@ func TestHeartbeatMarginIgnoresPhase(t *testing.T) {
 				clk := newClock()
 				tr := newHand(clk)
 				q := newJobQueue(1, &atomic.Bool{})
-				msgs, sizes := trackerMsgs("1-0")
+				msgs := trackerMsgs("1-0")
 				advance(phase) // the read lands phase after a tick
-				tr.add(t.Context(), msgs, sizes, idleReset{from: clk.now()}, q, nil, 0, nil)
+				tr.add(t.Context(), msgs, idleReset{from: clk.now()}, q, nil, 0, nil)
 				q.drain()
 				lastReset, extensions := clk.now(), 0
 				for now := tick; now < 10*cfg.MinIdle; now += tick {
@@ -263,14 +261,14 @@ func TestTrackerLoseExtendForget(t *testing.T) {
 		clk := newClock()
 		tr := newHand(clk)
 		q := newJobQueue(1, &atomic.Bool{})
-		msgs, sizes := trackerMsgs("1-0", "2-0", "3-0")
-		tr.add(t.Context(), msgs, sizes, idleReset{ownedUntil: time.Second}, q, nil, 0, nil)
+		msgs := trackerMsgs("1-0", "2-0", "3-0")
+		tr.add(t.Context(), msgs, idleReset{ownedUntil: time.Second}, q, nil, 0, nil)
 		jobs := q.drain()
 		tr.delay("9-0", time.Hour)
 
 		tr.lost([]string{"2-0", "9-0"})
 		require.True(t, jobs[1].f.lost.Load())
-		require.ErrorIs(t, context.Cause(jobs[1].f.ctx), ErrLostOwnership)
+		require.ErrorIs(t, context.Cause(&jobs[1].f.ctx), ErrLostOwnership)
 		require.NoError(t, jobs[0].f.ctx.Err())
 		extend, _, _ := tr.heartbeatDue(false, time.Second, time.Second, time.Minute)
 		require.Empty(t, extend, "the lost delayed entry is no longer held")
@@ -288,8 +286,8 @@ func TestTrackerLoseExtendForget(t *testing.T) {
 
 		// Adding an entry again drops its delay.
 		tr.delay("5-0", time.Hour)
-		msgs, sizes = trackerMsgs("5-0")
-		tr.add(t.Context(), msgs, sizes, idleReset{}, q, nil, 0, nil)
+		msgs = trackerMsgs("5-0")
+		tr.add(t.Context(), msgs, idleReset{}, q, nil, 0, nil)
 		_, release, _ := tr.heartbeatDue(false, time.Second, time.Second, 2*time.Hour)
 		require.Empty(t, release)
 		extend, _, _ = tr.heartbeatDue(false, time.Second, time.Second, 2*time.Hour)

@@ -186,11 +186,11 @@ type drain struct {
 // add counts n entries dispatched to the workers.
 func (d *drain) add(n int) { d.unfinished.Add(int64(n)) }
 
-// done notes that an entry dispatched left the workers: its handler ran
-// and its outcome was applied (or, for a success, queued for the acker),
-// or it was skipped at dispatch or at shutdown.
-func (d *drain) done() {
-	if d.unfinished.Add(-1) == 0 && d.readIdle.Load() {
+// done notes that n entries dispatched left the workers: their handlers
+// ran and their outcomes were applied (or, for a success, queued for the
+// acker), or they were skipped at dispatch or at shutdown.
+func (d *drain) done(n int) {
+	if d.unfinished.Add(-int64(n)) == 0 && d.readIdle.Load() {
 		d.acks.drained()
 	}
 }

@@ -243,11 +243,9 @@ func (l *lane) readFailed(err error, attempt int) {
 // starts no earlier than grant's permit k comes due; the permits of
 // entries skipped are given back.
 func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reservation, began, rtt time.Duration, more bool, claim claimTicket, grant permitGrant) {
-	sizes := make([]int64, len(msgs))
 	var total int64
-	for i, m := range msgs {
-		sizes[i] = entryBytes(m)
-		total += sizes[i]
+	for _, m := range msgs {
+		total += entryBytes(m)
 	}
 	if limit := l.flow.fill(res, len(msgs), total, rtt, more); limit > 0 {
 		l.log.Debug("flow window resized", "max_in_hand", limit)
@@ -257,14 +255,14 @@ func (l *lane) dispatch(handlerCtx context.Context, msgs []*Message, res reserva
 		return
 	}
 	l.drain.add(len(msgs))
-	skipped, closed := l.hand.add(handlerCtx, msgs, sizes, l.cfg.idleResetFrom(began), l.jobs, l.exec, claim, grant.due)
+	skipped, closed := l.hand.add(handlerCtx, msgs, l.cfg.idleResetFrom(began), l.jobs, l.exec, claim, grant.due)
 	if closed {
 		l.log.Warn("entries read during shutdown; they stay pending", "count", len(msgs), "ids", firstIDs(messageIDs(msgs)))
 	}
 	l.sess.limit.unused(len(skipped))
 	for _, m := range skipped {
-		l.flow.free(entryBytes(m))
-		l.drain.done()
+		l.flow.free(1, entryBytes(m))
+		l.drain.done(1)
 	}
 }
 

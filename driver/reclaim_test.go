@@ -192,8 +192,8 @@ func TestReclaimPassSkipsEntriesSettledDuringTheClaim(t *testing.T) {
 			require.NoError(t, err)
 			require.EqualValues(t, 1, n)
 			h.l.hand.gone(ids[0])
-			h.l.flow.free(jobs[0].f.bytes)
-			h.l.drain.done()
+			h.l.flow.free(1, jobs[0].f.bytes)
+			h.l.drain.done(1)
 		}
 		h.l.reclaimPass(t.Context(), t.Context(), false)
 		require.Empty(t, h.s.jobs.drain(), "1-0 was acked, 2-0 is still in hand")

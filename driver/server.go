@@ -7,7 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -111,6 +114,77 @@ type redisStream struct {
 	group, consumer          string
 	readBlock                time.Duration   // Config.ReadBlock
 	backoff                  []time.Duration // Config.Backoff
+	replies                  replyBuffers    // the reads' raw replies
+}
+
+// replyBuffer collects the raw bytes of a read's reply (go-redis's
+// RawWriteToCmd writes them), so that a read decodes them with one
+// allocation per entry (see decodeRawRead); nothing keeps its bytes, so
+// the next read reuses it.
+type replyBuffer struct{ b []byte }
+
+// Write appends p.
+func (r *replyBuffer) Write(p []byte) (int, error) {
+	r.b = append(r.b, p...)
+	return len(p), nil
+}
+
+// ReadFrom appends what src gives until it ends. go-redis copies each
+// string of the reply with io.CopyN, whose reader says how long it is:
+// it is read in place, in one call.
+func (r *replyBuffer) ReadFrom(src io.Reader) (int64, error) {
+	var read int64
+	for {
+		want := 512
+		if lr, ok := src.(*io.LimitedReader); ok {
+			if lr.N <= 0 {
+				return read, nil
+			}
+			want = int(min(lr.N, 1<<30))
+		}
+		r.b = slices.Grow(r.b, want)
+		n, err := src.Read(r.b[len(r.b):cap(r.b)][:want])
+		r.b = r.b[:len(r.b)+n]
+		read += int64(n)
+		if errors.Is(err, io.EOF) {
+			return read, nil
+		}
+		if err != nil {
+			return read, err
+		}
+	}
+}
+
+// replyBuffers holds a stream's reply buffer between reads (a lane reads
+// from one loop; a second read at once gets a buffer of its own).
+type replyBuffers struct {
+	mu   sync.Mutex
+	free *replyBuffer
+}
+
+// replyKeepMax: a buffer grown beyond this by a read of large entries is
+// not kept for the next read.
+const replyKeepMax = 8 << 20
+
+func (p *replyBuffers) take() *replyBuffer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b := p.free
+	p.free = nil
+	if b == nil {
+		b = &replyBuffer{}
+	}
+	b.b = b.b[:0]
+	return b
+}
+
+func (p *replyBuffers) put(b *replyBuffer) {
+	if cap(b.b) > replyKeepMax {
+		return
+	}
+	p.mu.Lock()
+	p.free = b
+	p.mu.Unlock()
 }
 
 // redisLane is the laneServer of a real server, a part per role over one
@@ -155,7 +229,19 @@ func (s redisFetch) read(ctx context.Context, count int, block bool, claim time.
 		args = append(args, "CLAIM", claim.Milliseconds())
 	}
 	args = append(args, "STREAMS", s.stream, ">")
-	v, err := s.rdb.Do(ctx, args...).Result()
+	buf := s.replies.take()
+	defer s.replies.put(buf)
+	err := s.rdb.Process(ctx, redis.NewRawWriteToCmd(ctx, buf, args...))
+	if err == nil && !resp.IsError(buf.b) {
+		return decodeRawRead(buf.b, s.stream, s.group, s.consumer)
+	}
+	var v any
+	if err == nil {
+		// An error reply, which a raw read returns as bytes: the read did
+		// nothing, and go-redis's own reply classifies the error and
+		// follows a cluster's redirections. Rare, so sent again.
+		v, err = s.rdb.Do(ctx, args...).Result()
+	}
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -307,6 +393,48 @@ func (s *redisStream) pauseState(ctx context.Context) (*pelwarden.Pause, error) 
 // minIDBefore is the XTRIM MINID bound of records older than age at now.
 func minIDBefore(now time.Time, age time.Duration) string {
 	return strconv.FormatInt(max(now.Add(-age).UnixMilli(), 0), 10) + "-0"
+}
+
+// decodeRawRead decodes the raw bytes of an XREADGROUP reply of one
+// stream, as decodeRead decodes go-redis's generic reply, with one
+// allocation per entry (its id and fields; see resp.RawRead) and one for
+// the batch's messages and one for their fields.
+func decodeRawRead(raw []byte, stream, group, consumer string) ([]*Message, error) {
+	var msgs []Message
+	var out []*Message
+	var all []pelwarden.Field
+	err := resp.RawRead(raw, func(n int) {
+		msgs = make([]Message, n)
+		out = make([]*Message, 0, n)
+	}, func(e *resp.RawEntry) error {
+		if all == nil {
+			// Entries of a stream mostly have the same fields: the first's
+			// count sizes the batch's (more grows it; the messages before
+			// keep theirs).
+			all = make([]pelwarden.Field, 0, len(e.Fields)/2*len(msgs))
+		}
+		first := len(all)
+		for j := 0; j < len(e.Fields); j += 2 {
+			all = append(all, pelwarden.Field{Name: e.Fields[j], Value: e.Fields[j+1]})
+		}
+		deliveries := int64(1)
+		if e.Extra >= 2 {
+			if e.Before < 0 {
+				return fmt.Errorf("XREADGROUP: unexpected delivery count of %s: %d", e.ID, e.Before)
+			}
+			deliveries = e.Before + 1
+		}
+		m := &msgs[len(out)]
+		// A full slice expression: a handler appending to its Fields must
+		// not write into the next message's.
+		*m = Message{ID: e.ID, Fields: all[first:len(all):len(all)], Deliveries: deliveries, Stream: stream, Group: group, Consumer: consumer}
+		out = append(out, m)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", pelwarden.ErrMalformedReply, err)
+	}
+	return out, nil
 }
 
 // decodeRead decodes an XREADGROUP reply of one stream, keeping each entry's

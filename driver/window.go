@@ -126,11 +126,11 @@ func (ws *waiters) drop(p party, wt *waiter) {
 // time, in ns, since the window last took them.
 type timings struct{ waitSum, runSum, timed atomic.Int64 }
 
-// add records one handler's wait and handling time.
-func (t *timings) add(wait, took time.Duration) {
+// add records n handlers' wait and handling time, summed.
+func (t *timings) add(n int, wait, took time.Duration) {
 	t.waitSum.Add(int64(wait))
 	t.runSum.Add(int64(took))
-	t.timed.Add(1)
+	t.timed.Add(int64(n))
 }
 
 type waiter struct {
@@ -412,11 +412,11 @@ func (w *window) giveBack(r reservation) {
 // pageBytes is the most bytes of field data one call should fetch.
 func (w *window) pageBytes() int64 { return w.batchBytes }
 
-// free gives back one entry's place and bytes once its handler returned
-// (or it was dropped).
-func (w *window) free(bytes int64) {
+// free gives back n entries' places and their bytes once their handlers
+// returned (or they were dropped).
+func (w *window) free(n int, bytes int64) {
 	w.mu.Lock()
-	w.held--
+	w.held -= n
 	w.bytes -= bytes
 	if len(w.waiters[0]) > 0 || len(w.waiters[1]) > 0 {
 		w.wakeLocked()

@@ -38,7 +38,7 @@ func TestWindowGrowsWhenHandlersStarve(t *testing.T) {
 			}
 			w.fill(r, min(got, r.n), int64(min(got, r.n))*100, time.Millisecond, more)
 			for range min(got, r.n) {
-				w.free(100)
+				w.free(1, 100)
 			}
 		}
 		call(w, 500, true, true)
@@ -60,7 +60,7 @@ func TestWindowGrowsWhenHandlersStarve(t *testing.T) {
 		// Slow handlers: the queue already covers the round trips.
 		slow := newWindow(16, 100, false, 32<<20, time.Minute)
 		for range minTimed {
-			slow.timings.add(0, 40*time.Millisecond)
+			slow.timings.add(1, 0, 40*time.Millisecond)
 		}
 		for range 10 {
 			call(slow, 500, true, true)
@@ -130,38 +130,38 @@ func TestWindowShrinksWhenEntriesWait(t *testing.T) {
 		w := newWindow(16, 100, false, 32<<20, time.Minute)
 		w.limit = 64
 		for range minTimed {
-			w.timings.add(80*time.Millisecond, 40*time.Millisecond)
+			w.timings.add(1, 80*time.Millisecond, 40*time.Millisecond)
 		}
 		r := w.reserve(ctx, partyRead, 1)
 		w.fill(r, r.n, 10, time.Millisecond, true)
-		w.free(10)
+		w.free(1, 10)
 		limit, _ := w.size()
 		require.Equal(t, 48, limit)
 
 		// Waits shorter than the handling time: no change.
 		for range minTimed {
-			w.timings.add(20*time.Millisecond, 40*time.Millisecond)
+			w.timings.add(1, 20*time.Millisecond, 40*time.Millisecond)
 		}
 		r = w.reserve(ctx, partyRead, 1)
 		w.fill(r, r.n, 10, time.Millisecond, true)
-		w.free(10)
+		w.free(1, 10)
 		limit, _ = w.size()
 		require.Equal(t, 48, limit)
 
 		for range 20 {
 			for range minTimed {
-				w.timings.add(time.Second, time.Millisecond)
+				w.timings.add(1, time.Second, time.Millisecond)
 			}
 			r = w.reserve(ctx, partyRead, 1)
 			w.fill(r, r.n, 10, time.Millisecond, true)
-			w.free(10)
+			w.free(1, 10)
 		}
 		limit, _ = w.size()
 		require.Equal(t, 16, limit, "never below Concurrency")
 
 		fixed := newWindow(4, 12, true, 32<<20, time.Minute)
 		for range minTimed {
-			fixed.timings.add(time.Second, time.Millisecond)
+			fixed.timings.add(1, time.Second, time.Millisecond)
 		}
 		r = fixed.reserve(ctx, partyRead, 500)
 		require.Equal(t, 4, r.n, "the first call still takes at most Concurrency")
@@ -203,7 +203,7 @@ func TestWindowFollowsEntrySize(t *testing.T) {
 		got := make(chan int)
 		go func() { got <- w.reserve(ctx, partyRead, 500).n }()
 		requireWaits(t, waiting, partyRead, got, "with the byte cap reached")
-		w.free(mib)
+		w.free(1, mib)
 		require.Equal(t, 1, <-got, "room for one more MiB")
 	})
 }
@@ -223,11 +223,11 @@ func TestWindowTakersTakeTurns(t *testing.T) {
 		waitWaiter(t, w, partyReclaim)
 		go func() { reads <- w.reserve(ctx, partyRead, 4) }()
 		waitWaiter(t, w, partyRead)
-		w.free(10) // one place: the read loop took last, so the claim goes first
+		w.free(1, 10) // one place: the read loop took last, so the claim goes first
 		c := <-claims
 		require.Equal(t, 1, c.n)
 		w.fill(c, 1, 10, time.Millisecond, true)
-		w.free(10)
+		w.free(1, 10)
 		require.Equal(t, 1, (<-reads).n)
 	})
 }
@@ -254,7 +254,7 @@ func TestWindowTakersOfOnePartyQueue(t *testing.T) {
 			waitWaiters(t, w, partyRead, i+1)
 		}
 		for want := range 3 {
-			w.free(10) // one place at a time
+			w.free(1, 10) // one place at a time
 			require.Equal(t, want, <-order)
 		}
 	})
@@ -271,7 +271,7 @@ func TestWindowCountsCallsInFlight(t *testing.T) {
 		waiting := waitings(w)
 		r := w.reserve(ctx, partyRead, 1)
 		w.fill(r, 1, mib, time.Millisecond, false) // 1 MiB entries
-		w.free(mib)
+		w.free(1, mib)
 		a := w.reserve(ctx, partyRead, 500)
 		require.Equal(t, 4, a.n, "a batch is 4 MiB")
 		b := w.reserve(ctx, partyRead, 500)
@@ -385,7 +385,7 @@ func TestWindowShrinksBeforeLeasesAreNeeded(t *testing.T) {
 		w := newWindow(16, 100, false, 32<<20, 80*time.Millisecond)
 		w.limit = 64
 		for range minTimed {
-			w.timings.add(20*time.Millisecond, 100*time.Millisecond)
+			w.timings.add(1, 20*time.Millisecond, 100*time.Millisecond)
 		}
 		r := w.reserve(ctx, partyRead, 1)
 		w.fill(r, r.n, 10, time.Millisecond, true)
@@ -414,7 +414,7 @@ func TestWindowWaiterFollowsAShrink(t *testing.T) {
 		w.limit = 8 // shrunk meanwhile
 		w.mu.Unlock()
 		for range 200 - 4 {
-			w.free(10) // down to 4 held: room for 4; 2 are worth a call
+			w.free(1, 10) // down to 4 held: room for 4; 2 are worth a call
 		}
 		select {
 		case n := <-got:
@@ -453,7 +453,7 @@ func TestWindowOfOneHandlerLeavesRoomForReclaim(t *testing.T) {
 		case p := <-waiting: // it found no room and waits
 			require.Equal(t, partyReclaim, p)
 		}
-		w.free(10)
+		w.free(1, 10)
 		select {
 		case r := <-got:
 			require.Equal(t, 1, r.n)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,21 +18,171 @@ import (
 // worker runs queued jobs of every stream until the queue is closed and
 // empty, each through its stream's executor; after the shutdown began it
 // skips them.
+//
+// A worker that takes its next job without waiting starts it at the
+// clock reading that ended the last one: one clock read per handler,
+// where a fast handler costs less than a read.
+//
+// What its handlers finish it tells their stream's parts in small
+// batches (see finished).
 func (s *session) worker() {
+	var done finished
+	defer done.stop()
+	last := time.Duration(-1) // when the last job ended (a clock reading)
 	for {
-		j, ok := s.jobs.get()
+		j, ok, waited := s.jobs.take(done.flush)
 		if !ok {
 			return
 		}
+		done.use(j.exec)
 		if s.closed.Load() {
 			j.exec.skip(j)
 			continue
 		}
 		if j.exec.pause.hold(j) {
+			last = -1
 			continue // its stream is paused: it runs after the resume
 		}
-		j.exec.runJob(j)
+		start := last
+		if waited || start < 0 {
+			start = j.exec.clock.now()
+		}
+		last = j.exec.runAt(j, start, &done)
+		if done.due(last) {
+			done.flush()
+		}
 	}
+}
+
+// finished is what a worker's handlers of one stream finished lately, to
+// tell that stream's parts in one step (flush): the acks of those that
+// succeeded, their places in the window, their timings and the drain's
+// count. Told entry by entry, every fast handler would take the ack
+// queue's and the window's locks and the shared counters from the other
+// workers and the read loop, a cost beyond the handler's own. A worker
+// flushes after finishedMost entries, once the first of them finished
+// finishedAge ago, before it waits for a job, before a job of another
+// stream and when it stops; and should its next handler hold it (a slow
+// or blocked handler after fast ones), the batch's timer flushes it
+// finishedAge after its first entry. Handlers slower than finishedAge
+// are told one by one, as before, and a batch never waits for more work.
+type finished struct {
+	mu              sync.Mutex
+	timer           *time.Timer // flushes the batch finishedAge after its first entry
+	exec            *executor
+	open            bool          // the batch has an entry or an ack
+	n               int           // entries finished
+	first           time.Duration // when the first of them finished (a clock reading)
+	bytes           int64         // their bytes in the window
+	waitSum, runSum time.Duration // their queue waits and handling times
+	handled         int           // those that succeeded
+	acks            []ackItem     // their acks
+}
+
+const (
+	finishedMost = 64
+	finishedAge  = 500 * time.Microsecond
+)
+
+// ack queues the ack of an entry whose handler succeeded at now (a clock
+// reading), with the batch.
+func (b *finished) ack(id string, ownedUntil, now time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.startLocked(now)
+	b.handled++
+	b.acks = append(b.acks, ackItem{id: id, ownedUntil: ownedUntil, ahead: ownedUntil > now})
+}
+
+// add notes one entry whose handler took took, after waiting wait in the
+// queue, and ended at end (a clock reading).
+func (b *finished) add(bytes int64, wait, took, end time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.startLocked(end)
+	b.n++
+	b.bytes += bytes
+	b.waitSum += wait
+	b.runSum += took
+}
+
+// startLocked notes the batch's first entry at now and sets its timer.
+func (b *finished) startLocked(now time.Duration) {
+	if b.open {
+		return
+	}
+	b.open, b.first = true, now
+	if b.timer == nil {
+		b.timer = time.AfterFunc(finishedAge, b.flush)
+	} else {
+		b.timer.Reset(finishedAge)
+	}
+}
+
+// due reports whether the batch is to be told now (a clock reading).
+func (b *finished) due(now time.Duration) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n >= finishedMost || b.n > 0 && now-b.first >= finishedAge
+}
+
+// use sets the stream whose entries the batch holds, flushing those of
+// another.
+func (b *finished) use(e *executor) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.exec != e {
+		b.flushLocked()
+		b.exec = e
+	}
+}
+
+// stop flushes the batch and stops its timer, when the worker stops.
+func (b *finished) stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.flushLocked()
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+}
+
+// flush tells the batch to the stream's parts and empties it. An ack the
+// stopped acker refuses leaves its entry pending, to be handled again.
+func (b *finished) flush() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.flushLocked()
+}
+
+func (b *finished) flushLocked() {
+	if !b.open {
+		return
+	}
+	b.timer.Stop()
+	e := b.exec
+	if b.handled > 0 {
+		e.m.Count(EventHandled, b.handled)
+	}
+	if len(b.acks) > 0 {
+		if pushed := e.acks.addAll(b.acks); pushed < len(b.acks) {
+			ids := make([]string, 0, len(b.acks)-pushed)
+			for _, it := range b.acks[pushed:] {
+				ids = append(ids, it.id)
+			}
+			e.hand.forget(ids...)
+			e.log.Error("handlers succeeded after the ack loop stopped; entries stay pending and will be handled again",
+				"count", len(ids), "ids", firstIDs(ids))
+		}
+	}
+	if b.n > 0 {
+		e.flow.timings.add(b.n, b.waitSum, b.runSum)
+		e.flow.free(b.n, b.bytes)
+		e.drain.done(b.n)
+	}
+	clear(b.acks)
+	b.acks = b.acks[:0]
+	b.open, b.n, b.bytes, b.waitSum, b.runSum, b.handled = false, 0, 0, 0, 0, 0
 }
 
 // executor runs the handlers of one stream's entries, on the Run's
@@ -62,33 +213,41 @@ func (e *executor) skip(j job) {
 	e.run.limit.unused(1)
 	j.f.ctx.finish()
 	e.hand.skipped(j.m.ID)
-	e.flow.free(j.f.bytes)
-	e.drain.done()
+	e.flow.free(1, j.f.bytes)
+	e.drain.done(1)
 }
 
 // runJob runs one handler and settles its outcome, then frees its place in
 // the window.
 func (e *executor) runJob(j job) {
+	done := finished{exec: e}
+	e.runAt(j, e.clock.now(), &done)
+	done.stop()
+}
+
+// runAt is runJob for a worker that read the clock at start (just before)
+// and tells what finished in batches (done, of e): it returns the clock
+// reading at the handler's end.
+func (e *executor) runAt(j job, start time.Duration, done *finished) time.Duration {
 	defer j.f.ctx.finish()
-	start := e.clock.now()
 	if wait := j.f.due - start; wait > 0 {
 		// Its permit of the limit's rate comes due then.
 		t := time.NewTimer(wait)
 		<-t.C
 		start = e.clock.now()
 	}
-	err, panicked := e.runHandler(j.f.ctx, j.m)
-	took := e.clock.now() - start
+	err, panicked := e.runHandler(&j.f.ctx, j.m)
+	end := e.clock.now()
+	took := end - start
 	e.run.limit.ended()
 	e.m.HandlerDuration(took)
-	// Waiting for a limit's permit to come due is not waiting for a
-	// handler: the window sizes itself by the latter.
-	e.flow.timings.add(start-max(j.f.queued, j.f.due), took)
-	if !e.applyOutcome(j.m, j.f, err, panicked) {
+	if !e.applyOutcome(j.m, j.f, err, panicked, end, done) {
 		e.hand.forget(j.m.ID)
 	}
-	e.flow.free(j.f.bytes)
-	e.drain.done()
+	// Waiting for a limit's permit to come due is not waiting for a
+	// handler: the window sizes itself by the latter.
+	done.add(j.f.bytes, start-max(j.f.queued, j.f.due), took, end)
+	return end
 }
 
 func (e *executor) runHandler(ctx context.Context, m *Message) (err error, panicked bool) {
@@ -118,14 +277,15 @@ func (e *executor) entryLog(warn bool, msg string, args ...any) {
 	e.run.entryLog(e.log, warn, msg, args...)
 }
 
-// applyOutcome applies a handler's outcome.
+// applyOutcome applies the outcome of a handler that returned at now (a
+// clock reading); a success's ack goes to the worker's batch (done).
 //
 // It reports whether the entry stays tracked as in hand: a succeeded entry
 // stays until the ack loop has sent its ack, so the heartbeat keeps
 // protecting it and a reclaim pass of this consumer does not run it again.
 // Every other outcome is forgotten before its Redis call (a release must not
 // race with a lease extension).
-func (e *executor) applyOutcome(m *Message, f *handEntry, err error, panicked bool) bool {
+func (e *executor) applyOutcome(m *Message, f *handEntry, err error, panicked bool, now time.Duration, done *finished) bool {
 	if f.lost.Load() {
 		e.m.Count(EventLostOwnership, 1)
 		e.entryLog(true, "entry reclaimed by another consumer while its handler ran; outcome dropped", "id", m.ID, "err", err)
@@ -142,13 +302,10 @@ func (e *executor) applyOutcome(m *Message, f *handEntry, err error, panicked bo
 		return false
 	}
 	if out.Action == ActionAck {
-		e.m.Count(EventHandled, 1)
+		// Queued for the acker with the worker's batch (see finished).
 		f.acking.Store(true)
-		if e.acks.add(m.ID, time.Duration(f.ownedUntil.Load())) {
-			return true
-		}
-		e.log.Error("handler succeeded after the ack loop stopped; entry stays pending and will be handled again", "id", m.ID)
-		return false
+		done.ack(m.ID, time.Duration(f.ownedUntil.Load()), now)
+		return true
 	}
 	ctx := context.WithoutCancel(f.ctx.parent)
 	if out.Action == ActionDeadLetter {
@@ -166,7 +323,7 @@ func (e *executor) applyOutcome(m *Message, f *handEntry, err error, panicked bo
 	}
 	if out.Action == ActionHold {
 		// The heartbeat loop keeps it ours until the retry is within MinIdle.
-		e.hand.delay(m.ID, e.clock.now()+out.Delay)
+		e.hand.delay(m.ID, now+out.Delay)
 		return false
 	}
 	e.settle.fail(ctx, m.ID, out.ReleaseDelay(e.readClaim.Load(), e.cfg.ReclaimInterval, e.cfg.MinIdle), out.ErrText)

@@ -76,7 +76,7 @@ func TestRunJobOutcomes(t *testing.T) {
 				h.l.drain.unfinished.Store(1)
 				h.l.exec.runJob(jobs[0])
 
-				require.Len(t, h.l.acks.queue.take(), c.queued, "acks queued")
+				require.Len(t, h.l.acks.queue.take(nil), c.queued, "acks queued")
 				require.Equal(t, c.held, h.l.hand.count(), "held")
 				require.Equal(t, c.pending, len(h.srv.pendingIDs()) == 1, "pending")
 				require.Equal(t, c.dead, len(h.srv.deadLettered()) == 1, "dead-lettered")
@@ -169,4 +169,56 @@ func TestDeadLetterAndReleaseRetry(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A worker tells what its handlers finished in batches; a batch whose
+// worker is held by its next handler (slow, or blocked) is told by its
+// timer, finishedAge after its first entry, so the acks and places of the
+// fast handlers before are not held with it.
+func TestFinishedBatchFlushesWhileTheWorkerIsHeld(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.srv.add(3)
+		jobs := h.read(t.Context(), 3)
+		h.l.drain.unfinished.Store(3)
+		done := finished{exec: h.l.exec}
+		for _, j := range jobs[:2] {
+			h.l.exec.runAt(j, h.clock.now(), &done)
+		}
+		require.False(t, done.due(h.clock.now()), "two entries, no time passed")
+		require.Empty(t, h.l.acks.queue.take(nil), "nothing told yet")
+		_, held := h.l.flow.size()
+		require.Equal(t, 3, held)
+
+		time.Sleep(finishedAge) // the worker is held: its timer tells the batch
+		synctest.Wait()
+		require.Len(t, h.l.acks.queue.take(nil), 2, "the acks told by the timer")
+		_, held = h.l.flow.size()
+		require.Equal(t, 1, held, "their places given back")
+		require.Equal(t, int64(1), h.l.drain.unfinished.Load())
+		require.Equal(t, 2, h.m.get(EventHandled))
+
+		h.l.exec.runAt(jobs[2], h.clock.now(), &done)
+		done.stop()
+		require.Len(t, h.l.acks.queue.take(nil), 1, "the last told when the worker stops")
+		require.Zero(t, h.l.drain.unfinished.Load())
+	})
+}
+
+// A batch is due after finishedMost entries, or finishedAge after its
+// first.
+func TestFinishedBatchDue(t *testing.T) {
+	t.Parallel()
+	var b finished
+	b.timer = time.NewTimer(time.Hour) // its own timer is not under test here
+	defer b.timer.Stop()
+	require.False(t, b.due(0), "empty")
+	b.add(1, 0, 0, 10)
+	require.False(t, b.due(10))
+	require.True(t, b.due(10+finishedAge))
+	for range finishedMost - 1 {
+		b.add(1, 0, 0, 10)
+	}
+	require.True(t, b.due(10), "full")
 }

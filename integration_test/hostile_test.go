@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -398,6 +400,63 @@ func TestHostileBinaryRoundTrip(t *testing.T) {
 			require.Len(t, e, 1)
 			got := anyStrings(e[0].([]any)[1].([]any))
 			require.Equal(t, append(append([]string{}, binaryFields...), pelwarden.FieldRedrives, "1"), got)
+		}
+	})
+}
+
+// The driver's reads hand each entry's fields over exactly as written (in
+// order, duplicate names, binary and empty values, a value full of RESP
+// framing, 5,000 fields), through RESP2 and RESP3 clients, for new entries
+// and for an entry taken over from a dead consumer (by the read's CLAIM on
+// servers that have it, else by a reclaim pass).
+func TestDriverReadsFieldsExactly(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		for _, protocol := range []int{2, 3} {
+			t.Run(fmt.Sprintf("resp%d", protocol), func(t *testing.T) {
+				ctx := t.Context()
+				f := s.fixture(t)
+				written := [][]string{
+					binaryFields,
+					{"framing", strings.Repeat("\r\n$5\r\n*2\r\n", 1<<16)},
+					manyFields(5000),
+					{"k", "v"},
+				}
+				want := map[string][]pelwarden.Field{}
+				var ids []string
+				for _, fields := range written {
+					id := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Stream, Values: fields}).Val()
+					want[id] = toFields(fields)
+					ids = append(ids, id)
+				}
+				f.LeavePending("dead", 1)
+
+				o := *s.rdb.Options()
+				o.Protocol = protocol
+				rdb := redis.NewClient(&o)
+				defer rdb.Close()
+				var mu sync.Mutex
+				got := map[string][]pelwarden.Field{}
+				deliveries := map[string]int64{}
+				r := f.WithClient(rdb).RunConsumer(driver.Config{Consumer: "w", Handler: driver.HandlerFunc(func(_ context.Context, m *driver.Message) error {
+					mu.Lock()
+					defer mu.Unlock()
+					got[m.ID] = slices.Clone(m.Fields)
+					deliveries[m.ID] = m.Deliveries
+					return nil
+				})})
+				f.Eventually("every entry handled", func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					return len(got) == len(written)
+				})
+				require.NoError(t, r.Stop())
+				for id, fields := range want {
+					require.Equal(t, fields, got[id], "entry %s", id)
+				}
+				require.EqualValues(t, 2, deliveries[ids[0]], "taken over from the dead consumer")
+				require.EqualValues(t, 1, deliveries[ids[1]])
+				require.Zero(t, f.PendingCount())
+			})
 		}
 	})
 }

@@ -111,7 +111,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.rounds, "rounds", 5, "run the methods of the main and reclaim parts this many times, interleaved, and report the median of each (watermill runs once); the slow part runs this many times")
 	fs.BoolVar(&o.watermill, "watermill", true, "include watermill-redisstream in the main part (over a minute)")
 	fs.IntVar(&o.reclaimEntries, "reclaim-entries", consume.DefaultReclaimEntries, "PEL size of the reclaim part (make bench-drain: 1000000)")
-	fs.StringVar(&o.profileDir, "profile-dir", "", "write a CPU profile of each driver run of the main part to this `directory`")
+	fs.StringVar(&o.profileDir, "profile-dir", "", "write a CPU profile and an allocation profile of each driver run and raw loop of the main part to this `directory`")
 	fs.StringVar(&o.jsonPath, "json", "", "also write every result as JSON to this `file` (the headline report reads it: make bench-report)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

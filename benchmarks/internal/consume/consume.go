@@ -330,9 +330,11 @@ type Config struct {
 	// DefaultTimeout (10 minutes).
 	Timeout time.Duration
 	// ProfileDir, when set, receives a CPU profile of the benchmark process
-	// for each driver run of PartMain
+	// and its allocations for each driver run of PartMain
 	// ("driver-c<concurrency>-p<prefetch>-r<read count>-<ack mode>.pprof",
-	// 0 for a field left at its default). Optional.
+	// 0 for a field left at its default; -allocs.pprof and
+	// -allocs-base.pprof beside it) and for the raw loop
+	// ("raw-count<RawCount>…"). Optional.
 	ProfileDir string
 	// ServerLabel describes the server in the report header. Optional.
 	ServerLabel string

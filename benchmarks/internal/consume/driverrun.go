@@ -197,12 +197,15 @@ func (b *bench) measureDriver(ctx context.Context, spec driverSpec) (*Result, er
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	p, err := b.begin(ctx, h, g.settled.Load)
+	// The profiles start before the measures and stop after them: their
+	// collections are not the run's.
+	stopProfile, err := b.startProfile(spec)
 	if err != nil {
 		return nil, err
 	}
-	stopProfile, err := b.startProfile(spec)
+	p, err := b.begin(ctx, h, g.settled.Load)
 	if err != nil {
+		stopProfile()
 		return nil, err
 	}
 	runErr := d.start(runCtx)
@@ -220,11 +223,12 @@ func (b *bench) measureDriver(ctx context.Context, spec driverSpec) (*Result, er
 		problem = ctx.Err()
 	}
 	wall := time.Since(p.start)
-	stopProfile()
 	if problem == nil && spec.minRun > wall {
 		ctxwait.Sleep(ctx, spec.minRun-wall)
 	}
-	if err := p.end(ctx, r, wall); err != nil {
+	err = p.end(ctx, r, wall)
+	stopProfile()
+	if err != nil {
 		return r, err
 	}
 	d.record(r)

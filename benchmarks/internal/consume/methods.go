@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -263,8 +264,11 @@ func (b *bench) begin(ctx context.Context, h *hook, progress func() int64) (*pha
 	if err != nil {
 		return nil, err
 	}
-	p := &phase{b: b, h: h, h0: h.counts(), cpu0: cpu, self0: measure.ProcessCPU()}
+	p := &phase{b: b, h: h, h0: h.counts(), cpu0: cpu}
+	// The sampler starts with a collection of what the setup left: it is
+	// not the measured run's, so the process's CPU is read after it.
 	p.mem = startMem(progress)
+	p.self0 = measure.ProcessCPU()
 	p.start = time.Now()
 	return p, nil
 }
@@ -289,14 +293,33 @@ func (p *phase) end(ctx context.Context, r *Result, wall time.Duration) error {
 	return nil
 }
 
-// startProfile starts a CPU profile of a PartMain driver run when
-// Config.ProfileDir is set; the returned func stops it.
+// startProfile starts the profiles of a PartMain driver run (see
+// profile); the returned func stops them.
 func (b *bench) startProfile(spec driverSpec) (func(), error) {
-	if b.cfg.ProfileDir == "" || spec.part != PartMain {
+	if spec.part != PartMain {
 		return func() {}, nil
 	}
 	v := spec.v
-	f, err := os.Create(filepath.Join(b.cfg.ProfileDir, fmt.Sprintf("driver-c%d-p%d-r%d-%s.pprof", v.Concurrency, v.Prefetch, v.ReadCount, v.AckMode)))
+	return b.profile(fmt.Sprintf("driver-c%d-p%d-r%d-%s", v.Concurrency, v.Prefetch, v.ReadCount, v.AckMode))
+}
+
+// profile starts the profiles of one PartMain run named name when
+// Config.ProfileDir is set: a CPU profile (name.pprof) and the
+// allocations (name-allocs.pprof, with name-allocs-base.pprof from the
+// start: `go tool pprof -diff_base`). The returned func stops them.
+func (b *bench) profile(name string) (func(), error) {
+	if b.cfg.ProfileDir == "" {
+		return func() {}, nil
+	}
+	path := func(suffix string) string { return filepath.Join(b.cfg.ProfileDir, name+suffix+".pprof") }
+	writeAllocs := func(suffix string) {
+		runtime.GC() // the profile shows what was allocated up to the last GC
+		if err := writeProfile(path(suffix), pprof.Lookup("allocs")); err != nil {
+			b.cfg.logf("profile: %v", err)
+		}
+	}
+	writeAllocs("-allocs-base")
+	f, err := os.Create(path(""))
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +332,21 @@ func (b *bench) startProfile(spec driverSpec) (func(), error) {
 		if err := f.Close(); err != nil {
 			b.cfg.logf("profile: %v", err)
 		}
+		writeAllocs("-allocs")
 	}, nil
+}
+
+// writeProfile writes p to a new file at path.
+func writeProfile(path string, p *pprof.Profile) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := p.WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // runDriver: PartMain, one driver variant.
@@ -497,8 +534,13 @@ func (b *bench) runRaw(ctx context.Context) (*Result, error) {
 	h := &hook{}
 	rdb.AddHook(h)
 
+	stopProfile, err := b.profile(fmt.Sprintf("raw-count%d", b.cfg.RawCount))
+	if err != nil {
+		return nil, err
+	}
 	p, err := b.begin(ctx, h, nil)
 	if err != nil {
+		stopProfile()
 		return nil, err
 	}
 	rerr := func() error {
@@ -530,7 +572,9 @@ func (b *bench) runRaw(ctx context.Context) (*Result, error) {
 		return nil
 	}()
 	wall := time.Since(p.start)
-	if err := p.end(ctx, r, wall); err != nil {
+	err = p.end(ctx, r, wall)
+	stopProfile() // after the measures: its collection is not the run's
+	if err != nil {
 		return r, err
 	}
 	return b.finish(ctx, r, rerr, func() error { return b.checkConsumed(ctx, k.stream, last) })

@@ -1,0 +1,128 @@
+package resp
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// rawEntry is what RawRead reported of one entry, copied.
+type rawEntry struct {
+	id     string
+	fields []string
+	extra  int
+	before int64
+}
+
+func rawRead(t *testing.T, raw string) ([]rawEntry, int, error) {
+	t.Helper()
+	counted := -1
+	var got []rawEntry
+	err := RawRead([]byte(raw), func(n int) { counted = n }, func(e *RawEntry) error {
+		got = append(got, rawEntry{id: e.ID, fields: append([]string(nil), e.Fields...), extra: e.Extra, before: e.Before})
+		return nil
+	})
+	return got, counted, err
+}
+
+// bulk is a RESP bulk string.
+func bulk(s string) string { return fmt.Sprintf("$%d\r\n%s\r\n", len(s), s) }
+
+func TestRawRead(t *testing.T) {
+	t.Parallel()
+	entries := "*3\r\n" +
+		"*2\r\n" + bulk("1-0") + "*4\r\n" + bulk("a") + bulk("1") + bulk("a") + bulk("two\r\nlines") +
+		"*2\r\n" + bulk("2-0") + "*0\r\n" +
+		"*4\r\n" + bulk("3-0") + "*2\r\n" + bulk("") + bulk("\x00\xff") + ":5000\r\n" + ":2\r\n"
+	want := []rawEntry{
+		{id: "1-0", fields: []string{"a", "1", "a", "two\r\nlines"}},
+		{id: "2-0", fields: []string{}},
+		{id: "3-0", fields: []string{"", "\x00\xff"}, extra: 2, before: 2},
+	}
+	for name, raw := range map[string]string{
+		"resp2":      "*1\r\n*2\r\n" + bulk("{s}") + entries,
+		"resp3":      "%1\r\n" + bulk("{s}") + entries,
+		"bulk count": "%1\r\n" + bulk("{s}") + strings.Replace(entries, ":2\r\n", bulk("2"), 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			got, counted, err := rawRead(t, raw)
+			if err != nil || counted != 3 || fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("RawRead = %v (count %d), %v; want %v", got, counted, err, want)
+			}
+		})
+	}
+	for name, raw := range map[string]string{
+		"resp2 null": "*-1\r\n",
+		"resp3 null": "_\r\n",
+		"empty map":  "%0\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			got, counted, err := rawRead(t, raw)
+			if err != nil || len(got) != 0 || counted != -1 {
+				t.Fatalf("RawRead = %v (count %d), %v; want nothing", got, counted, err)
+			}
+		})
+	}
+}
+
+// TestRawReadKeepsEntriesApart: an entry's strings share one copy of its
+// own bytes, not the reply's buffer, which the caller reuses.
+func TestRawReadKeepsEntriesApart(t *testing.T) {
+	t.Parallel()
+	raw := []byte("*1\r\n*2\r\n" + bulk("s") + "*1\r\n*2\r\n" + bulk("1-0") + "*2\r\n" + bulk("k") + bulk("v"))
+	var id, value string
+	err := RawRead(raw, func(int) {}, func(e *RawEntry) error {
+		id, value = e.ID, e.Fields[1]
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range raw {
+		raw[i] = 'x'
+	}
+	if id != "1-0" || value != "v" {
+		t.Fatalf("after the buffer changed: id %q, value %q", id, value)
+	}
+}
+
+func TestRawReadMalformed(t *testing.T) {
+	t.Parallel()
+	entry := "*2\r\n" + bulk("1-0") + "*2\r\n" + bulk("k") + bulk("v")
+	for name, raw := range map[string]string{
+		"truncated":         "*1\r\n*2\r\n" + bulk("s") + "*1\r\n" + entry[:len(entry)-3],
+		"short string":      "*1\r\n*2\r\n" + bulk("s") + "*1\r\n*2\r\n$9\r\n1-0\r\n*0\r\n",
+		"odd fields":        "*1\r\n*2\r\n" + bulk("s") + "*1\r\n*2\r\n" + bulk("1-0") + "*1\r\n" + bulk("k"),
+		"null fields":       "*1\r\n*2\r\n" + bulk("s") + "*1\r\n*2\r\n" + bulk("1-0") + "*-1\r\n",
+		"integer field":     "*1\r\n*2\r\n" + bulk("s") + "*1\r\n*2\r\n" + bulk("1-0") + "*2\r\n:1\r\n" + bulk("v"),
+		"entry not a list":  "*1\r\n*2\r\n" + bulk("s") + "*1\r\n" + bulk("1-0"),
+		"bad count":         "*1\r\n*2\r\n" + bulk("s") + "*1\r\n*4\r\n" + bulk("1-0") + "*0\r\n:1\r\n" + bulk("x"),
+		"bad length":        "*x\r\n",
+		"integer reply":     ":1\r\n",
+		"no stream element": "*1\r\n" + bulk("s"),
+		"empty":             "",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			if got, _, err := rawRead(t, raw); err == nil {
+				t.Fatalf("RawRead(%q) = %v, nil; want an error", raw, got)
+			}
+		})
+	}
+}
+
+func TestIsError(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]bool{
+		"-NOGROUP no such key\r\n": true,
+		"!5\r\nERR x\r\n":          true,
+		"*-1\r\n":                  false,
+		"":                         false,
+	} {
+		if got := IsError([]byte(raw)); got != want {
+			t.Errorf("IsError(%q) = %v, want %v", raw, got, want)
+		}
+	}
+}
