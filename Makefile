@@ -239,7 +239,7 @@ ui-scale:
 	./scripts/images.sh pelwarden/redis:8.0
 	cd cmd/internal/dashboard && PELWARDEN_UI_SCALE=1 $(GO) test -count=1 -v -run '^TestScale$$' -timeout 10m .
 
-## ui-screenshots: regenerates docs/screenshots/*.png (the README's) in
+## ui-screenshots: regenerates docs/screenshots/*.png (the dashboard guide's) in
 ## headless chromium.
 ui-screenshots:
 	./scripts/images.sh pelwarden/redis:8.0

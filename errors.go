@@ -49,7 +49,7 @@ var (
 	// run a command the call needs, or may not access one of its keys. The
 	// message names what is missing (the library checks every command it
 	// can need before changing anything, so nothing was changed). Grant it
-	// (see the README's least-privilege roles); retrying will not help.
+	// (see the least-privilege roles, docs/operations/acl.md); retrying will not help.
 	ErrNoPermission = errors.New("pelwarden: refused by the server's ACL")
 
 	// ErrServer: the server refused a command inside the library for a reason

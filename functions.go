@@ -729,7 +729,7 @@ type TrimArgs struct {
 	Limit int
 	// DryRun deletes nothing: the result says what the call would delete.
 	// It calls the read-only twin of the trim function with FCALL_RO, so a
-	// user with read-only access to the stream (the README's operator), or
+	// user with read-only access to the stream (the ACL guide's operator, docs/operations/acl.md), or
 	// a replica, may ask.
 	DryRun bool
 }

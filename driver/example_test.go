@@ -157,7 +157,7 @@ func ExampleRetryAfter() {
 // A high-volume stream with fast handlers needs no tuning: the consumer
 // sizes its window by itself (up to MaxInHand entries held), so while the
 // handlers work on one read's entries the next read is already on its way,
-// and acks go out batched. See "Flow control" in the README and
+// and acks go out batched. See "Flow control" in docs/guides/consumers.md and
 // BENCHMARKS.md for what the defaults reach.
 func Example_throughput() {
 	rdb := redis.NewClient(serverOptions)

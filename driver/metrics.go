@@ -39,7 +39,7 @@ const (
 	// EventTooLarge: entries that should be dead-lettered but have too many
 	// fields to copy from a server-side function (see pelwarden.ClaimPage's
 	// TooLarge); they stay pending, untouched, for an operator. (Where
-	// reads claim, the consumer that met one parks it: see the README.)
+	// reads claim, the consumer that met one parks it: see docs/reference/functions.md.)
 	EventTooLarge
 	// EventPaused: times the consumer stopped taking new entries because
 	// the server refused a write for lack of memory (it resumes by itself

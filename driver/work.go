@@ -56,10 +56,11 @@ func (s *session) worker() {
 
 // finished is what a worker's handlers of one stream finished lately, to
 // tell that stream's parts in one step (flush): the acks of those that
-// succeeded, their places in the window, their timings and the drain's
-// count. Told entry by entry, every fast handler would take the ack
-// queue's and the window's locks and the shared counters from the other
-// workers and the read loop, a cost beyond the handler's own. A worker
+// succeeded, their timings and the drain's count. Told entry by entry,
+// every fast handler would take the ack queue's lock and the shared
+// counters from the other workers, a cost beyond the handler's own. An
+// entry's place in the window is not batched: it is given back as its
+// handler ends (see executor.runAt), since a read may be waiting for it. A worker
 // flushes after finishedMost entries, once the first of them finished
 // finishedAge ago, before it waits for a job, before a job of another
 // stream and when it stops; and should its next handler hold it (a slow
@@ -73,7 +74,6 @@ type finished struct {
 	open            bool          // the batch has an entry or an ack
 	n               int           // entries finished
 	first           time.Duration // when the first of them finished (a clock reading)
-	bytes           int64         // their bytes in the window
 	waitSum, runSum time.Duration // their queue waits and handling times
 	handled         int           // those that succeeded
 	acks            []ackItem     // their acks
@@ -96,12 +96,11 @@ func (b *finished) ack(id string, ownedUntil, now time.Duration) {
 
 // add notes one entry whose handler took took, after waiting wait in the
 // queue, and ended at end (a clock reading).
-func (b *finished) add(bytes int64, wait, took, end time.Duration) {
+func (b *finished) add(wait, took, end time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.startLocked(end)
 	b.n++
-	b.bytes += bytes
 	b.waitSum += wait
 	b.runSum += took
 }
@@ -177,12 +176,11 @@ func (b *finished) flushLocked() {
 	}
 	if b.n > 0 {
 		e.flow.timings.add(b.n, b.waitSum, b.runSum)
-		e.flow.free(b.n, b.bytes)
 		e.drain.done(b.n)
 	}
 	clear(b.acks)
 	b.acks = b.acks[:0]
-	b.open, b.n, b.bytes, b.waitSum, b.runSum, b.handled = false, 0, 0, 0, 0, 0
+	b.open, b.n, b.waitSum, b.runSum, b.handled = false, 0, 0, 0, 0
 }
 
 // executor runs the handlers of one stream's entries, on the Run's
@@ -244,9 +242,12 @@ func (e *executor) runAt(j job, start time.Duration, done *finished) time.Durati
 	if !e.applyOutcome(j.m, j.f, err, panicked, end, done) {
 		e.hand.forget(j.m.ID)
 	}
+	// Its place goes back at once: with a small window (slow handlers,
+	// or few workers) a read waits for it, and a batch would hold it.
+	e.flow.free(1, j.f.bytes)
 	// Waiting for a limit's permit to come due is not waiting for a
 	// handler: the window sizes itself by the latter.
-	done.add(j.f.bytes, start-max(j.f.queued, j.f.due), took, end)
+	done.add(start-max(j.f.queued, j.f.due), took, end)
 	return end
 }
 

@@ -22,22 +22,21 @@ import (
 	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
-// The least-privilege roles of the README ("Least privilege (ACL)"), read
-// from README.md so the documented lines are the tested ones.
+// The least-privilege roles of the ACL guide (docs/operations/acl.md),
+// read from the guide so the documented lines are the tested ones.
 
-// readmeStream is the stream the README's lines are written for; its
+// readmeStream is the stream the guide's lines are written for; its
 // dead-letter stream is readmeStream + ":dead".
 const readmeStream = "{orders}"
 
-// readmeACL returns the README's ACL SETUSER lines by role ("deployer",
-// "consumer", "operator"): the rules after the user name.
+// readmeACL returns the ACL SETUSER lines of the ACL guide
+// (docs/operations/acl.md) by role ("deployer", "consumer", "operator"):
+// the rules after the user name.
 func readmeACL(t *testing.T) map[string][]string {
 	t.Helper()
-	src, err := os.ReadFile("../README.md")
+	src, err := os.ReadFile("../docs/operations/acl.md")
 	require.NoError(t, err)
-	_, section, ok := strings.Cut(string(src), "\n## Least privilege (ACL)\n")
-	require.True(t, ok, "README.md lost its \"## Least privilege (ACL)\" section")
-	section, _, _ = strings.Cut(section, "\n## ")
+	section := string(src)
 	roles := map[string][]string{}
 	for _, line := range strings.Split(section, "\n") {
 		f := strings.Fields(line)
@@ -45,22 +44,22 @@ func readmeACL(t *testing.T) map[string][]string {
 			continue
 		}
 		role, ok := strings.CutPrefix(f[2], "orders-")
-		require.True(t, ok, "README user %q: want orders-<role>", f[2])
+		require.True(t, ok, "ACL guide user %q: want orders-<role>", f[2])
 		roles[role] = f[3:]
 	}
-	require.Len(t, roles, 3, "README ACL lines: %v", roles)
+	require.Len(t, roles, 3, "ACL guide lines: %v", roles)
 	return roles
 }
 
-// aclUser creates an ACL user from role's README line for the keys k (the
-// README's {orders} and {orders}:dead become k.Stream and k.DeadLetterStream), without
+// aclUser creates an ACL user from role's line in the ACL guide for the keys k (the
+// guide's {orders} and {orders}:dead become k.Stream and k.DeadLetterStream), without
 // the rules in drop and with extra rules. It returns a client logged in as
 // the user, its name and its password (distinctive, with characters a URL
 // must escape: see TestSecretsNeverPrinted); the client is closed and the
 // user deleted at the end of the test.
 func aclUser(t *testing.T, s *target, k pelwardentest.Keys, role string, drop []string, extra ...string) (*redis.Client, string, string) {
 	t.Helper()
-	require.Equal(t, readmeStream+":dead", strings.Replace(k.DeadLetterStream, k.Stream, readmeStream, 1), "keys must follow the README's naming")
+	require.Equal(t, readmeStream+":dead", strings.Replace(k.DeadLetterStream, k.Stream, readmeStream, 1), "keys must follow the guide's naming")
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	user, pass := "pw-"+role+"-"+hex.EncodeToString(b), newSecret()
@@ -78,7 +77,7 @@ func aclUser(t *testing.T, s *target, k pelwardentest.Keys, role string, drop []
 		}
 		args = append(args, strings.ReplaceAll(r, readmeStream, k.Stream))
 	}
-	require.Equal(t, len(drop), dropped, "rules to drop %v must be in the README's %s line %v", drop, role, rules)
+	require.Equal(t, len(drop), dropped, "rules to drop %v must be in the ACL guide's %s line %v", drop, role, rules)
 	for _, r := range extra {
 		args = append(args, strings.ReplaceAll(r, readmeStream, k.Stream))
 	}
@@ -127,7 +126,7 @@ func newSecret() string {
 
 // aclDenials returns the server's ACL LOG entries of user as "reason
 // object" strings, leaving out CLIENT SETINFO, which go-redis sends on
-// every new connection and may be refused (see the README).
+// every new connection and may be refused (see the ACL guide).
 func aclDenials(t *testing.T, ctx context.Context, s *target, user string) []string {
 	t.Helper()
 	v, err := s.rdb.Do(ctx, "ACL", "LOG").Slice()
@@ -153,7 +152,7 @@ func aclDenials(t *testing.T, ctx context.Context, s *target, user string) []str
 	return out
 }
 
-// The README's lines are what the sections around them promise: only the
+// The ACL guide's lines are what the sections around them promise: only the
 // deployer may load the library, the consumer has no FUNCTION and no
 // wildcard keys, the operator reads only.
 func TestACLReadmeRoles(t *testing.T) {
@@ -180,8 +179,8 @@ func TestACLReadmeRoles(t *testing.T) {
 	}
 	require.Empty(t, keyRules(roles["deployer"]), "the deployer touches no key")
 	require.ElementsMatch(t, []string{"~" + readmeStream, "~" + readmeStream + ":dead", "~" + readmeStream + ":errors", "%R~" + readmeStream + ":paused"}, keyRules(roles["consumer"]))
-	require.Equal(t, pelwarden.PauseKeyFor(readmeStream), readmeStream+":paused", "the README names the pause key")
-	require.Equal(t, pelwarden.LastErrorsKeyFor(readmeStream), readmeStream+":errors", "the README names the last-errors key")
+	require.Equal(t, pelwarden.PauseKeyFor(readmeStream), readmeStream+":paused", "the ACL guide names the pause key")
+	require.Equal(t, pelwarden.LastErrorsKeyFor(readmeStream), readmeStream+":errors", "the ACL guide names the last-errors key")
 }
 
 func keyRules(rules []string) []string {
@@ -401,7 +400,7 @@ func runUntilError(t *testing.T, f *pelwardentest.Fixture, cfg driver.Config) er
 
 // requireNames checks that msg names what rule grants: the command (in the
 // server's words, 'xreadgroup', or the library's, "the xack command") or
-// the key (with the test's keys for the README's).
+// the key (with the test's keys for the ACL guide's).
 func requireNames(t *testing.T, msg, rule string, k pelwardentest.Keys) {
 	t.Helper()
 	if key, ok := strings.CutPrefix(rule, "~"); ok {
@@ -432,7 +431,7 @@ func requireNothingLost(t *testing.T, f *pelwardentest.Fixture, k pelwardentest.
 	}
 }
 
-// lastErrorsRules are the README consumer's rules for the last-errors hash
+// lastErrorsRules are the ACL guide consumer's rules for the last-errors hash
 // (library 1.3.0), which a consumer can run without.
 var lastErrorsRules = map[string]bool{"~" + readmeStream + ":errors": true, "+exists": true, "+hget": true, "+hset": true, "+hdel": true, "+hrandfield": true}
 
@@ -469,7 +468,7 @@ func TestACLConsumerWithoutLastErrors(t *testing.T) {
 	})
 }
 
-// pauseRule is the README consumer's read access to the pause hash, which
+// pauseRule is the ACL guide consumer's read access to the pause hash, which
 // a consumer can run without.
 const pauseRule = "%R~" + readmeStream + ":paused"
 

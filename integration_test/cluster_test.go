@@ -505,8 +505,8 @@ func testClusterDriver(t *testing.T, ctx context.Context, rdb *redis.ClusterClie
 	require.Zero(t, f.PendingCount())
 }
 
-// The README's consumer role works on a Redis Cluster too, with the two
-// rules the README says go-redis's cluster client adds (CLUSTER SLOTS and
+// The ACL guide's consumer role works on a Redis Cluster too, with the two
+// rules the ACL guide says go-redis's cluster client adds (CLUSTER SLOTS and
 // COMMAND); without them the consumer stops with an error naming what is
 // missing. ACL users are per node: the user is created on every node.
 func testClusterLeastPrivilege(t *testing.T, ctx context.Context, c *testserver.Cluster, admin *redis.ClusterClient, s testserver.Shard) {
@@ -558,10 +558,10 @@ func testClusterLeastPrivilege(t *testing.T, ctx context.Context, c *testserver.
 		}
 		return nil
 	})}
-	cfg.CreateGroup = false // the README's consumer line has no +xgroup|create
+	cfg.CreateGroup = false // the ACL guide's consumer line has no +xgroup|create
 	cfg.Metrics = m
 
-	setUser() // the README's line alone
+	setUser() // the ACL guide's line alone
 	err := runUntilError(t, f.WithClient(consumerClient()), cfg)
 	require.ErrorContains(t, err, "cluster|slots", "the refused command is named")
 

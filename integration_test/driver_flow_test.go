@@ -684,7 +684,7 @@ func TestLibraryOnFullServer(t *testing.T) {
 				} else if err != nil {
 					// Without flags the server checks memory only before a
 					// script's first write: a claim that wrote first may
-					// dead-letter on a full server (README, "A full server").
+					// dead-letter on a full server (docs/guides/consumers.md, "A full server").
 					require.True(t, isOOM(err), "%v", err)
 				}
 				require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "0").Err())

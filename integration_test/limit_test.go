@@ -287,7 +287,7 @@ func TestCLILimit(t *testing.T) {
 	})
 }
 
-// The README's grants for a holder are enough: a user with the limit's
+// The limits guide's grants for a holder are enough: a user with the limit's
 // keys and those commands only sets, takes, renews, releases and reads.
 func TestLimitACL(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {

@@ -21,7 +21,7 @@ import (
 )
 
 // TLS: on every image of the matrix, a server that speaks TLS only, with a
-// CA and certificates made here. The README's roles run over rediss:// with
+// CA and certificates made here. The ACL guide's roles run over rediss:// with
 // verification on: the consumer before the library is loaded (a clear
 // error), the deployer loading it with the command line, the consumer's
 // driver end to end, the operator's status and dlq list. A certificate from

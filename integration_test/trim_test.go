@@ -54,7 +54,7 @@ func TestTrim(t *testing.T) {
 	})
 }
 
-// A user with the README's operator rights (read-only key access, read
+// A user with the ACL guide's operator rights (read-only key access, read
 // commands, FCALL_RO) sees the plan (the read-only twin of the trim
 // function) but may not trim.
 func testTrimReadOnlyPlan(t *testing.T, s *target, addr string) {

@@ -14,7 +14,7 @@
 // It passes Watermill's universal Pub/Sub suite (pubsub/tests.TestPubSub,
 // not -short) with Features ConsumerGroups and Persistent on every server
 // of pelwarden's test matrix (make watermill-matrix; make test runs it on
-// the three servers where it tests a path of its own); the README lists
+// the three servers where it tests a path of its own); docs/guides/watermill.md lists
 // the tests the suite skips for the other Features and why.
 //
 // # Topics and streams

@@ -19,14 +19,14 @@ import (
 // expects (ConcurrentSubscribe splits 5,000 messages over 50 of them).
 const suiteGroup = "watermill-suite"
 
-// Settings the suite needs that differ from the defaults (the README lists
+// Settings the suite needs that differ from the defaults (docs/guides/watermill.md lists
 // them with the defaults a user gets):
 //   - MaxDeliveries 100 (default 5): TestContinueAfterErrors has three
 //     subscribers Nack 100 messages each out of 50, so each message is
 //     delivered about 7 times before the final subscriber acks it.
 const suiteMaxDeliveries = 100
 
-// features are the Features that hold (README: "Coming from
+// features are the Features that hold (docs/guides/watermill.md: "Coming from
 // watermill-redisstream", the suite's skipped tests). RestartServiceCommand
 // is left out: the suite's TestReconnect races with itself (a goroutine
 // appends to its list of published messages, test_pubsub.go:1086, while

@@ -34,7 +34,7 @@ age, the consumers and the stalled ones and the entries they hold; per
 stream its length and its dead-letter stream's records; per partition of a
 partitioned stream (ordered mode) its lease owner and whether a failing
 head blocks it; per limit (pelwarden limit) its settings and use. Every
-metric is listed in the README's operations part and
+metric is listed in docs/operations/metrics.md and
 in the GroupCollector's doc (driver/prommetrics), which a consumer can
 register in its own process instead.
 

@@ -20,7 +20,7 @@ import (
 	"github.com/pelwarden/pelwarden/pelwardentest/testserver"
 )
 
-// EnvScreenshots names a directory: TestScreenshots writes the README's
+// EnvScreenshots names a directory: TestScreenshots writes the dashboard guide's
 // screenshots there (make ui-screenshots: docs/screenshots).
 const EnvScreenshots = "PELWARDEN_UI_SCREENSHOTS"
 

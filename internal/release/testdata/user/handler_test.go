@@ -12,7 +12,7 @@ import (
 	"github.com/pelwarden/pelwarden/pelwardentest"
 )
 
-// The README's handler test ("Testing your handlers"), as a user writes it.
+// The README's handler test (its quick start), as a user writes it.
 
 func TestMain(m *testing.M) { pelwardentest.Main(m) }
 
