@@ -73,3 +73,9 @@ func TestEntryContextFinish(t *testing.T) {
 	requireDone(t, e)
 	require.ErrorIs(t, context.Cause(e), context.Canceled)
 }
+
+// newEntryContext returns an entry's context on its own (in the driver it
+// is part of the entry in hand).
+func newEntryContext(parent context.Context) *entryContext {
+	return &entryContext{parent: parent}
+}

@@ -594,10 +594,6 @@ type cancelPair struct {
 
 var _ context.Context = (*entryContext)(nil)
 
-func newEntryContext(parent context.Context) *entryContext {
-	return &entryContext{parent: parent}
-}
-
 // get returns the per-entry context, making it on first use.
 func (e *entryContext) get() context.Context {
 	if p := e.made.Load(); p != nil {

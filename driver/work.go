@@ -71,12 +71,10 @@ type finished struct {
 	mu              sync.Mutex
 	timer           *time.Timer // flushes the batch finishedAge after its first entry
 	exec            *executor
-	open            bool          // the batch has an entry or an ack
 	n               int           // entries finished
 	first           time.Duration // when the first of them finished (a clock reading)
 	waitSum, runSum time.Duration // their queue waits and handling times
-	handled         int           // those that succeeded
-	acks            []ackItem     // their acks
+	acks            []ackItem     // the acks of those that succeeded
 }
 
 const (
@@ -90,7 +88,6 @@ func (b *finished) ack(id string, ownedUntil, now time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.startLocked(now)
-	b.handled++
 	b.acks = append(b.acks, ackItem{id: id, ownedUntil: ownedUntil, ahead: ownedUntil > now})
 }
 
@@ -105,12 +102,16 @@ func (b *finished) add(wait, took, end time.Duration) {
 	b.runSum += took
 }
 
+// empty reports whether the batch holds nothing (an ack comes before its
+// entry's add).
+func (b *finished) empty() bool { return b.n == 0 && len(b.acks) == 0 }
+
 // startLocked notes the batch's first entry at now and sets its timer.
 func (b *finished) startLocked(now time.Duration) {
-	if b.open {
+	if !b.empty() {
 		return
 	}
-	b.open, b.first = true, now
+	b.first = now
 	if b.timer == nil {
 		b.timer = time.AfterFunc(finishedAge, b.flush)
 	} else {
@@ -155,20 +156,15 @@ func (b *finished) flush() {
 }
 
 func (b *finished) flushLocked() {
-	if !b.open {
+	if b.empty() {
 		return
 	}
 	b.timer.Stop()
 	e := b.exec
-	if b.handled > 0 {
-		e.m.Count(EventHandled, b.handled)
-	}
 	if len(b.acks) > 0 {
+		e.m.Count(EventHandled, len(b.acks))
 		if pushed := e.acks.addAll(b.acks); pushed < len(b.acks) {
-			ids := make([]string, 0, len(b.acks)-pushed)
-			for _, it := range b.acks[pushed:] {
-				ids = append(ids, it.id)
-			}
+			ids := itemIDs(b.acks[pushed:])
 			e.hand.forget(ids...)
 			e.log.Error("handlers succeeded after the ack loop stopped; entries stay pending and will be handled again",
 				"count", len(ids), "ids", firstIDs(ids))
@@ -180,7 +176,7 @@ func (b *finished) flushLocked() {
 	}
 	clear(b.acks)
 	b.acks = b.acks[:0]
-	b.open, b.n, b.waitSum, b.runSum, b.handled = false, 0, 0, 0, 0
+	b.n, b.waitSum, b.runSum = 0, 0, 0
 }
 
 // executor runs the handlers of one stream's entries, on the Run's
