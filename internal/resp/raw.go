@@ -90,7 +90,7 @@ func RawRead(raw []byte, count func(n int), each func(e *RawEntry) error) error 
 		if err != nil {
 			return fmt.Errorf("XREADGROUP: unexpected id: %w", err)
 		}
-		id := string(raw[idFrom:idTo])
+		id := raw[idFrom:idTo] // for errors; the entry's ID is a substring of data
 		kind, k, err := s.header()
 		if err != nil {
 			return err
