@@ -103,17 +103,17 @@ unit:
 
 ## integration (and unit): scripts/go-test.sh repeats a run's failures at
 ## its end, where a CI log's last screen shows them.
-## integration: the integration matrix and the Watermill adapter's tests
-## (scripts/integration.sh): the integration tests that measure throughput
-## run first, on their own; then the rest beside the Watermill module's
-## tests: its own tests on the matrix, watermill's stress test (the
-## universal suite ten times at once) on Redis 8.0 and the universal suite
-## once on the two other servers where it tests a path of its own
+## integration: the integration matrix, then the Watermill adapter's tests
+## in one run: its own tests on the matrix, beside watermill's stress test
+## (the universal suite ten times at once) on Redis 8.0 and the universal
+## suite once on the two other servers where it tests a path of its own
 ## (suite_test.go's suiteLabels; a plain run on 8.0 would repeat what the
 ## stress test checks there). The matrix is watermill-matrix and
-## watermill-stress; -parallel 8: the suites' tests mostly wait.
+## watermill-stress; -parallel 8: the suite's tests mostly wait.
 integration:
-	GO=$(GO) ./scripts/integration.sh
+	cd integration_test && $(CURDIR)/scripts/go-test.sh $(GO) test -race -count=1 -parallel 8 -timeout 20m ./...
+	cd pelwardenwatermill && PELWARDEN_WATERMILL_STRESS=redis-8.0 \
+	  $(CURDIR)/scripts/go-test.sh $(GO) test -race -count=1 -parallel 8 -timeout 30m ./...
 
 ## watermill-matrix: watermill's universal suite on every server of the
 ## matrix (about 2.5 minutes per server; make integration runs it on three).

@@ -86,7 +86,7 @@ func TestLeaseHoldsLongRetryAfter(t *testing.T) {
 		ids := h.srv.add(1)
 		jobs := h.read(t.Context(), 1)
 		j := jobs[0]
-		require.False(t, h.l.exec.applyOutcome(j.m, j.f, RetryAfter(3*time.Second, errHandler), false, h.l.clock.now(), &finished{exec: h.l.exec}))
+		require.False(t, h.l.exec.applyOutcome(j.m, j.f, RetryAfter(3*time.Second, errHandler), false, h.l.clock.now()))
 		h.l.hand.forget(j.m.ID)
 		every := h.l.cfg.MinIdle / 3
 		h.l.keep.heartbeatTick(t.Context(), every)
@@ -107,7 +107,7 @@ func TestLeaseLoop(t *testing.T) {
 		h := newHarness(t, func(cfg *Config) { cfg.MinIdle = 30 * time.Millisecond; cfg.HeartbeatInterval = NoHeartbeat })
 		ids := h.srv.add(1)
 		jobs := h.read(t.Context(), 1)
-		h.l.exec.applyOutcome(jobs[0].m, jobs[0].f, RetryAfter(time.Hour, errHandler), false, h.l.clock.now(), &finished{exec: h.l.exec})
+		h.l.exec.applyOutcome(jobs[0].m, jobs[0].f, RetryAfter(time.Hour, errHandler), false, h.l.clock.now())
 		loopUntil(t, "the delayed entry extended", h.l.keep.heartbeatLoop, func() bool { return h.srv.callCount("extend") >= 2 })
 		require.Empty(t, h.srv.releases(ids[0]))
 	})

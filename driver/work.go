@@ -47,8 +47,9 @@ func (s *session) worker() {
 		if waited || start < 0 {
 			start = j.exec.clock.now()
 		}
-		last = j.exec.runAt(j, start, &done)
-		if done.due(last) {
+		var due bool
+		last, due = j.exec.runAt(j, start, &done)
+		if due {
 			done.flush()
 		}
 	}
@@ -82,24 +83,22 @@ const (
 	finishedAge  = 500 * time.Microsecond
 )
 
-// ack queues the ack of an entry whose handler succeeded at now (a clock
-// reading), with the batch.
-func (b *finished) ack(id string, ownedUntil, now time.Duration) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.startLocked(now)
-	b.acks = append(b.acks, ackItem{id: id, ownedUntil: ownedUntil, ahead: ownedUntil > now})
-}
-
-// add notes one entry whose handler took took, after waiting wait in the
-// queue, and ended at end (a clock reading).
-func (b *finished) add(wait, took, end time.Duration) {
+// finish records an entry whose handler ended at end (a clock reading),
+// after waiting wait in the queue and running for took; with acked, its
+// ack (the handler succeeded) joins the batch, fenced from ownedUntil
+// (see ackItem). One lock for all of it: every entry passes here. It
+// reports whether the batch is due (see due).
+func (b *finished) finish(id string, acked bool, ownedUntil, wait, took, end time.Duration) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.startLocked(end)
+	if acked {
+		b.acks = append(b.acks, ackItem{id: id, ownedUntil: ownedUntil, ahead: ownedUntil > end})
+	}
 	b.n++
 	b.waitSum += wait
 	b.runSum += took
+	return b.dueLocked(end)
 }
 
 // empty reports whether the batch holds nothing (an ack comes before its
@@ -123,12 +122,19 @@ func (b *finished) startLocked(now time.Duration) {
 func (b *finished) due(now time.Duration) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.dueLocked(now)
+}
+
+func (b *finished) dueLocked(now time.Duration) bool {
 	return b.n >= finishedMost || b.n > 0 && now-b.first >= finishedAge
 }
 
 // use sets the stream whose entries the batch holds, flushing those of
 // another.
 func (b *finished) use(e *executor) {
+	if b.exec == e {
+		return // only the worker sets exec: its own read needs no lock
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.exec != e {
@@ -222,7 +228,7 @@ func (e *executor) runJob(j job) {
 // runAt is runJob for a worker that read the clock at start (just before)
 // and tells what finished in batches (done, of e): it returns the clock
 // reading at the handler's end.
-func (e *executor) runAt(j job, start time.Duration, done *finished) time.Duration {
+func (e *executor) runAt(j job, start time.Duration, done *finished) (end time.Duration, due bool) {
 	defer j.f.ctx.finish()
 	if wait := j.f.due - start; wait > 0 {
 		// Its permit of the limit's rate comes due then.
@@ -231,20 +237,22 @@ func (e *executor) runAt(j job, start time.Duration, done *finished) time.Durati
 		start = e.clock.now()
 	}
 	err, panicked := e.runHandler(&j.f.ctx, j.m)
-	end := e.clock.now()
+	end = e.clock.now()
 	took := end - start
 	e.run.limit.ended()
 	e.m.HandlerDuration(took)
-	if !e.applyOutcome(j.m, j.f, err, panicked, end, done) {
+	acked := e.applyOutcome(j.m, j.f, err, panicked, end)
+	if !acked {
 		e.hand.forget(j.m.ID)
 	}
 	// Its place goes back at once: with a small window (slow handlers,
 	// or few workers) a read waits for it, and a batch would hold it.
 	e.flow.free(1, j.f.bytes)
 	// Waiting for a limit's permit to come due is not waiting for a
-	// handler: the window sizes itself by the latter.
-	done.add(start-max(j.f.queued, j.f.due), took, end)
-	return end
+	// handler: the window sizes itself by the latter. A succeeded entry's
+	// ack goes with the batch (see finished).
+	due = done.finish(j.m.ID, acked, time.Duration(j.f.ownedUntil.Load()), start-max(j.f.queued, j.f.due), took, end)
+	return end, due
 }
 
 func (e *executor) runHandler(ctx context.Context, m *Message) (err error, panicked bool) {
@@ -275,14 +283,16 @@ func (e *executor) entryLog(warn bool, msg string, args ...any) {
 }
 
 // applyOutcome applies the outcome of a handler that returned at now (a
-// clock reading); a success's ack goes to the worker's batch (done).
+// clock reading).
 //
-// It reports whether the entry stays tracked as in hand: a succeeded entry
+// It reports whether the handler succeeded, its ack to be sent (runAt
+// puts it in the worker's batch), and so whether the entry stays tracked
+// as in hand: a succeeded entry
 // stays until the ack loop has sent its ack, so the heartbeat keeps
 // protecting it and a reclaim pass of this consumer does not run it again.
 // Every other outcome is forgotten before its Redis call (a release must not
 // race with a lease extension).
-func (e *executor) applyOutcome(m *Message, f *handEntry, err error, panicked bool, now time.Duration, done *finished) bool {
+func (e *executor) applyOutcome(m *Message, f *handEntry, err error, panicked bool, now time.Duration) (acked bool) {
 	if f.lost.Load() {
 		e.m.Count(EventLostOwnership, 1)
 		e.entryLog(true, "entry reclaimed by another consumer while its handler ran; outcome dropped", "id", m.ID, "err", err)
@@ -299,9 +309,8 @@ func (e *executor) applyOutcome(m *Message, f *handEntry, err error, panicked bo
 		return false
 	}
 	if out.Action == ActionAck {
-		// Queued for the acker with the worker's batch (see finished).
+		// Its ack joins the worker's batch (see finished).
 		f.acking.Store(true)
-		done.ack(m.ID, time.Duration(f.ownedUntil.Load()), now)
 		return true
 	}
 	ctx := context.WithoutCancel(f.ctx.parent)

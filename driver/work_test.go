@@ -222,3 +222,8 @@ func TestFinishedBatchDue(t *testing.T) {
 	}
 	require.True(t, b.due(10), "full")
 }
+
+// add notes one entry that was not acked (see finish).
+func (b *finished) add(wait, took, end time.Duration) {
+	b.finish("", false, 0, wait, took, end)
+}

@@ -135,7 +135,12 @@ func TestDriverRecoversPanics(t *testing.T) {
 	})
 }
 
-// RetryAfter keeps an entry from being redelivered before its delay.
+// RetryAfter keeps an entry from being redelivered before its delay: one
+// within MinIdle recorded on the server, one beyond it held by the
+// consumer's heartbeat. MinIdle is 2 s, not the kit's 300 ms: the
+// heartbeat holds an entry only while its extensions come within MinIdle,
+// and on two cores under the whole suite a tick came late enough that the
+// consumer's own reclaim pass took the held entry back after 395 ms.
 func TestDriverRetryAfter(t *testing.T) {
 	each(t, func(t *testing.T, s *target) {
 		f := s.fixture(t)
@@ -150,16 +155,17 @@ func TestDriverRetryAfter(t *testing.T) {
 			case 1:
 				return driver.RetryAfter(200*time.Millisecond, errors.New("busy"))
 			case 2:
-				return driver.RetryAfter(time.Second, errors.New("busy, beyond MinIdle"))
+				return driver.RetryAfter(3*time.Second, errors.New("busy, beyond MinIdle"))
 			}
 			return nil
 		})}
 		cfg.MaxDeliveries = 10
+		cfg.MinIdle = 2 * time.Second
 		r := f.RunConsumer(cfg)
 		f.Eventually("third attempt", func() bool { mu.Lock(); defer mu.Unlock(); return len(times) == 3 })
 		require.NoError(t, r.Stop())
 		require.GreaterOrEqual(t, times[1].Sub(times[0]), 200*time.Millisecond)
-		require.GreaterOrEqual(t, times[2].Sub(times[1]), time.Second, "a delay beyond MinIdle is held by the lease")
+		require.GreaterOrEqual(t, times[2].Sub(times[1]), 3*time.Second, "a delay beyond MinIdle is held by the heartbeat")
 		require.Zero(t, f.PendingCount())
 	})
 }

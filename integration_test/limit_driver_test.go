@@ -195,7 +195,7 @@ func requireFair(t *testing.T, total int, each map[int]int, n int) {
 // each one's share is within ±20% of an even split; no entry is delivered
 // twice (entries waiting for a permit stay in the stream, undelivered);
 // at the stops every permit and lease goes back.
-func TestAloneLimitConsumersRate(t *testing.T) {
+func TestLimitConsumersRate(t *testing.T) {
 	eachAlone(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
@@ -237,7 +237,7 @@ func TestAloneLimitConsumersRate(t *testing.T) {
 // depends on how fast each consumer cycles its permits, which CPU
 // contention skews: ±23% was seen with twenty consumers on two cores.)
 // Everything is handled once and acked.
-func TestAloneLimitConsumersCap(t *testing.T) {
+func TestLimitConsumersCap(t *testing.T) {
 	eachAlone(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)
@@ -335,7 +335,7 @@ func TestAloneLimitConsumersCap(t *testing.T) {
 
 // Two groups of two consumers, each group reading the whole stream, share
 // one limit of 200 a second: together they hold 200 ±5% over 10 s.
-func TestAloneLimitTwoGroups(t *testing.T) {
+func TestLimitTwoGroups(t *testing.T) {
 	eachAlone(t, func(t *testing.T, s *target) {
 		ctx := t.Context()
 		f := s.fixture(t)

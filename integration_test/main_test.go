@@ -140,14 +140,8 @@ func each(t *testing.T, fn func(t *testing.T, s *target)) {
 // for measures of consumers' throughput over time (a limit's rate, its
 // fair shares): a consumer starved of CPU by the suite's other tests on
 // two cores does not have the capacity such a measure presumes.
-//
-// Its tests are named TestAlone…: scripts/integration.sh runs them first,
-// on their own, and the rest beside the Watermill module's tests.
 func eachAlone(t *testing.T, fn func(t *testing.T, s *target)) {
 	t.Helper()
-	if !strings.HasPrefix(t.Name(), "TestAlone") {
-		t.Fatalf("%s runs alone: its name must start with TestAlone (scripts/integration.sh runs those apart)", t.Name())
-	}
 	for _, s := range servers {
 		t.Run(s.srv.Name, func(t *testing.T) {
 			t.Parallel()

@@ -1,6 +1,8 @@
 // Package doccheck checks the repository's documents: every Go snippet of
 // README.md and docs/ builds against the current API (see Snippets and
-// Program), so an example cannot drift from the code it shows.
+// Program), so an example cannot drift from the code it shows, and every
+// relative link of every Markdown document leads to a file and heading
+// that exist (see Links).
 //
 // A snippet is a fenced block marked go. One that declares functions or
 // types is a file of its own; any other is a function body. Names the
@@ -127,6 +129,7 @@ var preamble = []struct{ name, decl string }{
 	{"customerID", "var customerID string"},
 	{"logger", "var logger watermill.LoggerAdapter"},
 	{"c", "var c *driver.Consumer"},
+	{"p", "var p *producer.Producer"},
 	{"charge", "var charge driver.Handler"},
 	{"invoice", "func invoice(m *message.Message) *message.Message { return m }"},
 }
