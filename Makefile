@@ -160,8 +160,8 @@ soak: soak-model
 	  PELWARDEN_CHAOS_CONSUMERS=$(SOAK_CONSUMERS) PELWARDEN_CHAOS_REPORT=$(abspath $(SOAK_REPORT)) \
 	  $(GO) test -race -count=1 -v -timeout 120m -run '^TestChaos$$/.*/^mixed$$' ./integration_test
 
-## soak-model: the model test of the function library (TestLibraryModel,
-## issue 24 §1) at length, part of `soak`: SOAK_MODEL_CHECKS random
+## soak-model: the model test of the function library (TestLibraryModel)
+## at length, part of `soak`: SOAK_MODEL_CHECKS random
 ## sequences (of SOAK_MODEL_STEPS steps on average) per server of the matrix
 ## and per mode (FCALL, EVALSHA), instead of the CI budget. A failure prints
 ## the seed and the shrunk sequence. The defaults take about half an hour
@@ -210,7 +210,7 @@ bench-report:
 	./scripts/images.sh pelwarden/redis:7.0 pelwarden/redis:8.0 pelwarden/redis:8.6 pelwarden/valkey:8.1
 	cd benchmarks && $(GO) run ./cmd/bench-report --rounds $(BENCH_ROUNDS) $(BENCH_REPORT_FLAGS)
 
-## bench-drain: issue 5's memory check (RELIABILITY.md, "Resources"): the
+## bench-drain: the memory check of RELIABILITY.md ("Resources"): the
 ## driver drains a PEL of 1,000,000 idle entries left by a dead consumer
 ## (beside the Claim+Ack loop on the same PEL) while the benchmark samples its
 ## heap every 50 ms; prints entries/s, peak and last heap, and the heap by

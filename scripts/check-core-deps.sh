@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks issue 12's promise to users: a module that imports only pelwarden
+# Checks the core module's promise to users: a module that imports only pelwarden
 # and its driver has no container, CLI, metrics, benchmark or tracing
 # module in its build list (`go list -m all`). It builds such a module in a
 # temporary directory, pointed at this checkout, and fails naming any

@@ -189,18 +189,17 @@ func (r *Result) ClientCPUPerEntry() float64 {
 // AllocPerEntry is the bytes the process allocated per entry.
 func (r *Result) AllocPerEntry() float64 { return measure.PerEntry(float64(r.Alloc), r.Entries) }
 
-// Targets of issues 11 ("driver: fast by default") and 25, for the driver with its
-// defaults, side by side in one run.
+// The targets for the driver with its defaults, side by side in one run.
 const (
 	// TargetVsWatermill: on new entries the driver consumes at least 30
 	// times as many entries per second as watermill-redisstream.
 	TargetVsWatermill = 30.0
 	// TargetVsRaw: on new entries the driver reaches at least 90% of the
-	// raw loop (80% in issue 11; issue 25 raised it).
+	// raw loop.
 	TargetVsRaw = 0.9
 	// TargetReclaimVsClaim: reclaiming a dead consumer's PEL, the driver
 	// with its defaults reaches at least 95% of the Claim+Ack loop's rate
-	// (the median of the rounds' ratios; issue 25)...
+	// (the median of the rounds' ratios)...
 	TargetReclaimVsClaim = 0.95
 	// TargetReclaimVsClaimRound: ... and at least 90% in every round.
 	TargetReclaimVsClaimRound = 0.90
@@ -221,7 +220,7 @@ const (
 	TargetLargeCommand = 100 * time.Millisecond
 )
 
-// TargetHeapGrowth is issue 5's "flat" memory: the driver's peak heap with
+// TargetHeapGrowth is "flat" memory: the driver's peak heap with
 // the largest PEL is at most this many times its peak with an empty PEL,
 // and a drain's peak in its second half at most this many times its first.
 const TargetHeapGrowth = 1.25
@@ -411,7 +410,7 @@ func writeReclaim(ew *measure.ReportWriter, rep Report, lines *[]string) error {
 	return nil
 }
 
-// writePEL prints PartPEL and returns its target line (issue 5).
+// writePEL prints PartPEL and returns its target line.
 func writePEL(ew *measure.ReportWriter, rep Report) ([]string, error) {
 	cfg := rep.Config
 	if len(rep.PEL) == 0 {
