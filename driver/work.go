@@ -101,9 +101,9 @@ func (b *finished) finish(id string, acked bool, ownedUntil, wait, took, end tim
 	return b.dueLocked(end)
 }
 
-// empty reports whether the batch holds nothing (an ack comes before its
-// entry's add).
-func (b *finished) empty() bool { return b.n == 0 && len(b.acks) == 0 }
+// empty reports whether the batch holds nothing (every entry counts in n,
+// its ack with it).
+func (b *finished) empty() bool { return b.n == 0 }
 
 // startLocked notes the batch's first entry at now and sets its timer.
 func (b *finished) startLocked(now time.Duration) {
@@ -227,7 +227,8 @@ func (e *executor) runJob(j job) {
 
 // runAt is runJob for a worker that read the clock at start (just before)
 // and tells what finished in batches (done, of e): it returns the clock
-// reading at the handler's end.
+// reading at the handler's end, and whether the batch is due (see
+// finished.due).
 func (e *executor) runAt(j job, start time.Duration, done *finished) (end time.Duration, due bool) {
 	defer j.f.ctx.finish()
 	if wait := j.f.due - start; wait > 0 {

@@ -27,8 +27,8 @@ const cliPackage = projectPath + "/cmd/pelwarden"
 // workspace off, the checkout's proxy first, then the module cache of this
 // machine (so nothing else is downloaded twice) and the configured proxy;
 // no checksum database for the project's own path, whose zips exist only
-// here; a module cache of its own, so a zip of an earlier run is never
-// reused.
+// here; the check's module cache (see userModCache), holding none of the
+// project's modules of an earlier run.
 func goEnv(proxyDir, modCache string) ([]string, error) {
 	out, err := runIn(".", nil, "go", "env", "GOPROXY", "GOMODCACHE")
 	if err != nil {
@@ -57,6 +57,56 @@ func goEnv(proxyDir, modCache string) ([]string, error) {
 	}, nil
 }
 
+// userModCache returns the module cache of the check's user builds:
+// kept from run to run under the user's cache directory, so that the
+// third-party modules sit at the same paths and Go's build cache compiles
+// them once (a fresh cache per run rebuilt every dependency, about two
+// minutes of `make test`), with this project's own modules removed first,
+// so that the zips the checkout's proxy serves now are the ones used (their
+// version stays the same from run to run while their contents change).
+// One release check at a time per machine.
+func userModCache() (string, error) {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("the release check's module cache: %w", err)
+	}
+	cache := filepath.Join(dir, "pelwarden", "release-modcache")
+	return cache, forgetProjectModules(cache)
+}
+
+// forgetProjectModules removes this project's modules from the module
+// cache at cache: their extracted trees (the root module's beside its
+// directory, as pelwarden@v0.1.0; the others under it) and their downloads
+// (zips, go.mod files, lists). Other modules stay.
+func forgetProjectModules(cache string) error {
+	owner, name := path.Split(projectPath) // "github.com/pelwarden/", "pelwarden"
+	var dirs []string
+	entries, err := os.ReadDir(filepath.Join(cache, filepath.FromSlash(owner)))
+	if err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("the release check's module cache: %w", err)
+	}
+	for _, e := range entries {
+		if e.Name() == name || strings.HasPrefix(e.Name(), name+"@") {
+			dirs = append(dirs, filepath.Join(cache, filepath.FromSlash(owner), e.Name()))
+		}
+	}
+	dirs = append(dirs, filepath.Join(cache, "cache", "download", filepath.FromSlash(projectPath)))
+	for _, dir := range dirs {
+		// The extracted trees are read-only unless every build used
+		// -modcacherw (goEnv's do): make them writable to remove them.
+		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				_ = os.Chmod(p, 0o755)
+			}
+			return nil
+		})
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("the release check's module cache: %w", err)
+		}
+	}
+	return nil
+}
+
 // check is the release check: lint (done by the caller), the proxy, the
 // user module, go install of the CLI.
 func (r *repo) check(version string, w io.Writer) error {
@@ -73,7 +123,11 @@ func (r *repo) check(version string, w io.Writer) error {
 	if err := writeProxy(r.root, proxyDir, version, r.mods, r.files); err != nil {
 		return err
 	}
-	env, err := goEnv(proxyDir, filepath.Join(tmp, "modcache"))
+	modCache, err := userModCache()
+	if err != nil {
+		return err
+	}
+	env, err := goEnv(proxyDir, modCache)
 	if err != nil {
 		return err
 	}

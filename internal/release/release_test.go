@@ -311,3 +311,49 @@ func TestTags(t *testing.T) {
 		t.Errorf("the unpublished module is tagged:\n%s", out)
 	}
 }
+
+// The check's module cache loses this project's modules (their trees,
+// read-only as Go leaves them, and their downloads) and keeps the others.
+func TestForgetProjectModules(t *testing.T) {
+	t.Parallel()
+	cache := t.TempDir()
+	mk := func(rel string, mode os.FileMode) string {
+		p := filepath.Join(cache, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Dir(p), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	own := []string{
+		mk("github.com/pelwarden/pelwarden@v0.1.0/go.mod", 0o555),
+		mk("github.com/pelwarden/pelwarden/driver/prommetrics@v0.1.0/go.mod", 0o555),
+		mk("cache/download/github.com/pelwarden/pelwarden/@v/v0.1.0.zip", 0o755),
+	}
+	others := []string{
+		mk("github.com/redis/go-redis/v9@v9.23.0/go.mod", 0o555),
+		mk("cache/download/github.com/redis/go-redis/v9/@v/v9.23.0.zip", 0o755),
+		mk("github.com/pelwarden-other/x@v1.0.0/go.mod", 0o555),
+	}
+	if err := forgetProjectModules(cache); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range own {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s: still there (%v)", p, err)
+		}
+	}
+	for _, p := range others {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	if err := forgetProjectModules(filepath.Join(cache, "none")); err != nil {
+		t.Errorf("a cache that does not exist yet: %v", err)
+	}
+}
