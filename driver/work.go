@@ -87,7 +87,7 @@ const (
 // after waiting wait in the queue and running for took; with acked, its
 // ack (the handler succeeded) joins the batch, fenced from ownedUntil
 // (see ackItem). One lock for all of it: every entry passes here. It
-// reports whether the batch is due (see due).
+// reports whether the batch is due (see dueLocked).
 func (b *finished) finish(id string, acked bool, ownedUntil, wait, took, end time.Duration) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -118,13 +118,8 @@ func (b *finished) startLocked(now time.Duration) {
 	}
 }
 
-// due reports whether the batch is to be told now (a clock reading).
-func (b *finished) due(now time.Duration) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.dueLocked(now)
-}
-
+// dueLocked reports whether the batch is to be told now (a clock
+// reading): finishedMost entries, or the first finishedAge ago.
 func (b *finished) dueLocked(now time.Duration) bool {
 	return b.n >= finishedMost || b.n > 0 && now-b.first >= finishedAge
 }
@@ -228,7 +223,7 @@ func (e *executor) runJob(j job) {
 // runAt is runJob for a worker that read the clock at start (just before)
 // and tells what finished in batches (done, of e): it returns the clock
 // reading at the handler's end, and whether the batch is due (see
-// finished.due).
+// finished.dueLocked).
 func (e *executor) runAt(j job, start time.Duration, done *finished) (end time.Duration, due bool) {
 	defer j.f.ctx.finish()
 	if wait := j.f.due - start; wait > 0 {

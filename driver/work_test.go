@@ -227,3 +227,10 @@ func TestFinishedBatchDue(t *testing.T) {
 func (b *finished) add(wait, took, end time.Duration) {
 	b.finish("", false, 0, wait, took, end)
 }
+
+// due reports whether the batch is to be told now (a clock reading).
+func (b *finished) due(now time.Duration) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.dueLocked(now)
+}

@@ -466,12 +466,16 @@ func clearSlots(t *testing.T, ctx context.Context, c *testserver.Cluster, r test
 	t.Helper()
 	shards, err := c.Shards(ctx)
 	require.NoError(t, err)
+	nodes := make([]*redis.Client, len(shards)) // one client per primary, made on first use
 	for slot := r.Start; slot <= r.End; slot++ {
-		for _, s := range shards {
+		for i, s := range shards {
 			if !s.Owns(slot) {
 				continue
 			}
-			node := nodeClient(t, s.Primary)
+			if nodes[i] == nil {
+				nodes[i] = nodeClient(t, s.Primary)
+			}
+			node := nodes[i]
 			keys, err := node.ClusterGetKeysInSlot(ctx, slot, 1000).Result()
 			require.NoError(t, err)
 			if len(keys) > 0 {
