@@ -3,9 +3,9 @@ package pelwardenwatermill_test
 // The tests of this package run on every server of pelwarden's test matrix
 // (PELWARDEN_IMAGES, else the images scripts/images.sh builds; see
 // pelwardentest/testserver), one container per image started in TestMain. The
-// containers persist to an append-only file, so that watermill's
-// TestReconnect can restart one (docker restart) without losing the
-// streams, the groups and the function library.
+// containers persist to an append-only file, so that TestReconnectRestartsServer
+// can restart one without losing the streams, the groups and the function
+// library.
 //
 //	TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 go test ./...
 
@@ -14,15 +14,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/testcontainers/testcontainers-go"
-	"github.com/testcontainers/testcontainers-go/wait"
 	"go.uber.org/goleak"
 
 	"github.com/pelwarden/pelwarden"
@@ -35,7 +32,7 @@ var servers []*server
 // server is one container of the matrix.
 type server struct {
 	image, name string
-	container   *testcontainers.DockerContainer
+	srv         *testserver.Server
 	rdb         *redis.Client // shared by helper code; tests open their own for pub/subs
 }
 
@@ -68,8 +65,8 @@ func run(m *testing.M) int {
 	defer func() {
 		for _, s := range servers {
 			_ = s.rdb.Close()
-			if err := s.container.Terminate(context.Background()); err != nil {
-				fmt.Fprintln(os.Stderr, "pelwardenwatermill: terminate", s.image+":", err)
+			if err := s.srv.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, "pelwardenwatermill:", err)
 			}
 		}
 	}()
@@ -98,60 +95,31 @@ func run(m *testing.M) int {
 
 // startServer runs image with an append-only file and loads the library.
 func startServer(ctx context.Context, image string) (*server, error) {
-	c, err := testcontainers.Run(ctx, image,
-		testcontainers.WithExposedPorts("6379/tcp"),
-		testcontainers.WithCmd("--port", "6379", "--protected-mode", "no", "--save", "", "--appendonly", "yes"),
-		testcontainers.WithWaitStrategyAndDeadline(60*time.Second,
-			wait.ForLog("Ready to accept connections"), wait.ForListeningPort("6379/tcp")),
-	)
+	srv, err := testserver.Start(ctx, image, testserver.Options{Args: []string{"--appendonly", "yes"}})
 	if err != nil {
-		if c != nil {
-			_ = c.Terminate(context.Background())
-		}
-		return nil, fmt.Errorf("start %s (build the images with scripts/images.sh): %w", image, err)
+		return nil, err
 	}
-	s := &server{image: image, name: testserver.Label(image), container: c}
+	s := &server{image: image, name: srv.Name, srv: srv}
 	s.rdb = s.client()
 	if _, err := pelwarden.NewLibrary(s.rdb).Load(ctx); err != nil {
 		_ = s.rdb.Close()
-		_ = c.Terminate(context.Background())
+		_ = srv.Close()
 		return nil, fmt.Errorf("load the library on %s: %w", image, err)
 	}
 	return s, nil
 }
 
 // options returns client options whose dialer follows the container across
-// restarts: the mapped port is looked up on every dial.
+// restarts (testserver's: the address is looked up on every dial).
 func (s *server) options() *redis.Options {
-	return &redis.Options{
-		Addr: s.name,
-		Dialer: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			host, err := s.container.Host(ctx)
-			if err != nil {
-				return nil, err
-			}
-			port, err := s.container.MappedPort(ctx, "6379/tcp")
-			if err != nil {
-				return nil, err
-			}
-			var d net.Dialer
-			return d.DialContext(ctx, network, net.JoinHostPort(host, port.Port()))
-		},
-		DialTimeout:  5 * time.Second,
-		ReadTimeout:  10 * time.Second,
-		WriteTimeout: 10 * time.Second,
-		// Each subscription holds a connection in a blocking read; the
-		// suite runs up to 20 subscriptions on one client.
-		PoolSize: 64,
-	}
+	o := s.srv.Options()
+	// Each subscription holds a connection in a blocking read; the suite
+	// runs up to 20 subscriptions on one client.
+	o.PoolSize = 64
+	return o
 }
 
 func (s *server) client() *redis.Client { return redis.NewClient(s.options()) }
-
-// restartCommand restarts the container (watermill's RestartServiceCommand).
-func (s *server) restartCommand() []string {
-	return []string{"docker", "restart", "--time", "10", s.container.GetContainerID()}
-}
 
 // each runs fn as a subtest on every server of the matrix, one after the
 // other (the suite is heavy; its own tests run in parallel).

@@ -2,7 +2,6 @@ package pelwardenwatermill_test
 
 import (
 	"context"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -27,7 +26,7 @@ const reconnectMinIdle = 5 * time.Second
 
 // TestReconnectRestartsServer is watermill's TestReconnect with its
 // bookkeeping ordered (see features): 100 publishers publish 10,000
-// messages while the server's container is restarted (docker restart, the
+// messages while the server's container is restarted (stopped and started: the
 // append-only file keeps the data) after a third and after half of them;
 // one subscription must receive every message a Publish confirmed.
 // Publishes that fail during a restart are retried, as the suite does.
@@ -80,8 +79,7 @@ func TestReconnectRestartsServer(t *testing.T) {
 					done := make(chan struct{})
 					restarts.Go(func() {
 						defer close(done)
-						out, err := exec.Command(s.restartCommand()[0], s.restartCommand()[1:]...).CombinedOutput()
-						require.NoError(t, err, "%s", out)
+						require.NoError(t, s.srv.Restart(context.Background()))
 					})
 					if waitDown(s, done) {
 						down++
@@ -107,7 +105,7 @@ func TestReconnectRestartsServer(t *testing.T) {
 // waitDown waits until the server stops answering PING, or the restart is
 // over (done); it reports whether the server went down: a PING failed, or,
 // when the restart ended first, the server answers as another process (its
-// run_id changed). The outage of a docker restart lasts about 150-200 ms,
+// run_id changed). The outage of a restart lasts about 150-200 ms,
 // which a poll every 20 ms can miss when the loaded machine delays the
 // poller that long; the run_id cannot miss it. Its client does not retry
 // (go-redis retries a failed PING on a new connection by default, which

@@ -3,7 +3,6 @@ package testserver
 import (
 	"context"
 	"net"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -41,13 +40,7 @@ func TestStartLoopbackAfterItsPortWasTaken(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := dockerHealth(ctx); err != nil && os.Getenv(EnvRequireDocker) == "" {
-		t.Skipf("no Docker engine answers: %v", err)
-	}
-	image := os.Getenv("PELWARDEN_TEST_IMAGE")
-	if image == "" {
-		image = "pelwarden/redis:8.0"
-	}
+	image := testImage(ctx, t)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer taken.Close()

@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -60,6 +61,7 @@ type Server struct {
 
 	container *testcontainers.DockerContainer
 	tls       *tls.Config // the client side, nil without TLS
+	direct    bool        // reached at the container's own address (see Addr)
 }
 
 // Options adjust a server.
@@ -127,8 +129,45 @@ func Start(ctx context.Context, image string, opts Options) (*Server, error) {
 	s := &Server{Image: image, Name: Label(image), container: c}
 	if opts.TLS != nil {
 		s.tls = opts.TLS.Client.Clone()
+	} else {
+		s.direct = reachesContainers(ctx, c)
 	}
 	return s, nil
+}
+
+// EnvPublishedPorts, when set, makes servers reachable only at the ports
+// Docker publishes on the host (through its proxy), even where their own
+// addresses are reachable (see Server.Addr).
+const EnvPublishedPorts = "PELWARDEN_TEST_PUBLISHED_PORTS"
+
+// unreachable is set once a container's own address did not answer this
+// process: later servers skip the probe (on Docker Desktop, or with a
+// remote or rootless engine, none will).
+var unreachable atomic.Bool
+
+// reachesContainers reports whether this process reaches the container c
+// at its own address on Docker's network: it dials it once (a second at
+// most), unless an earlier container did not answer or EnvPublishedPorts
+// is set. Where it does (Linux with a local engine), clients skip the
+// userland proxy that forwards a published port, whose copies of every
+// byte cost about as much CPU as the server's own work.
+func reachesContainers(ctx context.Context, c *testcontainers.DockerContainer) bool {
+	if os.Getenv(EnvPublishedPorts) != "" || unreachable.Load() {
+		return false
+	}
+	ip, err := c.ContainerIP(ctx)
+	if err == nil && ip != "" {
+		d := net.Dialer{Timeout: time.Second}
+		var conn net.Conn
+		if conn, err = d.DialContext(ctx, "tcp", net.JoinHostPort(ip, "6379")); err == nil {
+			_ = conn.Close()
+			return true
+		}
+	}
+	if ctx.Err() == nil {
+		unreachable.Store(true)
+	}
+	return false
 }
 
 // imageHint is what an error starting image adds: for pelwarden's own
@@ -152,9 +191,21 @@ func Label(image string) string {
 }
 
 // Addr returns the host:port the server is reachable at now (it changes
-// when the container is restarted). While the container is stopped it
-// fails at once, saying what state the container is in.
+// when the container is restarted): the container's own address on
+// Docker's network where this process reaches it (Linux with a local
+// engine; see EnvPublishedPorts), else the port Docker publishes on the
+// host. A TLS server is always reached at its published port, which its
+// certificate names (127.0.0.1). While the container is stopped Addr fails
+// at once, saying what state the container is in.
 func (s *Server) Addr(ctx context.Context) (string, error) {
+	if s.direct {
+		ip, err := s.container.ContainerIP(ctx)
+		if err == nil && ip != "" {
+			return net.JoinHostPort(ip, "6379"), nil
+		}
+		// Stopped (no address): the published port's lookup below says
+		// what state the container is in.
+	}
 	host, err := s.container.Host(ctx)
 	if err != nil {
 		return "", fmt.Errorf("testserver: host: %w", err)
