@@ -28,7 +28,11 @@ const cliPackage = projectPath + "/cmd/pelwarden"
 // machine (so nothing else is downloaded twice) and the configured proxy;
 // no checksum database for the project's own path, whose zips exist only
 // here; the check's module cache (see userModCache), holding none of the
-// project's modules of an earlier run.
+// project's modules of an earlier run; and no module index: Go indexes a
+// module cache's packages (their imports, say) by directory, taking what
+// sits there as immutable, which the project's modules are not from run to
+// run (a stale index once compiled a package of this run's source without
+// an import it had just gained).
 func goEnv(proxyDir, modCache string) ([]string, error) {
 	out, err := runIn(".", nil, "go", "env", "GOPROXY", "GOMODCACHE")
 	if err != nil {
@@ -54,6 +58,7 @@ func goEnv(proxyDir, modCache string) ([]string, error) {
 		"GONOSUMDB=" + projectPath,
 		"GOPRIVATE=", "GONOPROXY=",
 		"GOMODCACHE=" + modCache,
+		"GODEBUG=goindex=0",
 	}, nil
 }
 

@@ -357,3 +357,51 @@ func TestForgetProjectModules(t *testing.T) {
 		t.Errorf("a cache that does not exist yet: %v", err)
 	}
 }
+
+// A package of the project that gains an import between two checks is
+// built with it in the second, though the check's module cache keeps the
+// same module path and version from run to run (Go's module index, which
+// takes a module cache's directories as immutable, is off in goEnv).
+func TestModuleCacheSeesChangedSource(t *testing.T) {
+	t.Parallel()
+	cache := t.TempDir()
+	imports := func(libGo string) string {
+		t.Helper()
+		files := goodRepo()
+		files["lib.go"] = libGo
+		root := writeRepo(t, files)
+		r, err := open(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxyDir := t.TempDir()
+		if err := writeProxy(root, proxyDir, "v0.1.0", r.mods, r.files); err != nil {
+			t.Fatal(err)
+		}
+		if err := forgetProjectModules(cache); err != nil {
+			t.Fatal(err)
+		}
+		env, err := goEnv(proxyDir, cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		user := t.TempDir()
+		if err := os.WriteFile(filepath.Join(user, "go.mod"), []byte("module example.com/u\n\ngo 1.26.0\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := runIn(user, env, "go", "get", projectPath+"@v0.1.0"); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		out, err := runIn(user, env, "go", "list", "-f", "{{.Imports}}", projectPath)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		return strings.TrimSpace(out)
+	}
+	if got := imports("package pelwarden\n"); got != "[]" {
+		t.Fatalf("first check: imports %s, want []", got)
+	}
+	if got := imports("package pelwarden\n\nimport _ \"sync/atomic\"\n"); got != "[sync/atomic]" {
+		t.Errorf("second check, the package importing sync/atomic now: imports %s", got)
+	}
+}
