@@ -76,12 +76,13 @@ func TestReconnectRestartsServer(t *testing.T) {
 			defer close(work)
 			for i := range messagesCount {
 				if i == messagesCount/3 || i == messagesCount/2 {
+					probe := downProbe(s)
 					done := make(chan struct{})
 					restarts.Go(func() {
 						defer close(done)
 						require.NoError(t, s.srv.Restart(context.Background()))
 					})
-					if waitDown(s, done) {
+					if probe.wait(done) {
 						down++
 					}
 				}
@@ -102,31 +103,44 @@ func TestReconnectRestartsServer(t *testing.T) {
 	})
 }
 
-// waitDown waits until the server stops answering PING, or the restart is
-// over (done); it reports whether the server went down: a PING failed, or,
-// when the restart ended first, the server answers as another process (its
-// run_id changed). The outage of a restart lasts about 150-200 ms,
-// which a poll every 20 ms can miss when the loaded machine delays the
-// poller that long; the run_id cannot miss it. Its client does not retry
-// (go-redis retries a failed PING on a new connection by default, which
-// hides a short outage).
-func waitDown(s *server, done <-chan struct{}) bool {
+// probeDown watches one restart of a server: made before the restart
+// starts, it holds the server's run_id from then (read after the restart
+// had begun, it could be the new process's already: an in-process stop
+// starts within a millisecond).
+type probeDown struct {
+	rdb    *redis.Client
+	before string
+}
+
+// downProbe returns a probe of s whose client does not retry (go-redis
+// retries a failed PING on a new connection by default, which hides a
+// short outage).
+func downProbe(s *server) *probeDown {
 	o := s.options()
 	o.MaxRetries = -1
 	rdb := redis.NewClient(o)
-	defer func() { _ = rdb.Close() }()
-	before := runID(rdb)
+	return &probeDown{rdb: rdb, before: runID(rdb)}
+}
+
+// wait waits until the server stops answering PING, or the restart is
+// over (done); it reports whether the server went down: a PING failed, or,
+// when the restart ended first, the server answers as another process (its
+// run_id changed). The outage of a restart lasts about 150-200 ms, which a
+// poll every 20 ms can miss when the loaded machine delays the poller that
+// long; the run_id cannot miss it. It closes the probe's client.
+func (p *probeDown) wait(done <-chan struct{}) bool {
+	defer func() { _ = p.rdb.Close() }()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := rdb.Ping(ctx).Err()
+		err := p.rdb.Ping(ctx).Err()
 		cancel()
 		if err != nil {
 			return true
 		}
 		select {
 		case <-done:
-			after := runID(rdb)
-			return before != "" && after != "" && after != before
+			after := runID(p.rdb)
+			return p.before != "" && after != "" && after != p.before
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
