@@ -459,7 +459,6 @@ func clusterFixture(t *testing.T, rdb *redis.ClusterClient, want func(slot int) 
 	return f
 }
 
-// nodeClient returns a client for one node, closed when the test ends.
 // clearSlots deletes the keys that tests which have ended left in the
 // slots of r, on the primaries that own them, naming them in the log.
 func clearSlots(t *testing.T, ctx context.Context, c *testserver.Cluster, r testserver.SlotRange) {
@@ -486,6 +485,7 @@ func clearSlots(t *testing.T, ctx context.Context, c *testserver.Cluster, r test
 	}
 }
 
+// nodeClient returns a client for one node, closed when the test ends.
 func nodeClient(t *testing.T, n *testserver.ClusterNode) *redis.Client {
 	c := n.Client()
 	t.Cleanup(func() { _ = c.Close() })

@@ -50,6 +50,21 @@ func goodRepo() map[string]string {
 	}
 }
 
+// serveRepo writes the file proxy of the repository at root, its modules
+// at v0.1.0, into a directory of the test's, and returns the directory.
+func serveRepo(t *testing.T, root string) string {
+	t.Helper()
+	r, err := open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := writeProxy(root, dir, "v0.1.0", r.mods, r.files); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // release runs the command line in root and returns its exit code and
 // output.
 func release(t *testing.T, root string, args ...string) (int, string) {
@@ -166,15 +181,7 @@ func TestReleaseVersionMustAgree(t *testing.T) {
 // files under path@version/, without nested modules.
 func TestProxyLayout(t *testing.T) {
 	t.Parallel()
-	root := writeRepo(t, goodRepo())
-	r, err := open(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := writeProxy(root, dir, "v0.1.0", r.mods, r.files); err != nil {
-		t.Fatal(err)
-	}
+	dir := serveRepo(t, writeRepo(t, goodRepo()))
 	for _, f := range []string{"list", "v0.1.0.info", "v0.1.0.mod", "v0.1.0.zip"} {
 		for _, m := range []string{"github.com/pelwarden/pelwarden", "github.com/pelwarden/pelwarden/pelwardentest"} {
 			if _, err := os.Stat(filepath.Join(dir, m, "@v", f)); err != nil {
@@ -226,14 +233,7 @@ func TestBenchmarksUnpublished(t *testing.T) {
 	files["benchmarks/go.mod"] = "module github.com/pelwarden/pelwarden/benchmarks\n\ngo 1.26.0\n\nrequire github.com/pelwarden/pelwarden v0.1.0\n"
 	files["benchmarks/cmd/consume/main.go"] = "package main\n"
 	root := writeRepo(t, files)
-	r, err := open(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := writeProxy(root, dir, "v0.1.0", r.mods, r.files); err != nil {
-		t.Fatal(err)
-	}
+	dir := serveRepo(t, root)
 	if _, err := os.Stat(filepath.Join(dir, "github.com/pelwarden/pelwarden/benchmarks")); !os.IsNotExist(err) {
 		t.Errorf("the benchmarks module is served: %v", err)
 	}
@@ -369,15 +369,7 @@ func TestModuleCacheSeesChangedSource(t *testing.T) {
 		t.Helper()
 		files := goodRepo()
 		files["lib.go"] = libGo
-		root := writeRepo(t, files)
-		r, err := open(root)
-		if err != nil {
-			t.Fatal(err)
-		}
-		proxyDir := t.TempDir()
-		if err := writeProxy(root, proxyDir, "v0.1.0", r.mods, r.files); err != nil {
-			t.Fatal(err)
-		}
+		proxyDir := serveRepo(t, writeRepo(t, files))
 		if err := forgetProjectModules(cache); err != nil {
 			t.Fatal(err)
 		}
