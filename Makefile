@@ -16,6 +16,12 @@ export PELWARDEN_TEST_VALKEY_IMAGE ?= pelwarden/valkey:8.1
 
 GO ?= go
 
+# Builds without the checkout's directory in them, so Go's build cache is
+# keyed by content alone: a fresh clone in another directory (every CI run)
+# reuses what an earlier clone compiled and vetted, where each new path
+# compiled and vetted the project's packages again.
+export GOFLAGS ?= -trimpath
+
 # The servers the driver's fake is checked against besides
 # PELWARDEN_SERVER_IMAGE's (TestFakeAgreesWithServer and its ordered twin;
 # `make unit`).
