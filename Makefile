@@ -37,12 +37,19 @@ AGREE_IMAGES ?= pelwarden/redis:7.0 pelwarden/redis:8.6 pelwarden/valkey:8.1 pel
 CORE_MODULE := .
 MODULES := driver/prommetrics pelwardenotel pelwardentest pelwardenwatermill cmd benchmarks integration_test
 
-.PHONY: alerts watermill-stress watermill-matrix test tools release-check release tidy images lint deps unit integration chaos soak soak-model fuzz fuzz-lua bench bench-report bench-drain demo ui-scale ui-screenshots
+.PHONY: alerts integration-tests watermill-tests watermill-stress watermill-matrix test tools release-check release tidy images lint deps unit integration chaos soak soak-model fuzz fuzz-lua bench bench-report bench-drain demo ui-scale ui-screenshots
 
 ## test: everything CI checks: formatting, vet of every module, the core
 ## module's dependency promise, unit tests with -race, the release check,
-## and the integration matrix against real servers in containers.
-test: tools images lint deps unit alerts release-check integration
+## and the integration matrix against real servers in containers. The
+## Watermill module's tests (they mostly wait) run beside the steps before
+## the integration tests (they leave a quarter of the two cores idle),
+## their output printed once they end (scripts/beside.sh); the integration
+## tests, bound by CPU, run alone after both.
+test: tools images
+	./scripts/beside.sh '$(MAKE) --no-print-directory watermill-tests' \
+	  $(MAKE) --no-print-directory lint deps unit alerts release-check
+	$(MAKE) --no-print-directory integration-tests
 
 ## tools: install what the tests need and the machine lacks (as root), or
 ## say what to install.
@@ -109,8 +116,8 @@ unit:
 
 ## integration (and unit): scripts/go-test.sh repeats a run's failures at
 ## its end, where a CI log's last screen shows them.
-## integration: the integration matrix, then the Watermill adapter's tests
-## in one run: its own tests on the matrix, beside watermill's stress test
+## integration: the integration matrix (integration-tests), then the
+## Watermill adapter's tests (watermill-tests) in one run: its own tests on the matrix, beside watermill's stress test
 ## (the universal suite ten times at once) on Redis 8.0 and the universal
 ## suite once on the two other servers where it tests a path of its own
 ## (suite_test.go's suiteLabels; a plain run on 8.0 would repeat what the
@@ -118,8 +125,12 @@ unit:
 ## watermill-stress. The integration tests keep the two cores busy at
 ## -parallel 8; the Watermill module's tests mostly wait, so 24 of them run
 ## at once (326 s at 8, 35% busy; 196 s at 24, 64% busy).
-integration:
+integration: integration-tests watermill-tests
+
+integration-tests:
 	cd integration_test && $(CURDIR)/scripts/go-test.sh $(GO) test -race -count=1 -parallel 8 -timeout 20m ./...
+
+watermill-tests:
 	cd pelwardenwatermill && PELWARDEN_WATERMILL_STRESS=redis-8.0 \
 	  $(CURDIR)/scripts/go-test.sh $(GO) test -race -count=1 -parallel 24 -timeout 30m ./...
 
