@@ -188,7 +188,10 @@ const MaxLimitHorizon = time.Minute
 // Permits is what AcquirePermits took.
 type Permits struct {
 	// Granted is how many permits were taken: as many as the rate, the
-	// cap and the holder's fair shares allowed, at most Want.
+	// cap and the holder's fair shares allowed, at most Want. With more
+	// than one holder the rate's permits go a share at a time: a call
+	// that finds fewer than min(Want, its share) due takes none and
+	// learns from Wait when they are.
 	Granted int
 	// Token is the caller's lease: pass it to every later call (renew it
 	// within the limit's Lease), and release the cap's permits with it. 0

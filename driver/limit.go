@@ -326,9 +326,11 @@ func (p *permits) throttled(d time.Duration) {
 }
 
 // permitWait is the state of one caller's wait for permits: its failed
-// calls in a row, and its next poll of a full cap.
+// calls in a row, its refusals by the rate, and its next poll of a full
+// cap.
 type permitWait struct {
 	failures int
+	refused  int
 	poll     time.Duration
 }
 
@@ -388,7 +390,13 @@ func (p *permits) try(ctx context.Context, want int, w *permitWait) (g permitGra
 		wait = w.poll
 	}
 	wait = min(wait, limitPollMost)
-	wait += time.Duration(rand.Int64N(int64(wait)/5 + 1)) // spread the holders' calls
+	// The holders' calls are spread by a random delay. The rate's next
+	// share goes to the first holder to call once it is due, so a holder
+	// refused more times in a row draws from a shorter spread: the one
+	// that waited longest tends to come first, and the shares go round
+	// instead of by lot.
+	w.refused++
+	wait += time.Duration(rand.Int64N(int64(wait)/int64(5*w.refused) + 1))
 	return g, wait, true
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -28,7 +29,10 @@ type fakeLimit struct {
 	// to the limit); dropReply makes the next acquire take effect but
 	// answer with an error that is no reply.
 	expire, dropReply bool
-	asks              []permitAsk
+	// rateWait, when set, refuses every acquisition that wants permits
+	// as a rate does: none granted, the next share due in rateWait.
+	rateWait time.Duration
+	asks     []permitAsk
 }
 
 func newFakeLimit(cap int) *fakeLimit { return &fakeLimit{cap: cap, held: map[int64]int{}} }
@@ -57,6 +61,9 @@ func (f *fakeLimit) acquire(_ context.Context, a permitAsk) (*pelwarden.Permits,
 		f.held[token] = 0
 	}
 	n := min(a.want, f.cap-f.inUse)
+	if f.rateWait > 0 && a.want > 0 {
+		return &pelwarden.Permits{Token: token, Lost: lost, Wait: f.rateWait, Share: f.cap, Held: f.held[token], InUse: f.inUse}, nil
+	}
 	f.held[token] += n
 	f.inUse += n
 	p := &pelwarden.Permits{Granted: n, Token: token, Lost: lost, Share: f.cap, Held: f.held[token], InUse: f.inUse}
@@ -187,4 +194,33 @@ func TestPermitsLostReplyGivenBack(t *testing.T) {
 	p.send(ctx, false)
 	inUse, _ = f.state()
 	require.Equal(t, 4, inUse)
+}
+
+// A caller the rate refuses waits until the next share is due plus a
+// random spread, which narrows with each refusal in a row (a fifth of
+// the wait, then a tenth, ...): the holder that waited longest tends to
+// call first once a share is due, so the shares go round.
+func TestPermitsRefusedCallSooner(t *testing.T) {
+	t.Parallel()
+	f := newFakeLimit(4)
+	f.rateWait = 100 * time.Millisecond
+	p := newTestPermits(t, f)
+	var w permitWait
+	for r := 1; r <= 50; r++ {
+		g, wait, ok := p.try(t.Context(), 1, &w)
+		require.True(t, ok)
+		require.Zero(t, g.n)
+		require.GreaterOrEqual(t, wait, f.rateWait, "never before the share is due")
+		require.LessOrEqual(t, wait, f.rateWait+f.rateWait/time.Duration(5*r)+time.Nanosecond, "refusal %d: at most 1/%d of the wait later", r, 5*r)
+	}
+	require.Equal(t, 50, w.refused)
+
+	var spread time.Duration
+	for range 20 {
+		var first permitWait
+		_, wait, ok := p.try(t.Context(), 1, &first)
+		require.True(t, ok)
+		spread = max(spread, wait-f.rateWait)
+	}
+	require.Positive(t, spread, "first refusals are spread")
 }

@@ -90,6 +90,49 @@ func TestLimitRate(t *testing.T) {
 	})
 }
 
+// With more than one holder, the rate's permits go a share at a time: a
+// call that finds fewer than min(want, its share) due takes none and its
+// Wait says when they are; a call wanting no more than is due takes it;
+// a holder alone takes what is due, as many as it can. (A rate of one
+// permit per 100 s: nothing comes due while the test runs.)
+func TestLimitRateShares(t *testing.T) {
+	each(t, func(t *testing.T, s *target) {
+		ctx := t.Context()
+		name := limitName(t)
+		_, err := s.lib.SetLimit(ctx, name, pelwarden.LimitSettings{Rate: 0.01, Burst: 4})
+		require.NoError(t, err)
+		acquire := func(want int, token int64) *pelwarden.Permits {
+			t.Helper()
+			p, err := s.lib.AcquirePermits(ctx, pelwarden.LimitAcquireArgs{Limit: name, Want: want, Token: token})
+			require.NoError(t, err)
+			return p
+		}
+		a := acquire(2, 0)
+		require.Equal(t, 2, a.Granted, "alone: its share is the whole burst")
+		b := acquire(3, 0)
+		require.Equal(t, 2, b.Granted, "two holders: a share is ceil(4/2)")
+		require.Zero(t, acquire(1, a.Token).Granted, "the burst is spent")
+
+		// One permit back: one is due, less than a share.
+		_, err = s.lib.ReleasePermits(ctx, pelwarden.LimitReleaseArgs{Limit: name, Token: b.Token, Refund: 1})
+		require.NoError(t, err)
+		p := acquire(2, a.Token)
+		require.Zero(t, p.Granted, "one due, a share is two: none taken")
+		require.Greater(t, p.Wait, 90*time.Second, "the second comes due in 100 s")
+		require.LessOrEqual(t, p.Wait, 100*time.Second)
+		p = acquire(1, a.Token)
+		require.Equal(t, 1, p.Granted, "wanting one, it takes the one due")
+
+		// b leaves: a holds alone and takes what is due, one of two.
+		_, err = s.lib.ReleasePermits(ctx, pelwarden.LimitReleaseArgs{Limit: name, Token: b.Token, End: true})
+		require.NoError(t, err)
+		_, err = s.lib.ReleasePermits(ctx, pelwarden.LimitReleaseArgs{Limit: name, Refund: 1})
+		require.NoError(t, err)
+		p = acquire(2, a.Token)
+		require.Equal(t, 1, p.Granted, "alone, a holder takes what is due")
+	})
+}
+
 // A cap: never more held than it allows; a release frees permits for
 // others; a lease that is not renewed expires and its permits come back;
 // its late release is fenced (nothing is given back twice). Through FCALL

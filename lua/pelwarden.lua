@@ -1959,7 +1959,11 @@ end
 -- horizon's permits) / holders)), and a lease holds at most a fair share
 -- of the cap (ceil(concurrency / holders)), so every holder that keeps
 -- asking gets its turn. It takes min(want, what the rate allows, what the
--- cap has free, the shares): as many as it can, never more.
+-- cap has free, the shares): as many as it can, never more. With more
+-- than one holder the rate's permits go a share at a time: a call that
+-- finds fewer than min(want, its share) due within its horizon takes none
+-- and is told when they are, so a holder that calls often cannot take the
+-- permits the others wait for piecemeal.
 -- Reply: { granted,
 --          token       the caller's lease (0 only for a call with want 0
 --                      and no live lease)
@@ -2027,6 +2031,9 @@ local function limitacquire(keys, args)
   if t ~= nil then
     local avail = math.max(0, math.floor((now + horizon + l.burst * t - math.max(l.tat, now)) / t + 1e-9))
     rateshare = math.max(1, math.ceil((l.burst + math.floor(horizon / t)) / holders))
+    if holders > 1 and avail < math.min(want, rateshare) then
+      avail = 0 -- a share at a time among holders (see above)
+    end
     n = math.min(n, avail, rateshare)
     first = math.max(l.tat, now) - now - (l.burst - 1) * t
   end
