@@ -43,7 +43,7 @@ MODULES := driver/prommetrics pelwardenotel pelwardentest pelwardenwatermill cmd
 ## module's dependency promise, unit tests with -race, the release check,
 ## and the integration matrix against real servers in containers. The
 ## Watermill module's tests (they mostly wait) run beside the steps before
-## the integration tests (they leave a quarter of the two cores idle),
+## the integration tests (a third to a half of the two cores idle),
 ## their output printed once they end (scripts/beside.sh); the integration
 ## tests, bound by CPU, run alone after both.
 test: tools images
@@ -117,7 +117,8 @@ unit:
 ## integration (and unit): scripts/go-test.sh repeats a run's failures at
 ## its end, where a CI log's last screen shows them.
 ## integration: the integration matrix (integration-tests), then the
-## Watermill adapter's tests (watermill-tests) in one run: its own tests on the matrix, beside watermill's stress test
+## Watermill adapter's tests (watermill-tests) in one run: its own tests
+## on the matrix, beside watermill's stress test
 ## (the universal suite ten times at once) on Redis 8.0 and the universal
 ## suite once on the two other servers where it tests a path of its own
 ## (suite_test.go's suiteLabels; a plain run on 8.0 would repeat what the

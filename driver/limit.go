@@ -326,8 +326,8 @@ func (p *permits) throttled(d time.Duration) {
 }
 
 // permitWait is the state of one caller's wait for permits: its failed
-// calls in a row, its refusals by the rate, and its next poll of a full
-// cap.
+// calls in a row, its refusals in a row (by the rate or a full cap), and
+// its next poll of a full cap.
 type permitWait struct {
 	failures int
 	refused  int

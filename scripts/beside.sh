@@ -6,7 +6,7 @@
 # status when it failed, else with BACKGROUND's.
 #
 # `make test` runs the Watermill module's tests (they mostly wait) beside
-# the steps before the integration tests (they leave a quarter of the two
+# the steps before the integration tests (a third to a half of the two
 # cores idle).
 #
 # Usage: scripts/beside.sh 'BACKGROUND COMMAND' FOREGROUND [ARG ...]
