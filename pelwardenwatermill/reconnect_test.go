@@ -70,19 +70,27 @@ func TestReconnectRestartsServer(t *testing.T) {
 		}
 		// The feeder starts each restart, then waits until the server is
 		// down before handing out more work, so the publishes after it
-		// meet the outage and the subscription is cut mid-stream.
+		// meet the outage and the subscription is cut mid-stream. A
+		// restart starts once the one before it has ended: the second
+		// one's stop must not meet the first one's start still waiting
+		// for the server (its check then sees the container exit).
 		down := 0
 		go func() {
 			defer close(work)
+			var done chan struct{}
 			for i := range messagesCount {
 				if i == messagesCount/3 || i == messagesCount/2 {
+					if done != nil {
+						<-done
+					}
 					probe := downProbe(s)
-					done := make(chan struct{})
+					restarted := make(chan struct{})
+					done = restarted
 					restarts.Go(func() {
-						defer close(done)
+						defer close(restarted)
 						require.NoError(t, s.srv.Restart(context.Background()))
 					})
-					if probe.wait(done) {
+					if probe.wait(restarted) {
 						down++
 					}
 				}
