@@ -77,15 +77,11 @@ func TestReconnectRestartsServer(t *testing.T) {
 		down := 0
 		go func() {
 			defer close(work)
-			var done chan struct{}
 			for i := range messagesCount {
 				if i == messagesCount/3 || i == messagesCount/2 {
-					if done != nil {
-						<-done
-					}
+					restarts.Wait() // the restart before this one
 					probe := downProbe(s)
 					restarted := make(chan struct{})
-					done = restarted
 					restarts.Go(func() {
 						defer close(restarted)
 						require.NoError(t, s.srv.Restart(context.Background()))
