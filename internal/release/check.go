@@ -32,7 +32,10 @@ const cliPackage = projectPath + "/cmd/pelwarden"
 // module cache's packages (their imports, say) by directory, taking what
 // sits there as immutable, which the project's modules are not from run to
 // run (a stale index once compiled a package of this run's source without
-// an import it had just gained).
+// an import it had just gained). The builds use -trimpath, as `make` does:
+// Go's build cache then keys a package by its contents, not its directory,
+// so the third-party packages the project's own builds compiled serve the
+// user's builds from the check's module cache too.
 func goEnv(proxyDir, modCache string) ([]string, error) {
 	out, err := runIn(".", nil, "go", "env", "GOPROXY", "GOMODCACHE")
 	if err != nil {
@@ -53,7 +56,7 @@ func goEnv(proxyDir, modCache string) ([]string, error) {
 	}
 	return []string{
 		"GOWORK=off",
-		"GOFLAGS=-mod=mod -modcacherw",
+		"GOFLAGS=-mod=mod -modcacherw -trimpath",
 		"GOPROXY=" + strings.Join(proxies, ","),
 		"GONOSUMDB=" + projectPath,
 		"GOPRIVATE=", "GONOPROXY=",
@@ -64,9 +67,8 @@ func goEnv(proxyDir, modCache string) ([]string, error) {
 
 // userModCache returns the module cache of the check's user builds:
 // kept from run to run under the user's cache directory, so that the
-// third-party modules sit at the same paths and Go's build cache compiles
-// them once (a fresh cache per run rebuilt every dependency, about two
-// minutes of `make test`), with this project's own modules removed first,
+// third-party modules are fetched and extracted once, with this project's
+// own modules removed first,
 // so that the zips the checkout's proxy serves now are the ones used (their
 // version stays the same from run to run while their contents change).
 // One release check at a time per machine.
@@ -191,7 +193,7 @@ func (r *repo) check(version string, w io.Writer) error {
 	// The CLI, as a user installs it. go install pkg@version reads only
 	// the module's go.mod (and refuses replace directives); -mod is not
 	// allowed with it.
-	installEnv := append(append([]string{}, env...), "GOBIN="+bin, "GOFLAGS=-modcacherw")
+	installEnv := append(append([]string{}, env...), "GOBIN="+bin, "GOFLAGS=-modcacherw -trimpath")
 	if _, err := runIn(tmp, installEnv, "go", "install", cliPackage+"@"+version); err != nil {
 		return fmt.Errorf("go install of the CLI: %w", err)
 	}
