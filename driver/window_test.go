@@ -208,6 +208,33 @@ func TestWindowFollowsEntrySize(t *testing.T) {
 	})
 }
 
+// A call reserved before any entry size is known (a claim page here)
+// holds up to the window's floor for its whole call: a read meanwhile
+// gets the one place left, however small the entries turn out to be; once
+// the page is filled, its unused places come back and reads follow the
+// entry size again.
+func TestWindowCallBeforeSizeKnownHoldsItsPlaces(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		const mib = 1 << 20
+		w := newWindow(16, 2000, false, 32*mib, time.Minute)
+		first := w.reserve(ctx, partyRead, 1)
+		require.Equal(t, 1, first.n)
+		claim := w.reserve(ctx, partyReclaim, 100)
+		require.Equal(t, 15, claim.n, "nothing seen yet: up to the floor")
+		w.fill(first, 1, mib, time.Millisecond, true)
+		w.free(1, mib)
+		r := w.reserve(ctx, partyRead, 500)
+		require.Equal(t, 1, r.n, "the page in flight holds 15 places")
+		w.fill(r, 1, mib, time.Millisecond, true)
+		w.free(1, mib)
+		w.fill(claim, 4, 4*mib, time.Millisecond, true) // a page of pageBytes
+		r = w.reserve(ctx, partyRead, 500)
+		require.Equal(t, 4, r.n, "4 MiB of 1 MiB entries")
+	})
+}
+
 // Both takers waiting: they take turns, so neither starves.
 func TestWindowTakersTakeTurns(t *testing.T) {
 	t.Parallel()

@@ -235,11 +235,13 @@ func TestDriverLargeEntriesReadFewAtATime(t *testing.T) {
 			require.LessOrEqual(t, n, int64(driver.DefaultConcurrency), "read %d asked for %d entries of 1 MiB", i+1, n)
 		}
 		require.NotEmpty(t, hook.claims)
-		sawLarge := false
-		for _, n := range hook.reads {
-			sawLarge = sawLarge || n > 1
-		}
-		require.True(t, sawLarge, "reads %v", hook.reads)
+		// That reads ask for more than one entry once the size is known
+		// is not asserted here: the reclaim pass's first page, reserved
+		// before any entry was seen, holds up to Concurrency places for
+		// its call, and a loaded machine can keep it in flight through
+		// every read of the stream (each then gets the one place left;
+		// seen once, under a cold CI run). TestWindowFollowsEntrySize and
+		// TestWindowCallBeforeSizeKnownHoldsItsPlaces assert the sizes.
 		// Once an entry was seen, a call asks for about 4 MiB: 4 entries.
 		last := hook.reads[len(hook.reads)-1]
 		require.LessOrEqual(t, last, int64(4), "reads %v", hook.reads)
