@@ -98,7 +98,7 @@ images:
 ## tests do: it checks the files the tests compile, and the packages it
 ## compiles for its type information are the tests' own (on a machine whose
 ## build cache is cold, vet without it compiled every dependency a second
-## time, a minute of the suite).
+## time).
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(CORE_MODULE) $(MODULES); do echo "go vet: $$m"; (cd $$m && $(GO) vet -race ./...) || exit 1; done

@@ -68,9 +68,9 @@ func goEnv(proxyDir, modCache string) ([]string, error) {
 // userModCache returns the module cache of the check's user builds:
 // kept from run to run under the user's cache directory, so that the
 // third-party modules are fetched and extracted once, with this project's
-// own modules removed first,
-// so that the zips the checkout's proxy serves now are the ones used (their
-// version stays the same from run to run while their contents change).
+// own modules removed first, so that the zips the checkout's proxy serves
+// now are the ones used (their version stays the same from run to run
+// while their contents change).
 // One release check at a time per machine.
 func userModCache() (string, error) {
 	dir, err := os.UserCacheDir()

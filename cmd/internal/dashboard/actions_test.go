@@ -145,9 +145,12 @@ func TestActions(t *testing.T) {
 		r = post(t, ts, "/actions/redrive", url.Values{"dlq": {sc.DLQ}, "all": {"1"}, "rate": {"1000"}, "step": {"run"}}, hx)
 		require.Equal(t, http.StatusOK, r.Status)
 		require.Contains(t, r.Body, `id="job"`)
-		i := strings.Index(r.Body, "/fragment/job?id=")
+		// The job's id, from the fragment whether the job still runs (it
+		// polls /fragment/job) or already ended (five records at 1,000/s
+		// can finish before the response is rendered).
+		i := strings.Index(r.Body, `data-job="`)
 		require.Positive(t, i, r.Body)
-		id := r.Body[i+len("/fragment/job?id=") : i+len("/fragment/job?id=")+16]
+		id := r.Body[i+len(`data-job="`) : i+len(`data-job="`)+16]
 		st := waitJob(t, s, id)
 		require.Empty(t, st.Err)
 		require.Equal(t, int64(5), st.Changed)
