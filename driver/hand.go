@@ -128,17 +128,18 @@ func (t *hand) add(handlerCtx context.Context, msgs []*Message, ls idleReset, q 
 	// is added to it during this call.
 	gone := t.claims.goneSince(claim)
 	for i, m := range msgs {
-		if _, busy := t.entries[m.ID]; busy {
-			skipped = append(skipped, m)
-			continue
-		}
-		if _, ok := t.parked[m.ID]; ok {
-			skipped = append(skipped, m)
-			continue
-		}
-		if gone[m.ID] {
-			skipped = append(skipped, m) // acked during the claim: stale
-			continue
+		// A claim can return entries held here (their handler still
+		// runs: the running one settles them), parked, or acked during
+		// the claim (stale: see claimTicket). A read of new entries (no
+		// ticket) returns none of them: the lookups, each as costly as
+		// the insert below, are a claim's.
+		if claim != 0 {
+			_, busy := t.entries[m.ID]
+			_, parked := t.parked[m.ID]
+			if busy || parked || gone[m.ID] {
+				skipped = append(skipped, m)
+				continue
+			}
 		}
 		f := &fs[i]
 		f.queued = now

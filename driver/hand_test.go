@@ -19,8 +19,9 @@ func trackerMsgs(ids ...string) []*Message {
 	return msgs
 }
 
-// add tracks new entries and queues them; an entry already in hand is
-// skipped (its running handler settles it); after close nothing is added.
+// add tracks new entries and queues them; an entry a claim returns that is
+// already in hand is skipped (its running handler settles it); after close
+// nothing is added.
 func TestTrackerAdd(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -39,9 +40,10 @@ func TestTrackerAdd(t *testing.T) {
 		require.EqualValues(t, 5*time.Second, jobs[0].f.ownedUntil.Load())
 		require.EqualValues(t, 3, jobs[1].f.bytes)
 
-		// A reclaim pass took back 2-0 while its handler runs: skipped.
+		// A reclaim pass (a claim: it has a ticket) took back 2-0 while
+		// its handler runs: skipped.
 		msgs = trackerMsgs("2-0", "3-0")
-		skipped, closed = tr.add(t.Context(), msgs, idleReset{}, q, nil, 0, nil)
+		skipped, closed = tr.add(t.Context(), msgs, idleReset{}, q, nil, tr.claims.begin(), nil)
 		require.False(t, closed)
 		require.Equal(t, []*Message{msgs[0]}, skipped)
 		require.Len(t, q.drain(), 1)
