@@ -148,9 +148,10 @@ func TestActions(t *testing.T) {
 		// The job's id, from the fragment whether the job still runs (it
 		// polls /fragment/job) or already ended (five records at 1,000/s
 		// can finish before the response is rendered).
-		i := strings.Index(r.Body, `data-job="`)
+		const attr = `data-job="`
+		i := strings.Index(r.Body, attr)
 		require.Positive(t, i, r.Body)
-		id := r.Body[i+len(`data-job="`) : i+len(`data-job="`)+16]
+		id := r.Body[i+len(attr) : i+len(attr)+16]
 		st := waitJob(t, s, id)
 		require.Empty(t, st.Err)
 		require.Equal(t, int64(5), st.Changed)
