@@ -146,14 +146,50 @@ func settled() chromedp.Action[chromedp.Void] {
 	}
 }
 
-// text reads an element's text.
+// clickSwapped clicks the first element sel matches inside a fragment htmx
+// polls and swaps: it finds the element and computes where it is in one
+// evaluation in the page, then presses the mouse there, as a user does.
+// chromedp.Click finds the node, then asks for its box in further calls,
+// and a swap in between fails those with "No node with given id found";
+// the mouse lands on the new copy of the element instead.
+func clickSwapped(sel string) chromedp.Action[chromedp.Void] {
+	type point struct {
+		X float64 `json:"x"`
+		Y float64 `json:"y"`
+	}
+	find := chromedp.PollFunction[point](`(sel) => {
+		const e = document.querySelector(sel);
+		if (!e) return null;
+		e.scrollIntoView({block: "center", inline: "center"});
+		const r = e.getBoundingClientRect();
+		return {x: r.left + r.width / 2, y: r.top + r.height / 2};
+	}`, chromedp.WithPollingArgs(sel), chromedp.WithPollingTimeout(0))
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		p, err := find(ctx, t)
+		if err != nil {
+			return chromedp.Void{}, err
+		}
+		return chromedp.MouseClickXY(p.X, p.Y)(ctx, t)
+	}
+}
+
+// text reads the text of the first element sel matches, once there is one.
+// It finds the element and reads it in one evaluation in the page:
+// chromedp.Text finds the node, then reads it in a second call, and a
+// polled fragment swapped in between (every 0.5 s) fails that call with
+// "No node with given id found".
 func (b *browser) text(t *testing.T, sel string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
 	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	type found struct {
+		Text string `json:"text"`
+	}
+	v, err := chromedp.Run(ctx, chromedp.PollFunction[found](
+		`(sel) => { const e = document.querySelector(sel); return e ? {text: e.innerText} : null; }`,
+		chromedp.WithPollingArgs(sel), chromedp.WithPollingTimeout(0)))
 	require.NoError(t, err, sel)
-	return s
+	return v.Text
 }
 
 // eval evaluates a JavaScript expression.
@@ -194,11 +230,11 @@ func TestBrowser(t *testing.T) {
 	// htmx loaded and polls the table in place.
 	require.True(t, eval[bool](t, b, `typeof htmx === "object" && htmx.version === "`+HTMXVersion+`"`))
 
-	b.run(t, "group", chromedp.Click(chromedp.CSS("a.group-link")), chromedp.WaitVisible(chromedp.CSS("table.pel-table")))
+	b.run(t, "group", clickSwapped("a.group-link"), chromedp.WaitVisible(chromedp.CSS("table.pel-table")))
 	require.Equal(t, "25", b.text(t, "#live dd.pending"))
 	require.Contains(t, b.text(t, "table.consumers"), "stalled")
 
-	b.run(t, "dead letters", chromedp.Click(chromedp.CSS(`#live a[href*="deadletters"]`)), chromedp.WaitVisible(chromedp.CSS("table.dead")))
+	b.run(t, "dead letters", clickSwapped(`#live a[href*="deadletters"]`), chromedp.WaitVisible(chromedp.CSS("table.dead")))
 	require.Equal(t, "5 records", b.text(t, "#dlq-length .count"))
 	eval[chromedp.Void](t, b, `window.pelwardenMarker = 42; window.pelwardenLog = [];
 		["htmx:afterRequest", "htmx:sendError", "htmx:responseError", "htmx:swapError"].forEach(function (n) {
