@@ -23,9 +23,9 @@ func requireDone(t *testing.T, ctx context.Context) {
 func TestEntryContextMadeOnFirstUse(t *testing.T) {
 	t.Parallel()
 	e := newEntryContext(context.Background())
-	require.Nil(t, e.made.Load())
+	require.Nil(t, e.state.Load())
 	require.NoError(t, e.Err())
-	require.NotNil(t, e.made.Load())
+	require.NotNil(t, e.state.Load().ctx)
 }
 
 // A cancellation asked for before the context is made, or after, cancels it
@@ -77,5 +77,23 @@ func TestEntryContextFinish(t *testing.T) {
 // newEntryContext returns an entry's context on its own (in the driver it
 // is part of the entry in hand).
 func newEntryContext(parent context.Context) *entryContext {
-	return &entryContext{parent: parent}
+	return &entryContext{parent: &parent}
+}
+
+// A handler looking at its context while the entry is lost (another
+// goroutine) ends with one context, cancelled with the loss's cause,
+// whichever came first.
+func TestEntryContextRace(t *testing.T) {
+	t.Parallel()
+	for range 200 {
+		e := newEntryContext(context.Background())
+		got := make(chan context.Context, 2)
+		go func() { got <- e.get() }()
+		go func() { e.cancelWith(errTestCause); got <- e.get() }()
+		a, b := <-got, <-got
+		require.Same(t, e.state.Load().ctx, a)
+		require.Same(t, a, b)
+		requireDone(t, a)
+		require.ErrorIs(t, context.Cause(a), errTestCause)
+	}
 }

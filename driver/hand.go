@@ -27,7 +27,7 @@ type hand struct {
 	unstarted []string                 // queued entries skipped at shutdown
 	closed    bool                     // shutdown began: add refuses
 	// jobs is add's buffer of the jobs it queues, reused from call to
-	// call (every entry passes through it).
+	// call (every entry passes through it; see jobQueue.pushBuffer).
 	jobs []job
 
 	// claims are the claims under way and what was settled meanwhile
@@ -118,6 +118,7 @@ func newHand(clk clock) *hand {
 func (t *hand) add(handlerCtx context.Context, msgs []*Message, ls idleReset, q *jobQueue, exec *executor, claim claimTicket, due []time.Duration) (skipped []*Message, closed bool) {
 	now := t.clock.now()
 	fs := make([]handEntry, len(msgs))
+	parent := &handlerCtx // shared by the entries of this call
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	defer t.claims.end(claim)
@@ -149,16 +150,14 @@ func (t *hand) add(handlerCtx context.Context, msgs []*Message, ls idleReset, q 
 		}
 		f.ownedUntil.Store(int64(ls.ownedUntil))
 		f.resetAt.Store(int64(ls.from))
-		f.ctx.parent = handlerCtx
+		f.ctx.parent = parent
 		t.entries[m.ID] = f
 		if len(t.delayed) > 0 {
 			delete(t.delayed, m.ID)
 		}
 		t.jobs = append(t.jobs, job{m: m, f: f, exec: exec})
 	}
-	q.push(t.jobs...)
-	clear(t.jobs) // the queue copied them
-	t.jobs = t.jobs[:0]
+	t.jobs = q.pushBuffer(t.jobs)
 	return skipped, false
 }
 
@@ -463,6 +462,37 @@ func (q *jobQueue) push(jobs ...job) bool {
 		q.mu.Unlock()
 		return false
 	}
+	q.appendLocked(jobs)
+	q.unlockWaking()
+	return true
+}
+
+// pushBuffer is push for a caller that queues from a buffer it reuses
+// (the hand's add): it returns the buffer to fill next, empty. When every
+// queued job was taken (a fast consumer's queue mostly is), the queue
+// takes jobs as its array, without copying them, and gives its old array
+// back (take zeroed each slot, so it keeps nothing alive); otherwise it
+// copies them, and the buffer is cleared.
+func (q *jobQueue) pushBuffer(jobs []job) (next []job) {
+	q.mu.Lock()
+	switch {
+	case q.closed:
+		q.mu.Unlock()
+	case q.head == len(q.jobs):
+		next = q.jobs[:0]
+		q.jobs, q.head = jobs, 0
+		q.unlockWaking()
+		return next
+	default:
+		q.appendLocked(jobs)
+		q.unlockWaking()
+	}
+	clear(jobs) // the queue copied them (or refused them)
+	return jobs[:0]
+}
+
+// appendLocked queues jobs (q.mu held).
+func (q *jobQueue) appendLocked(jobs []job) {
 	if q.head > 0 && q.head >= len(q.jobs)/2 {
 		// Reuse the taken front: under steady load the queue may never be
 		// empty, and appending behind an ever-advancing head would grow
@@ -472,12 +502,16 @@ func (q *jobQueue) push(jobs ...job) bool {
 		q.jobs, q.head = q.jobs[:n], 0
 	}
 	q.jobs = append(q.jobs, jobs...)
+}
+
+// unlockWaking unlocks q.mu, then wakes a parked worker when queued jobs
+// need one (see wakeOneLocked).
+func (q *jobQueue) unlockWaking() {
 	wake := q.wakeOneLocked()
 	q.mu.Unlock()
 	if wake {
 		q.wakeups <- struct{}{}
 	}
-	return true
 }
 
 // wakeOneLocked decides whether to wake a parked worker for queued jobs:
@@ -512,11 +546,7 @@ func (q *jobQueue) take(beforeWait func()) (j job, ok, waited bool) {
 			next := q.jobs[q.head]
 			q.jobs[q.head] = job{} // the queue does not keep the entry alive
 			q.head++
-			wake := q.wakeOneLocked()
-			q.mu.Unlock()
-			if wake {
-				q.wakeups <- struct{}{}
-			}
+			q.unlockWaking()
 			return next, true, waited
 		}
 		if q.closed {
@@ -579,42 +609,60 @@ func (q *jobQueue) drain() []job {
 // handler that never looks at its context, or whose entry is never lost,
 // pays nothing. A cause set before the context is made cancels it as soon
 // as it is made.
+//
+// It is part of every entry in hand, so it is two words: a pointer to the
+// handler context (shared by the entries of a dispatch) and one to its
+// state, without a lock: a fast handler's entry goes from nil to
+// finishedUnmade in one compare-and-swap.
 type entryContext struct {
-	parent context.Context
-
-	made atomic.Pointer[cancelPair] // nil until first use
-
-	mu    sync.Mutex
-	cause error // cancellation asked for before the context was made
+	parent *context.Context
+	state  atomic.Pointer[entryState] // nil: not made, nothing asked
 }
 
-type cancelPair struct {
+// entryState is an entryContext's state once it was made or cancelled.
+// It never changes once stored: a change stores a new one.
+type entryState struct {
+	// ctx and cancel: the per-entry context, once made (nil before).
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// cause: the cancellation asked for before the context was made.
+	cause error
 }
+
+// finishedUnmade is the state of an entry whose handler returned without
+// looking at its context (most do): shared, so finishing one costs no
+// allocation.
+var finishedUnmade = &entryState{cause: context.Canceled}
 
 var _ context.Context = (*entryContext)(nil)
 
 // get returns the per-entry context, making it on first use.
 func (e *entryContext) get() context.Context {
-	if p := e.made.Load(); p != nil {
-		return p.ctx
+	for {
+		s := e.state.Load()
+		if s != nil && s.ctx != nil {
+			return s.ctx
+		}
+		ctx, cancel := context.WithCancelCause(*e.parent)
+		if s != nil {
+			cancel(s.cause)
+		}
+		if e.state.CompareAndSwap(s, &entryState{ctx: ctx, cancel: cancel}) {
+			return ctx
+		}
+		// A cancellation or another get came first: ours is dropped (its
+		// cancel unregisters it from the parent), and the next round sees
+		// theirs.
+		cancel(context.Canceled)
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if p := e.made.Load(); p != nil {
-		return p.ctx
-	}
-	ctx, cancel := context.WithCancelCause(e.parent)
-	if e.cause != nil {
-		cancel(e.cause)
-	}
-	e.made.Store(&cancelPair{ctx: ctx, cancel: cancel})
-	return ctx
 }
 
+// handlerContext returns the handler context the entry's context derives
+// from.
+func (e *entryContext) handlerContext() context.Context { return *e.parent }
+
 // Deadline implements context.Context.
-func (e *entryContext) Deadline() (time.Time, bool) { return e.parent.Deadline() }
+func (e *entryContext) Deadline() (time.Time, bool) { return (*e.parent).Deadline() }
 
 // Done implements context.Context.
 func (e *entryContext) Done() <-chan struct{} { return e.get().Done() }
@@ -626,15 +674,25 @@ func (e *entryContext) Err() error { return e.get().Err() }
 // so that context.Cause finds it.
 func (e *entryContext) Value(key any) any { return e.get().Value(key) }
 
-// cancelWith cancels the entry's context with cause, now or when it is made.
+// cancelWith cancels the entry's context with cause, now or when it is
+// made; the first cause stays.
 func (e *entryContext) cancelWith(cause error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.cause == nil {
-		e.cause = cause
-	}
-	if p := e.made.Load(); p != nil {
-		p.cancel(cause)
+	for {
+		s := e.state.Load()
+		switch {
+		case s != nil && s.ctx != nil:
+			s.cancel(cause)
+			return
+		case s != nil:
+			return // a cause is set: it stays
+		}
+		next := finishedUnmade
+		if cause != context.Canceled {
+			next = &entryState{cause: cause}
+		}
+		if e.state.CompareAndSwap(nil, next) {
+			return
+		}
 	}
 }
 

@@ -206,3 +206,46 @@ func TestJobQueueClose(t *testing.T) {
 		}
 	})
 }
+
+// pushBuffer takes the caller's buffer as the queue's array when every
+// queued job was taken, copies it behind queued jobs otherwise, and the
+// buffer it gives back is empty and holds no job (nothing kept alive).
+func TestJobQueuePushBuffer(t *testing.T) {
+	t.Parallel()
+	q := newJobQueue(1, new(atomic.Bool))
+	buf := []job{testJob("1"), testJob("2")}
+	next := q.pushBuffer(buf)
+	require.Empty(t, next)
+	require.Same(t, &buf[0], &q.jobs[0], "an empty queue takes the buffer without copying")
+
+	next = append(next, testJob("3"))
+	kept := next
+	next = q.pushBuffer(next)
+	require.Empty(t, next)
+	require.Equal(t, job{}, kept[0], "copied behind queued jobs, the buffer is cleared")
+
+	var ids []string
+	for range 3 {
+		j, ok := q.get()
+		require.True(t, ok)
+		ids = append(ids, j.m.ID)
+	}
+	require.Equal(t, []string{"1", "2", "3"}, ids)
+	taken := q.jobs
+	next = q.pushBuffer(append(next, testJob("4")))
+	require.Empty(t, next)
+	for _, j := range taken[:cap(taken)] {
+		require.Equal(t, job{}, j, "the array given back holds no job")
+	}
+	j, ok := q.get()
+	require.True(t, ok)
+	require.Equal(t, "4", j.m.ID)
+
+	q.close()
+	refused := []job{testJob("5")}
+	next = q.pushBuffer(refused)
+	require.Empty(t, next)
+	require.Equal(t, job{}, refused[0])
+	_, ok = q.get()
+	require.False(t, ok, "nothing queued after close")
+}

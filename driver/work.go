@@ -298,7 +298,7 @@ func (e *executor) applyOutcome(m *Message, f *handEntry, err error, panicked bo
 	if out.Action != ActionAck {
 		e.m.Count(EventHandlerError, 1)
 	}
-	if out.Action != ActionAck && f.ctx.parent.Err() != nil {
+	if out.Action != ActionAck && f.ctx.handlerContext().Err() != nil {
 		// Cancelled by the shutdown timeout (a lost lease returned above):
 		// leave it pending.
 		e.entryLog(true, "handler cancelled by shutdown; entry stays pending", "id", m.ID, "err", err)
@@ -309,7 +309,7 @@ func (e *executor) applyOutcome(m *Message, f *handEntry, err error, panicked bo
 		f.acking.Store(true)
 		return true
 	}
-	ctx := context.WithoutCancel(f.ctx.parent)
+	ctx := context.WithoutCancel(f.ctx.handlerContext())
 	if out.Action == ActionDeadLetter {
 		// Held until the call settles it: a claim that returns it
 		// meanwhile is skipped (see hand.gone).

@@ -587,15 +587,18 @@ func (b *bench) rounds(ctx context.Context, part string, methods []roundMethod, 
 
 // medians returns, for each method's runs, the run with the median entries/s
 // (the lower middle one for an even count), its Rates set to the entries/s
-// of every run in run order. A method whose run failed in some round is
+// of every run in run order and its ClientCPUs to their client CPU per
+// entry. A method whose run failed in some round is
 // represented by that failed run, so the failure is reported.
 func medians(rounds [][]Result) []Result {
 	out := make([]Result, 0, len(rounds))
 	for _, runs := range rounds {
 		rates := make([]float64, len(runs))
+		cpus := make([]float64, len(runs))
 		pick := -1
 		for i := range runs {
 			rates[i] = runs[i].EntriesPerSecond()
+			cpus[i] = runs[i].ClientCPUPerEntry()
 			if runs[i].Problem != "" && pick < 0 {
 				pick = i
 			}
@@ -609,7 +612,7 @@ func medians(rounds [][]Result) []Result {
 			pick = order[(len(order)-1)/2]
 		}
 		r := runs[pick]
-		r.Rates = rates
+		r.Rates, r.ClientCPUs = rates, cpus
 		out = append(out, r)
 	}
 	return out

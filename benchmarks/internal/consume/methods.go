@@ -387,9 +387,9 @@ func (b *bench) finish(ctx context.Context, r *Result, err error, verify func() 
 		return r, fmt.Errorf("consume: %s: %w", r.Method, err)
 	}
 	r.Verified = true
-	b.cfg.logf("%s: %d entries in %v (%s/s), %d round trips, server CPU %v, peak heap %s", r.Method, r.Entries,
+	b.cfg.logf("%s: %d entries in %v (%s/s), %d round trips, server CPU %v, client CPU %v, peak heap %s", r.Method, r.Entries,
 		r.Wall.Round(time.Millisecond), measure.FormatCount(r.EntriesPerSecond()), r.RoundTrips,
-		r.ServerCPU.Round(time.Millisecond), fmtBytes(r.PeakHeapInuse))
+		r.ServerCPU.Round(time.Millisecond), r.ClientCPU.Round(time.Millisecond), fmtBytes(r.PeakHeapInuse))
 	return r, nil
 }
 

@@ -83,6 +83,9 @@ type Result struct {
 	// Rates holds the entries/s of every round of this method (PartMain
 	// with Config.Rounds), in run order; this Result is the median one.
 	Rates []float64
+	// ClientCPUs holds the client CPU µs per entry of the same rounds, in
+	// run order.
+	ClientCPUs []float64
 	// PeakHeapInuse is the highest runtime.MemStats.HeapInuse sampled every
 	// 50ms during Ran; BaseHeapInuse is HeapInuse after a GC just before.
 	// Both cover the whole benchmark process.
@@ -197,6 +200,10 @@ const (
 	// TargetVsRaw: on new entries the driver reaches at least 90% of the
 	// raw loop.
 	TargetVsRaw = 0.9
+	// TargetClientVsRaw: on new entries the driver's client CPU per entry
+	// is at most 1.3 times the raw loop's (the median of the rounds'
+	// ratios).
+	TargetClientVsRaw = 1.3
 	// TargetReclaimVsClaim: reclaiming a dead consumer's PEL, the driver
 	// with its defaults reaches at least 95% of the Claim+Ack loop's rate
 	// (the median of the rounds' ratios)...
@@ -348,6 +355,12 @@ func writeMain(ew *measure.ReportWriter, rep Report, lines *[]string) error {
 		if raw != nil {
 			x := ratioTo(r, raw)
 			*lines = append(*lines, fmt.Sprintf("  main path, %s: entries/s >= %.0f%% of the raw loop: %.0f%%  %s", r.Method, TargetVsRaw*100, x*100, measure.Verdict(x >= TargetVsRaw)))
+			if xs := clientRatios(r, raw); xs != nil {
+				x := xs[(len(xs)-1)/2]
+				*lines = append(*lines, fmt.Sprintf("  main path, %s: client CPU per entry <= %gx the raw loop's (median of the rounds): %s, rounds %s-%s  %s",
+					r.Method, TargetClientVsRaw, measure.FormatRatio(x), measure.FormatRatio(xs[0]), measure.FormatRatio(xs[len(xs)-1]),
+					measure.Verdict(x <= TargetClientVsRaw)))
+			}
 		}
 	}
 	return nil
@@ -668,6 +681,27 @@ func roundRatios(r, base *Result) []float64 {
 	xs := make([]float64, len(r.Rates))
 	for i := range xs {
 		xs[i] = measure.Ratio(r.Rates[i], base.Rates[i])
+	}
+	slices.Sort(xs)
+	return xs
+}
+
+// clientRatios returns the ratios of r's client CPU per entry to base's
+// within each round, sorted (without paired rounds, the one ratio of the
+// two Results); nil where the platform reports no CPU time.
+func clientRatios(r, base *Result) []float64 {
+	if len(r.ClientCPUs) < 2 || len(r.ClientCPUs) != len(base.ClientCPUs) {
+		if r.ClientCPU == 0 || base.ClientCPU == 0 {
+			return nil
+		}
+		return []float64{measure.Ratio(r.ClientCPUPerEntry(), base.ClientCPUPerEntry())}
+	}
+	xs := make([]float64, len(r.ClientCPUs))
+	for i := range xs {
+		if r.ClientCPUs[i] == 0 || base.ClientCPUs[i] == 0 {
+			return nil
+		}
+		xs[i] = r.ClientCPUs[i] / base.ClientCPUs[i]
 	}
 	slices.Sort(xs)
 	return xs

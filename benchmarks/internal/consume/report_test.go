@@ -119,6 +119,7 @@ func TestWriteTableTargets(t *testing.T) {
 		Slow:  []Result{res("driver defaults x 2, handler 40ms", PartSlow, 800, 1500*time.Millisecond)},
 		Large: []Result{res("driver defaults, MinIdle 10ms, ReclaimInterval 10ms", PartLarge, 150, time.Second)},
 	}
+	rep.Main[0].ClientCPU, rep.Main[2].ClientCPU = 1400*time.Millisecond, time.Second
 	rep.Reclaim[1].LogRecords, rep.Reclaim[1].LogWarnings = 3, 1
 	rep.Slow[0].Ideal = time.Second
 	rep.Slow[0].Consumers = []ConsumerResult{{Name: "consumer-a", Handled: 500, MaxHeld: 40}, {Name: "consumer-b", Handled: 300, MaxHeld: 70}}
@@ -131,6 +132,7 @@ func TestWriteTableTargets(t *testing.T) {
 		"targets (the driver with its defaults):",
 		"  main path, driver defaults: entries/s >= 30x watermill-redisstream: 40.0x  met",
 		"  main path, driver defaults: entries/s >= 90% of the raw loop: 90%  met",
+		"  main path, driver defaults: client CPU per entry <= 1.3x the raw loop's (median of the rounds): 1.40x, rounds 1.40x-1.40x  MISSED",
 		"  reclaim, driver defaults: entries/s >= 95% of the Claim+Ack loop (median of the rounds), >= 90% in every round: 100%, least 100%  met",
 		"  reclaim, driver, MinIdle 10ms, ReclaimInterval 10ms: entries/s >= 95% of the Claim+Ack loop (median of the rounds), >= 90% in every round: 80%, least 80%  MISSED",
 		"  reclaim, control: the Claim+Ack loop against itself: 91% (median of the rounds), least 91%, most 91% (no target: the machine's noise)",
@@ -151,7 +153,7 @@ func TestWriteTableTargets(t *testing.T) {
 func TestMediansAndPairedRatios(t *testing.T) {
 	t.Parallel()
 	run := func(method string, entries int, wall time.Duration) Result {
-		return Result{Method: method, Sample: measure.Sample{Entries: entries, Wall: wall}}
+		return Result{Method: method, Sample: measure.Sample{Entries: entries, Wall: wall}, ClientCPU: wall / 2}
 	}
 	rounds := [][]Result{
 		{run("driver", 100, 1*time.Second), run("driver", 100, 4*time.Second), run("driver", 100, 2*time.Second)},
@@ -161,9 +163,12 @@ func TestMediansAndPairedRatios(t *testing.T) {
 	require.Len(t, ms, 2)
 	require.Equal(t, 2*time.Second, ms[0].Wall, "median of 100, 25 and 50 entries/s")
 	require.Equal(t, []float64{100, 25, 50}, ms[0].Rates)
+	require.Equal(t, []float64{5000, 20000, 10000}, ms[0].ClientCPUs, "µs per entry of each round")
 	require.Equal(t, time.Second, ms[1].Wall)
-	// Within each round: 1, 0.5, 0.5.
+	// Within each round: 1, 0.5, 0.5; the client CPU's: 1, 2, 2.
 	require.InDelta(t, 0.5, ratioTo(&ms[0], &ms[1]), 1e-9)
+	require.Equal(t, []float64{1, 2, 2}, clientRatios(&ms[0], &ms[1]))
+	require.Nil(t, clientRatios(&Result{}, &ms[1]), "no CPU time reported, no ratio")
 
 	failed := run("driver", 100, time.Second)
 	failed.Problem = "boom"
