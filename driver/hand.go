@@ -687,7 +687,7 @@ func (e *entryContext) cancelWith(cause error) {
 			return // a cause is set: it stays
 		}
 		next := finishedUnmade
-		if cause != context.Canceled {
+		if cause != context.Canceled { // identity: only the sentinel itself shares the state
 			next = &entryState{cause: cause}
 		}
 		if e.state.CompareAndSwap(nil, next) {
