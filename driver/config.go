@@ -191,7 +191,10 @@ type Config struct {
 	// disables the check. Must be above max(MinIdle, the longest Backoff).
 	StallAfter time.Duration
 
-	// Concurrency is the number of handlers run at once. Defaults to
+	// Concurrency is the most handlers run at once. Handlers that finish
+	// in less than 50 µs run on no more workers than the process has cores
+	// (GOMAXPROCS), since more would only take turns on them; as soon as
+	// handlers take longer or block, up to Concurrency run. Defaults to
 	// DefaultConcurrency.
 	Concurrency int
 	// Limit names a limit this consumer runs under, shared with every

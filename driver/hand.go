@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -433,8 +434,17 @@ func (t *hand) count() int {
 // every job in less time than the wake-ups took. Here wake-ups are chained:
 // a push wakes one parked worker, and a woken worker that finds more jobs
 // queued wakes the next, so at most one wake-up is in flight. Workers that
-// are running keep taking jobs without parking; parallelism still grows to
-// every worker within microseconds per worker when handlers block.
+// are running keep taking jobs without parking.
+//
+// The chain stops at as many running workers as the process has cores
+// while handlers finish in less than slowHandler: a batch of 500 fast
+// handlers would otherwise wake every worker, each wake-up costing more
+// than the handlers it runs, for no more parallelism than the cores give.
+// Should the queue then stop moving (the running workers' handlers block,
+// or take longer than they did), the watch wakes the next worker within
+// queueWatch, and handlers found slow let the chain wake every worker
+// again: parallelism grows to every worker within about a millisecond
+// when handlers block.
 type jobQueue struct {
 	mu      sync.Mutex
 	jobs    []job
@@ -446,12 +456,33 @@ type jobQueue struct {
 	// starved is set whenever a worker finds the queue empty and parks
 	// (the window's signal to grow).
 	starved *atomic.Bool
+
+	// cores: the most running workers the chain wakes while handlers are
+	// fast; slow: the last handler a worker reported ran slowHandler or
+	// longer (or the watch found the queue stuck); taken counts the jobs
+	// taken; watch, armed while a wake-up is held back, fires queueWatch
+	// later (watchFrom: taken then).
+	cores     int
+	slow      bool
+	taken     uint64
+	watch     *time.Timer
+	watching  bool
+	watchFrom uint64
 }
+
+const (
+	// slowHandler: a handler that runs this long or longer is worth a
+	// wake-up of its own (one costs a few µs of CPU).
+	slowHandler = 50 * time.Microsecond
+	// queueWatch: while the chain holds wake-ups back, queued jobs wait
+	// at most about this long before one more worker is woken.
+	queueWatch = time.Millisecond
+)
 
 // newJobQueue returns a queue for at most workers concurrent getters; it
 // sets starved whenever a worker runs out of jobs.
 func newJobQueue(workers int, starved *atomic.Bool) *jobQueue {
-	return &jobQueue{wakeups: make(chan struct{}, workers), starved: starved}
+	return &jobQueue{wakeups: make(chan struct{}, workers), starved: starved, cores: runtime.GOMAXPROCS(0)}
 }
 
 // push queues jobs. It never blocks. It reports false, queueing nothing,
@@ -515,9 +546,15 @@ func (q *jobQueue) unlockWaking() {
 }
 
 // wakeOneLocked decides whether to wake a parked worker for queued jobs:
-// yes when one is parked and no wake-up is in flight already.
+// yes when one is parked and no wake-up is in flight already, unless
+// handlers are fast and as many workers run as there are cores (the watch
+// then looks again after queueWatch).
 func (q *jobQueue) wakeOneLocked() bool {
 	if q.head == len(q.jobs) || q.parked == 0 || q.waking {
+		return false
+	}
+	if !q.slow && cap(q.wakeups)-q.parked >= q.cores {
+		q.watchLocked()
 		return false
 	}
 	q.parked--
@@ -525,18 +562,57 @@ func (q *jobQueue) wakeOneLocked() bool {
 	return true
 }
 
+// watchLocked arms the watch, unless it is armed.
+func (q *jobQueue) watchLocked() {
+	if q.watching || q.closed {
+		return
+	}
+	q.watching, q.watchFrom = true, q.taken
+	if q.watch == nil {
+		q.watch = time.AfterFunc(queueWatch, q.watched)
+		return
+	}
+	q.watch.Reset(queueWatch)
+}
+
+// watched is the watch firing: jobs were queued queueWatch ago and no
+// worker was woken for them. It wakes one; and when the running workers
+// took none meanwhile, their handlers block: the chain wakes freely until
+// a worker reports a fast handler again.
+func (q *jobQueue) watched() {
+	q.mu.Lock()
+	q.watching = false
+	if q.taken == q.watchFrom {
+		q.slow = true
+	}
+	wake := q.head < len(q.jobs) && q.parked > 0 && !q.waking
+	if wake {
+		q.parked--
+		q.waking = true
+	}
+	q.mu.Unlock()
+	if wake {
+		q.wakeups <- struct{}{}
+	}
+}
+
 // get returns the next job, waiting while the queue is empty. It returns
 // false once the queue is closed and empty.
 func (q *jobQueue) get() (job, bool) {
-	j, ok, _ := q.take(nil)
+	j, ok, _ := q.take(nil, -1)
 	return j, ok
 }
 
 // take is get, and reports whether it waited for the job. When it is
-// about to wait, it first calls beforeWait (when not nil), once.
-func (q *jobQueue) take(beforeWait func()) (j job, ok, waited bool) {
+// about to wait, it first calls beforeWait (when not nil), once. took is
+// how long the worker's last handler ran (negative: none), which paces
+// the wake-ups (see jobQueue).
+func (q *jobQueue) take(beforeWait func(), took time.Duration) (j job, ok, waited bool) {
 	woken := false
 	q.mu.Lock()
+	if took >= 0 {
+		q.slow = took >= slowHandler
+	}
 	for {
 		if woken {
 			q.waking = false
@@ -546,6 +622,7 @@ func (q *jobQueue) take(beforeWait func()) (j job, ok, waited bool) {
 			next := q.jobs[q.head]
 			q.jobs[q.head] = job{} // the queue does not keep the entry alive
 			q.head++
+			q.taken++
 			q.unlockWaking()
 			return next, true, waited
 		}
@@ -583,6 +660,9 @@ func (q *jobQueue) close() {
 	q.closed = true
 	n := q.parked
 	q.parked = 0
+	if q.watch != nil {
+		q.watch.Stop()
+	}
 	q.mu.Unlock()
 	for range n {
 		q.wakeups <- struct{}{}

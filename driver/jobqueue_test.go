@@ -249,3 +249,69 @@ func TestJobQueuePushBuffer(t *testing.T) {
 	_, ok = q.get()
 	require.False(t, ok, "nothing queued after close")
 }
+
+// Fast handlers are run by as many workers as there are cores: the chain
+// of wake-ups stops there, and the others stay parked (each wake-up would
+// cost more than the handlers it runs). Before, the chain woke all eight.
+func TestJobQueueFastHandlersWakeAsManyAsCores(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const workers = 8
+		q := newJobQueue(workers, new(atomic.Bool))
+		q.cores = 2
+		var mu sync.Mutex
+		took := map[int]int{} // jobs taken, by worker
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for {
+					if _, ok, _ := q.take(nil, time.Microsecond); !ok {
+						return
+					}
+					mu.Lock()
+					took[w]++
+					mu.Unlock()
+					time.Sleep(time.Microsecond) // the handler: fast, but the others may run meanwhile
+
+				}
+			})
+		}
+		waitParked(t, q, workers)
+		jobs := make([]job, 500)
+		for i := range jobs {
+			jobs[i] = testJob(fmt.Sprint(i))
+		}
+		require.True(t, q.push(jobs...))
+		waitParked(t, q, workers)
+		time.Sleep(10 * queueWatch) // the watch finds the queue empty: no wake-up
+		synctest.Wait()
+		mu.Lock()
+		require.Len(t, took, 2, "as many workers as cores ran the batch: %v", took)
+		total := 0
+		for _, n := range took {
+			total += n
+		}
+		require.Equal(t, 500, total)
+		mu.Unlock()
+		q.close()
+		wg.Wait()
+	})
+}
+
+// A worker that reports a slow handler makes the chain wake every worker
+// again, at once (no watch to wait for).
+func TestJobQueueSlowHandlerWakesFreely(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		q := newJobQueue(4, new(atomic.Bool))
+		q.cores = 1
+		q.parked = 3 // as if three workers waited in get, one running
+		require.True(t, q.push(testJob("a"), testJob("b"), testJob("c")))
+		require.Zero(t, len(q.wakeups), "fast handlers: one running worker is enough")
+		require.True(t, q.watching, "the watch looks again")
+		_, ok, _ := q.take(nil, slowHandler)
+		require.True(t, ok)
+		require.Equal(t, 1, len(q.wakeups), "a slow handler: the next worker is woken")
+		q.close()
+	})
+}

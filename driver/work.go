@@ -29,11 +29,13 @@ func (s *session) worker() {
 	var done finished
 	defer done.stop()
 	last := time.Duration(-1) // when the last job ended (a clock reading)
+	took := time.Duration(-1) // how long its handler ran (see jobQueue.take)
 	for {
-		j, ok, waited := s.jobs.take(done.flush)
+		j, ok, waited := s.jobs.take(done.flush, took)
 		if !ok {
 			return
 		}
+		took = -1
 		done.use(j.exec)
 		if s.closed.Load() {
 			j.exec.skip(j)
@@ -49,6 +51,7 @@ func (s *session) worker() {
 		}
 		var due bool
 		last, due = j.exec.runAt(j, start, &done)
+		took = last - start
 		if due {
 			done.flush()
 		}
