@@ -13,6 +13,15 @@ import (
 
 func testJob(id string) job { return job{m: &Message{ID: id}} }
 
+// testJobs returns n jobs, their ids "0" to n-1.
+func testJobs(n int) []job {
+	jobs := make([]job, n)
+	for i := range jobs {
+		jobs[i] = testJob(fmt.Sprint(i))
+	}
+	return jobs
+}
+
 // waitParked waits until n workers are parked in get.
 func waitParked(t *testing.T, q *jobQueue, n int) {
 	t.Helper()
@@ -111,10 +120,7 @@ func TestJobQueueWakesOneAtATime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := newJobQueue(8, new(atomic.Bool))
 		q.parked = 8 // as if 8 workers waited in get
-		jobs := make([]job, 100)
-		for i := range jobs {
-			jobs[i] = testJob(fmt.Sprint(i))
-		}
+		jobs := testJobs(100)
 		require.True(t, q.push(jobs...))
 		require.Equal(t, 1, len(q.wakeups), "one wake-up for a batch")
 		require.True(t, q.push(testJob("more")))
@@ -153,10 +159,7 @@ func TestJobQueueStartsEveryWorkerForBlockingJobs(t *testing.T) {
 			})
 		}
 		waitParked(t, q, workers)
-		jobs := make([]job, workers)
-		for i := range jobs {
-			jobs[i] = testJob(fmt.Sprint(i))
-		}
+		jobs := testJobs(workers)
 		require.True(t, q.push(jobs...))
 		select {
 		case <-allRunning:
@@ -277,10 +280,7 @@ func TestJobQueueFastHandlersWakeAsManyAsCores(t *testing.T) {
 			})
 		}
 		waitParked(t, q, workers)
-		jobs := make([]job, 500)
-		for i := range jobs {
-			jobs[i] = testJob(fmt.Sprint(i))
-		}
+		jobs := testJobs(500)
 		require.True(t, q.push(jobs...))
 		waitParked(t, q, workers)
 		time.Sleep(10 * queueWatch) // the watch finds the queue empty: no wake-up
