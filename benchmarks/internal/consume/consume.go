@@ -588,8 +588,8 @@ func (b *bench) rounds(ctx context.Context, part string, methods []roundMethod, 
 // medians returns, for each method's runs, the run with the median entries/s
 // (the lower middle one for an even count), its Rates set to the entries/s
 // of every run in run order and its ClientCPUs to their client CPU per
-// entry. A method whose run failed in some round is
-// represented by that failed run, so the failure is reported.
+// entry. A method whose run failed in some round is represented by that
+// failed run, so the failure is reported.
 func medians(rounds [][]Result) []Result {
 	out := make([]Result, 0, len(rounds))
 	for _, runs := range rounds {
