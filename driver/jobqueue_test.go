@@ -22,6 +22,27 @@ func testJobs(n int) []job {
 	return jobs
 }
 
+// startWorkers starts n workers taking jobs from q, each reporting took
+// as its last handler's time (negative: none) and running handle with its
+// number for every job. stop closes q and waits for the workers.
+func startWorkers(q *jobQueue, n int, took time.Duration, handle func(w int)) (stop func()) {
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Go(func() {
+			for {
+				if _, ok, _ := q.take(nil, took); !ok {
+					return
+				}
+				handle(w)
+			}
+		})
+	}
+	return func() {
+		q.close()
+		wg.Wait()
+	}
+}
+
 // waitParked waits until n workers are parked in get.
 func waitParked(t *testing.T, q *jobQueue, n int) {
 	t.Helper()
@@ -146,18 +167,10 @@ func TestJobQueueStartsEveryWorkerForBlockingJobs(t *testing.T) {
 		running.Add(workers)
 		allRunning := make(chan struct{})
 		go func() { running.Wait(); close(allRunning) }()
-		var wg sync.WaitGroup
-		for range workers {
-			wg.Go(func() {
-				for {
-					if _, ok := q.get(); !ok {
-						return
-					}
-					running.Done()
-					<-allRunning // blocks until every job runs at once
-				}
-			})
-		}
+		stop := startWorkers(q, workers, -1, func(int) {
+			running.Done()
+			<-allRunning // blocks until every job runs at once
+		})
 		waitParked(t, q, workers)
 		jobs := testJobs(workers)
 		require.True(t, q.push(jobs...))
@@ -166,8 +179,7 @@ func TestJobQueueStartsEveryWorkerForBlockingJobs(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("not every worker was woken for blocking jobs")
 		}
-		q.close()
-		wg.Wait()
+		stop()
 	})
 }
 
@@ -264,21 +276,12 @@ func TestJobQueueFastHandlersWakeAsManyAsCores(t *testing.T) {
 		q.cores = 2
 		var mu sync.Mutex
 		took := map[int]int{} // jobs taken, by worker
-		var wg sync.WaitGroup
-		for w := range workers {
-			wg.Go(func() {
-				for {
-					if _, ok, _ := q.take(nil, time.Microsecond); !ok {
-						return
-					}
-					mu.Lock()
-					took[w]++
-					mu.Unlock()
-					time.Sleep(time.Microsecond) // the handler: fast, but the others may run meanwhile
-
-				}
-			})
-		}
+		stop := startWorkers(q, workers, time.Microsecond, func(w int) {
+			mu.Lock()
+			took[w]++
+			mu.Unlock()
+			time.Sleep(time.Microsecond) // the handler: fast, but the others may run meanwhile
+		})
 		waitParked(t, q, workers)
 		jobs := testJobs(500)
 		require.True(t, q.push(jobs...))
@@ -293,8 +296,7 @@ func TestJobQueueFastHandlersWakeAsManyAsCores(t *testing.T) {
 		}
 		require.Equal(t, 500, total)
 		mu.Unlock()
-		q.close()
-		wg.Wait()
+		stop()
 	})
 }
 
