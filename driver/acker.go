@@ -37,12 +37,14 @@ type acker struct {
 	// sendTime is the mean time an ack call took (0: none yet): how early
 	// a flush timed by the fence goes out (see loop). The loop's own.
 	sendTime time.Duration
-	// plain, fenced and ids are the loop's buffers for one batch (see
-	// send and forgetAcked), reused from batch to batch: a consumer acks
-	// every entry, so allocating them per batch would cost every entry.
-	plain, fenced, ids []string
-	stopped            chan struct{} // closed by stop: no more acks are coming
-	gone               chan struct{} // closed when the loop has exited
+	// plain, fenced, acked and kept are the loop's buffers for one batch
+	// (see send and forgetAcked), reused from batch to batch: a consumer
+	// acks every entry, so allocating them per batch would cost every
+	// entry.
+	plain, fenced []string
+	acked, kept   []*handEntry
+	stopped       chan struct{} // closed by stop: no more acks are coming
+	gone          chan struct{} // closed when the loop has exited
 	// live is the loop's context until stop (see start).
 	live     context.Context
 	stopLive context.CancelFunc
@@ -57,12 +59,12 @@ func newAcker(a acker) *acker {
 	return &a
 }
 
-// add queues the ack of id; ownedUntil is when another consumer could
+// add queues the ack of f; ownedUntil is when another consumer could
 // first take it over (see Config.fenceFrom). It reports false once the
 // acker has stopped: the entry then stays pending. It waits while the
 // queue is full (the back-pressure of a slow or failing ack call).
-func (a *acker) add(id string, ownedUntil, now time.Duration) bool {
-	return a.queue.push(ackItem{id: id, ownedUntil: ownedUntil, ahead: ownedUntil > now})
+func (a *acker) add(f *handEntry, ownedUntil, now time.Duration) bool {
+	return a.queue.push(ackItem{f: f, ownedUntil: ownedUntil, ahead: ownedUntil > now})
 }
 
 // addAll queues the acks of items, in order, as add does, and returns how
@@ -190,7 +192,7 @@ func (a *acker) loop(ctx context.Context) {
 // abandon forgets acks that will not be sent, logging them.
 func (a *acker) abandon(pending []ackItem) {
 	ids := itemIDs(pending)
-	a.hand.forget(ids...)
+	a.hand.drop(false, itemEntries(pending)...)
 	if len(pending) > 0 {
 		a.log.Error("shutdown: acks not sent; these entries stay pending and will be handled again", "count", len(ids), "ids", firstIDs(ids))
 	}
@@ -229,7 +231,7 @@ func (a *acker) flush(ctx context.Context, pending []ackItem) ([]ackItem, bool) 
 		case errors.Is(err, pelwarden.ErrNoGroup):
 			// The group and its PEL are gone: nothing left to ack.
 			a.faults.failedForGood(ctx, "ack", err)
-			a.hand.forget(itemIDs(batch)...)
+			a.hand.drop(false, itemEntries(batch)...)
 			pending = pending[len(batch):]
 			continue
 		default: // permanent: the consumer stops
@@ -308,9 +310,9 @@ func (a *acker) send(ctx context.Context, batch []ackItem) (ackResult, error) {
 	plain, fenced := a.plain[:0], a.fenced[:0]
 	for _, it := range batch {
 		if now < it.ownedUntil {
-			plain = append(plain, it.id)
+			plain = append(plain, it.f.id)
 		} else {
-			fenced = append(fenced, it.id)
+			fenced = append(fenced, it.f.id)
 		}
 	}
 	defer func() {
@@ -345,43 +347,51 @@ func (a *acker) send(ctx context.Context, batch []ackItem) (ackResult, error) {
 // owned elsewhere are still pending (another consumer handles them: see
 // hand.forget), the others are gone from the PEL (see hand.gone).
 func (a *acker) forgetAcked(batch []ackItem, ownedElsewhere []string) {
-	ids := a.ids[:0]
-	for _, it := range batch {
-		ids = append(ids, it.id)
-	}
-	defer func() {
-		clear(ids)
-		a.ids = ids[:0]
-	}()
-	if len(ownedElsewhere) == 0 {
-		a.hand.gone(ids...)
-		return
-	}
-	elsewhere := make(map[string]bool, len(ownedElsewhere))
-	for _, id := range ownedElsewhere {
-		elsewhere[id] = true
-	}
-	gone := ids[:0]
-	for _, id := range ids {
-		if !elsewhere[id] {
-			gone = append(gone, id)
+	var elsewhere map[string]bool
+	if len(ownedElsewhere) > 0 {
+		elsewhere = make(map[string]bool, len(ownedElsewhere))
+		for _, id := range ownedElsewhere {
+			elsewhere[id] = true
 		}
 	}
-	a.hand.forget(ownedElsewhere...)
-	a.hand.gone(gone...)
+	acked, kept := a.acked[:0], a.kept[:0]
+	for _, it := range batch {
+		if elsewhere[it.f.id] {
+			kept = append(kept, it.f)
+		} else {
+			acked = append(acked, it.f)
+		}
+	}
+	defer func() {
+		clear(acked)
+		clear(kept)
+		a.acked, a.kept = acked[:0], kept[:0]
+	}()
+	if len(kept) > 0 {
+		a.hand.drop(false, kept...)
+	}
+	a.hand.drop(true, acked...)
 }
 
 func itemIDs(items []ackItem) []string {
 	ids := make([]string, len(items))
 	for i, it := range items {
-		ids[i] = it.id
+		ids[i] = it.f.id
 	}
 	return ids
 }
 
+func itemEntries(items []ackItem) []*handEntry {
+	fs := make([]*handEntry, len(items))
+	for i, it := range items {
+		fs[i] = it.f
+	}
+	return fs
+}
+
 // ackItem is one entry to ack.
 type ackItem struct {
-	id string
+	f *handEntry // its id, and its entry in hand
 	// ownedUntil (a clock reading): until then no other consumer can have
 	// taken the entry over, so a plain XACK acks exactly what the fenced
 	// ack would (see fenceFrom).

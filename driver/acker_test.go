@@ -53,7 +53,7 @@ func TestAckerSendFence(t *testing.T) {
 				}
 				batch := make([]ackItem, len(jobs))
 				for i, j := range jobs {
-					batch[i] = ackItem{id: j.m.ID, ownedUntil: time.Duration(j.f.ownedUntil.Load())}
+					batch[i] = ackItem{f: j.f, ownedUntil: time.Duration(j.f.ownedUntil.Load())}
 				}
 				res, err := h.l.acks.send(t.Context(), batch)
 				require.NoError(t, err)
@@ -96,7 +96,7 @@ func TestAckerFlush(t *testing.T) {
 				h.srv.failNext("ack", c.errs...)
 				var items []ackItem
 				for _, j := range jobs {
-					items = append(items, ackItem{id: j.m.ID, ownedUntil: time.Duration(j.f.ownedUntil.Load())})
+					items = append(items, ackItem{f: j.f, ownedUntil: time.Duration(j.f.ownedUntil.Load())})
 				}
 				left, ok := h.l.acks.flush(t.Context(), items)
 				require.Equal(t, c.ok, ok)
@@ -126,7 +126,7 @@ func TestAckerFlushForgetsAcked(t *testing.T) {
 		claim := h.l.hand.claims.begin()
 		var items []ackItem
 		for _, j := range jobs {
-			items = append(items, ackItem{id: j.m.ID, ownedUntil: time.Duration(j.f.ownedUntil.Load())})
+			items = append(items, ackItem{f: j.f, ownedUntil: time.Duration(j.f.ownedUntil.Load())})
 		}
 		left, ok := h.l.acks.flush(t.Context(), items)
 		require.True(t, ok)
@@ -149,19 +149,19 @@ func TestAckerLoop(t *testing.T) {
 		h.read(t.Context(), 10)
 		h.l.acks.start(t.Context())
 		for _, id := range ids[:4] {
-			require.True(t, h.l.acks.add(id, time.Hour, h.l.clock.now()))
+			require.True(t, h.l.acks.add(h.held(id), time.Hour, h.l.clock.now()))
 		}
 		eventually(t, "a full batch acked", func() bool { return len(h.srv.pendingIDs()) == 6 })
-		require.True(t, h.l.acks.add(ids[4], time.Hour, h.l.clock.now()))
+		require.True(t, h.l.acks.add(h.held(ids[4]), time.Hour, h.l.clock.now()))
 		h.l.acks.drained()
 		eventually(t, "acked once drained", func() bool { return len(h.srv.pendingIDs()) == 5 })
 		for _, id := range ids[5:8] {
-			require.True(t, h.l.acks.add(id, time.Hour, h.l.clock.now()))
+			require.True(t, h.l.acks.add(h.held(id), time.Hour, h.l.clock.now()))
 		}
 		h.l.acks.stop()
 		<-h.l.acks.done()
 		require.Equal(t, ids[8:], h.srv.pendingIDs(), "the final flush sent the rest")
-		require.False(t, h.l.acks.add(ids[8], time.Hour, h.l.clock.now()), "no acks after stop")
+		require.False(t, h.l.acks.add(h.held(ids[8]), time.Hour, h.l.clock.now()), "no acks after stop")
 		require.Equal(t, 8, h.m.get(EventAcked))
 		require.Equal(t, 2, h.l.hand.count(), "the two never acked are still held")
 	})
@@ -175,7 +175,7 @@ func TestAckerLoopInterval(t *testing.T) {
 		ids := h.srv.add(2)
 		h.read(t.Context(), 2)
 		h.l.acks.start(t.Context())
-		h.l.acks.add(ids[0], time.Hour, h.l.clock.now())
+		h.l.acks.add(h.held(ids[0]), time.Hour, h.l.clock.now())
 		eventually(t, "acked after the interval", func() bool { return len(h.srv.pendingIDs()) == 1 })
 		h.l.acks.stop()
 		<-h.l.acks.done()
@@ -193,9 +193,9 @@ func TestAckerLoopBeforeFence(t *testing.T) {
 		h.read(t.Context(), 3)
 		h.l.acks.start(t.Context())
 		now := h.clock.now()
-		require.True(t, h.l.acks.add(ids[0], now-time.Millisecond, now), "past its fence")
-		require.True(t, h.l.acks.add(ids[1], now+time.Hour, now), "fenced after the interval")
-		require.True(t, h.l.acks.add(ids[2], now+20*time.Millisecond, now), "fenced before the interval")
+		require.True(t, h.l.acks.add(h.held(ids[0]), now-time.Millisecond, now), "past its fence")
+		require.True(t, h.l.acks.add(h.held(ids[1]), now+time.Hour, now), "fenced after the interval")
+		require.True(t, h.l.acks.add(h.held(ids[2]), now+20*time.Millisecond, now), "fenced before the interval")
 		eventually(t, "all acked before the fence of the last", func() bool { return len(h.srv.pendingIDs()) == 0 })
 		require.Equal(t, 1, h.srv.callCount("ack"), "one plain call for the two whose fence had not passed")
 		require.Equal(t, 1, h.srv.callCount("ackFenced"), "and a fenced one for the other")
@@ -244,7 +244,7 @@ func TestAckerLoopAbandons(t *testing.T) {
 			h.read(t.Context(), 1)
 			ctx, cancel := context.WithCancel(t.Context())
 			h.l.acks.start(ctx)
-			h.l.acks.add(ids[0], time.Hour, h.l.clock.now())
+			h.l.acks.add(h.held(ids[0]), time.Hour, h.l.clock.now())
 			cancel()
 			<-h.l.acks.done()
 			require.Equal(t, ids, h.srv.pendingIDs())
@@ -260,7 +260,7 @@ func TestAckerLoopAbandons(t *testing.T) {
 			h.read(t.Context(), 1)
 			h.srv.failNext("ack", &pelwarden.Error{Kind: pelwarden.ErrWrongType})
 			h.l.acks.start(t.Context())
-			h.l.acks.add(ids[0], time.Hour, h.l.clock.now())
+			h.l.acks.add(h.held(ids[0]), time.Hour, h.l.clock.now())
 			h.l.acks.stop()
 			<-h.l.acks.done()
 			require.True(t, h.s.stopping())
@@ -312,7 +312,7 @@ func TestAckerStopWhileAnAckHangs(t *testing.T) {
 		ids := h.srv.add(1)
 		h.read(t.Context(), 1)
 		h.l.acks.start(t.Context())
-		h.l.acks.add(ids[0], time.Hour, h.l.clock.now())
+		h.l.acks.add(h.held(ids[0]), time.Hour, h.l.clock.now())
 		h.l.acks.drained() // the lane has nothing else in hand: flush now
 		<-srv.entered      // the ack call is under way
 		began := time.Now()

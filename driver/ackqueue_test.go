@@ -22,12 +22,12 @@ func TestAckQueueWakesEveryBlockedPush(t *testing.T) {
 		waiting := make(chan struct{}, 16)
 		q.testBlocked = func() { waiting <- struct{}{} }
 		for i := range 4 {
-			require.True(t, q.push(ackItem{id: fmt.Sprint("full-", i)}))
+			require.True(t, q.push(ackItem{f: &handEntry{id: fmt.Sprint("full-", i)}}))
 		}
 		const blocked = 3
 		var wg sync.WaitGroup
 		for i := range blocked {
-			wg.Go(func() { require.True(t, q.push(ackItem{id: fmt.Sprint("late-", i)})) })
+			wg.Go(func() { require.True(t, q.push(ackItem{f: &handEntry{id: fmt.Sprint("late-", i)}})) })
 		}
 		for range blocked {
 			<-waiting // a push found the queue full and waits
@@ -50,14 +50,14 @@ func TestAckQueueSignalsFullBatch(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := newAckQueue(3, 10)
-		q.push(ackItem{id: "1-0"})
-		q.push(ackItem{id: "2-0"})
+		q.push(ackItem{f: &handEntry{id: "1-0"}})
+		q.push(ackItem{f: &handEntry{id: "2-0"}})
 		select {
 		case <-q.full:
 			t.Fatal("signalled before the batch was full")
 		default:
 		}
-		q.push(ackItem{id: "3-0"})
+		q.push(ackItem{f: &handEntry{id: "3-0"}})
 		select {
 		case <-q.full:
 		default:
@@ -73,12 +73,12 @@ func TestAckQueueClose(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		q := newAckQueue(1, 1)
-		require.True(t, q.push(ackItem{id: "1-0"}))
+		require.True(t, q.push(ackItem{f: &handEntry{id: "1-0"}}))
 		refused := make(chan bool)
-		go func() { refused <- !q.push(ackItem{id: "2-0"}) }()
+		go func() { refused <- !q.push(ackItem{f: &handEntry{id: "2-0"}}) }()
 		require.Equal(t, []string{"1-0"}, itemIDs(q.close()))
 		require.True(t, <-refused)
-		require.False(t, q.push(ackItem{id: "3-0"}))
+		require.False(t, q.push(ackItem{f: &handEntry{id: "3-0"}}))
 		require.Nil(t, q.close())
 	})
 }
@@ -98,19 +98,19 @@ func TestAckQueueEarliest(t *testing.T) {
 			}
 		}
 		require.EqualValues(t, math.MaxInt64, q.earliest())
-		q.push(ackItem{id: "1-0", ownedUntil: time.Second})
+		q.push(ackItem{f: &handEntry{id: "1-0"}, ownedUntil: time.Second})
 		require.False(t, sooner(), "a fence already past times nothing")
 		require.EqualValues(t, math.MaxInt64, q.earliest())
-		q.push(ackItem{id: "2-0", ownedUntil: 5 * time.Second, ahead: true})
+		q.push(ackItem{f: &handEntry{id: "2-0"}, ownedUntil: 5 * time.Second, ahead: true})
 		require.True(t, sooner())
-		q.push(ackItem{id: "3-0", ownedUntil: 7 * time.Second, ahead: true})
+		q.push(ackItem{f: &handEntry{id: "3-0"}, ownedUntil: 7 * time.Second, ahead: true})
 		require.False(t, sooner(), "a later fence")
-		q.push(ackItem{id: "4-0", ownedUntil: 3 * time.Second, ahead: true})
+		q.push(ackItem{f: &handEntry{id: "4-0"}, ownedUntil: 3 * time.Second, ahead: true})
 		require.True(t, sooner(), "an earlier one")
 		require.Equal(t, 3*time.Second, q.earliest())
 		require.Len(t, q.take(nil), 4)
 		require.EqualValues(t, math.MaxInt64, q.earliest())
-		q.push(ackItem{id: "5-0", ownedUntil: 9 * time.Second, ahead: true})
+		q.push(ackItem{f: &handEntry{id: "5-0"}, ownedUntil: 9 * time.Second, ahead: true})
 		require.True(t, sooner(), "the first after a take")
 		require.Equal(t, 9*time.Second, q.earliest())
 

@@ -801,3 +801,26 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 var errHandler = errors.New("handler failed")
+
+// held returns the entry in hand for id (the test's to ack, say); it fails
+// the test when there is none.
+func (h *harness) held(id string) *handEntry {
+	h.t.Helper()
+	h.l.hand.mu.Lock()
+	defer h.l.hand.mu.Unlock()
+	f := h.l.hand.held.find(id)
+	require.NotNil(h.t, f, "%s in hand", id)
+	return f
+}
+
+// heldIDs returns the ids of the entries in hand, sorted.
+func heldIDs(t *hand) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ids []string
+	for f := range t.held.all() {
+		ids = append(ids, f.id)
+	}
+	slices.SortFunc(ids, pelwarden.CompareIDs)
+	return ids
+}

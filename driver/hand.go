@@ -2,8 +2,10 @@ package driver
 
 import (
 	"context"
+	"iter"
 	"runtime"
 	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,7 +25,7 @@ type hand struct {
 	clock clock
 
 	mu        sync.Mutex
-	entries   map[string]*handEntry    // by entry id
+	held      heldSet                  // the entries in hand
 	delayed   map[string]time.Duration // RetryAfter beyond MinIdle: id -> retry at (a clock reading)
 	unstarted []string                 // queued entries skipped at shutdown
 	closed    bool                     // shutdown began: add refuses
@@ -69,6 +71,11 @@ type claimTicket uint64
 
 // handEntry is one entry in hand.
 type handEntry struct {
+	id    string
+	batch *heldBatch // the add that took it in hand
+	// held: it is in hand (false once dropped, even if the same id was
+	// taken in hand again since: see hand.drop). Under the hand's lock.
+	held   bool
 	queued time.Duration // dispatch time (a clock reading)
 	due    time.Duration // its handler starts no earlier (a limit's rate; a clock reading)
 	ctx    entryContext  // the handler's context
@@ -95,6 +102,159 @@ type idleReset struct {
 	from, ownedUntil time.Duration
 }
 
+// heldSet holds the entries in hand, for the hand (under its lock), by
+// batch: the entries of one add share an array.
+//
+// Every entry in hand is added once and dropped once, so the set's cost
+// is paid by every entry. A map by id cost an insert and a delete each,
+// more than any other step of the hand. Instead, a read of new entries
+// (XREADGROUP ">") returns them in ascending id order, above every entry
+// read before (the group's last delivered id only moves forward): its
+// batch is ranged, found by binary search on its first and last ids, and
+// an entry within it the same way. Adding and dropping such an entry
+// touches no map; the lookups by id (claims, lease extensions, failures
+// told by id) are the rarer paths. Entries of other batches are indexed
+// in a map: claims (which return entries in any order, some held here),
+// and a read below one before (after an operator moved the group back
+// with XGROUP SETID).
+type heldSet struct {
+	// batches are the batches with entries held, in add order, and
+	// ranged those of them that are ranged, in id order; both keep
+	// batches emptied since until compact (dead, deadRanged: how many).
+	batches, ranged  []*heldBatch
+	dead, deadRanged int
+	top              pelwarden.StreamID    // the highest id of a ranged batch so far
+	byID             map[string]*handEntry // the entries of the other batches
+	n                int                   // entries held
+}
+
+// heldBatch is the entries of one add: ranged ones by range (first and
+// last), the others by heldSet.byID.
+type heldBatch struct {
+	entries     []handEntry // nil once none is held
+	first, last pelwarden.StreamID
+	ranged      bool
+	held        int
+}
+
+// batch returns a batch of the entries in fs for msgs, to fill in order
+// (insert each one taken in hand), then keep. It is ranged when claim is
+// zero (a read of new entries) and msgs can be: their ids parse, the last
+// is not below the first, and the first is above every ranged batch's so
+// far. A read returns its entries in ascending order, so the two ends
+// stand for the rest.
+func (h *heldSet) batch(fs []handEntry, msgs []*Message, claim claimTicket) *heldBatch {
+	b := &heldBatch{entries: fs}
+	if claim != 0 || len(msgs) == 0 {
+		return b
+	}
+	first, err := pelwarden.ParseID(msgs[0].ID)
+	if err != nil || first.Compare(h.top) <= 0 {
+		return b
+	}
+	last, err := pelwarden.ParseID(msgs[len(msgs)-1].ID)
+	if err != nil || last.Compare(first) < 0 {
+		return b
+	}
+	b.ranged, b.first, b.last = true, first, last
+	return b
+}
+
+// keep lists b, filled, unless it holds nothing.
+func (h *heldSet) keep(b *heldBatch) {
+	if b.held == 0 {
+		return
+	}
+	if b.ranged {
+		h.top = b.last
+		h.ranged = append(h.ranged, b)
+	}
+	h.batches = append(h.batches, b)
+}
+
+// insert holds f, filled in by the caller (its id and batch set).
+func (h *heldSet) insert(f *handEntry) {
+	f.held = true
+	f.batch.held++
+	h.n++
+	if !f.batch.ranged {
+		if h.byID == nil {
+			h.byID = map[string]*handEntry{}
+		}
+		h.byID[f.id] = f
+	}
+}
+
+// find returns the entry held for id, or nil.
+func (h *heldSet) find(id string) *handEntry {
+	if f := h.byID[id]; f != nil {
+		return f
+	}
+	if len(h.ranged) == h.deadRanged {
+		return nil
+	}
+	x, err := pelwarden.ParseID(id)
+	if err != nil {
+		return nil
+	}
+	i, _ := slices.BinarySearchFunc(h.ranged, x, func(b *heldBatch, x pelwarden.StreamID) int { return b.last.Compare(x) })
+	if i == len(h.ranged) || h.ranged[i].first.Compare(x) > 0 {
+		return nil
+	}
+	fs := h.ranged[i].entries
+	j := sort.Search(len(fs), func(j int) bool { return pelwarden.CompareIDs(fs[j].id, id) >= 0 })
+	if j == len(fs) || fs[j].id != id || !fs[j].held {
+		return nil
+	}
+	return &fs[j]
+}
+
+// remove drops f (nil: none), reporting whether it was held.
+func (h *heldSet) remove(f *handEntry) bool {
+	if f == nil || !f.held {
+		return false
+	}
+	f.held = false
+	h.n--
+	b := f.batch
+	if !b.ranged {
+		delete(h.byID, f.id)
+	}
+	if b.held--; b.held > 0 {
+		return true
+	}
+	b.entries = nil // the array lives on only as long as its entries are referenced elsewhere
+	h.dead++
+	if b.ranged {
+		h.deadRanged++
+	}
+	if h.dead > 16 && h.dead > len(h.batches)/2 {
+		h.compact()
+	}
+	return true
+}
+
+// compact drops the emptied batches from the lists.
+func (h *heldSet) compact() {
+	empty := func(b *heldBatch) bool { return b.held == 0 }
+	h.batches = slices.DeleteFunc(h.batches, empty)
+	h.ranged = slices.DeleteFunc(h.ranged, empty)
+	h.dead, h.deadRanged = 0, 0
+}
+
+// all yields the entries held.
+func (h *heldSet) all() iter.Seq[*handEntry] {
+	return func(yield func(*handEntry) bool) {
+		for _, b := range h.batches {
+			for i := range b.entries {
+				if f := &b.entries[i]; f.held && !yield(f) {
+					return
+				}
+			}
+		}
+	}
+}
+
 // job is one entry handed to a handler worker.
 type job struct {
 	m    *Message
@@ -103,7 +263,7 @@ type job struct {
 }
 
 func newHand(clk clock) *hand {
-	return &hand{clock: clk, entries: map[string]*handEntry{}, delayed: map[string]time.Duration{}}
+	return &hand{clock: clk, delayed: map[string]time.Duration{}}
 }
 
 // add tracks msgs and queues them on q for the workers, in one locked step
@@ -129,21 +289,24 @@ func (t *hand) add(handlerCtx context.Context, msgs []*Message, ls idleReset, q 
 	// What left the PEL since the claim began: gone takes mu, so nothing
 	// is added to it during this call.
 	gone := t.claims.goneSince(claim)
+	// A read of new entries (no ticket) above every entry read before
+	// returns none held here: its batch needs neither lookups nor an index
+	// (see heldSet).
+	b := t.held.batch(fs, msgs, claim)
+	defer t.held.keep(b)
 	for i, m := range msgs {
 		// A claim can return entries held here (their handler still
 		// runs: the running one settles them), parked, or acked during
-		// the claim (stale: see claimTicket). A read of new entries (no
-		// ticket) returns none of them: the lookups, each as costly as
-		// the insert below, are a claim's.
-		if claim != 0 {
-			_, busy := t.entries[m.ID]
+		// the claim (stale: see claimTicket).
+		if !b.ranged {
 			_, parked := t.parked[m.ID]
-			if busy || parked || gone[m.ID] {
+			if t.held.find(m.ID) != nil || parked || gone[m.ID] {
 				skipped = append(skipped, m)
 				continue
 			}
 		}
 		f := &fs[i]
+		f.id, f.batch = m.ID, b
 		f.queued = now
 		f.bytes = entryBytes(m)
 		if i < len(due) {
@@ -152,7 +315,7 @@ func (t *hand) add(handlerCtx context.Context, msgs []*Message, ls idleReset, q 
 		f.ownedUntil.Store(int64(ls.ownedUntil))
 		f.resetAt.Store(int64(ls.from))
 		f.ctx.parent = parent
-		t.entries[m.ID] = f
+		t.held.insert(f)
 		if len(t.delayed) > 0 {
 			delete(t.delayed, m.ID)
 		}
@@ -167,9 +330,8 @@ func (t *hand) add(handlerCtx context.Context, msgs []*Message, ls idleReset, q 
 func (t *hand) holds(id string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	_, ok := t.entries[id]
 	_, parked := t.parked[id]
-	return ok || parked
+	return t.held.find(id) != nil || parked
 }
 
 // park holds entries that can be neither handled nor dead-lettered (see
@@ -256,6 +418,13 @@ func (c *claimLog) end(t claimTicket) {
 	}
 }
 
+// underWay reports whether a claim is under way.
+func (c *claimLog) underWay() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.claims) > 0
+}
+
 // noteGone notes that ids left the PEL, when a claim is under way.
 func (c *claimLog) noteGone(ids []string) {
 	c.mu.Lock()
@@ -293,11 +462,12 @@ func (c *claimLog) goneSince(t claimTicket) map[string]bool {
 }
 
 // forget stops tracking ids, which are still pending (released, or owned
-// by another consumer now) or no longer of this group.
+// by another consumer now) or no longer of this group. Callers that have
+// the entries drop them instead.
 func (t *hand) forget(ids ...string) {
 	t.mu.Lock()
 	for _, id := range ids {
-		delete(t.entries, id)
+		t.held.remove(t.held.find(id))
 	}
 	t.mu.Unlock()
 }
@@ -309,9 +479,28 @@ func (t *hand) gone(ids ...string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, id := range ids {
-		delete(t.entries, id)
+		t.held.remove(t.held.find(id))
 	}
 	t.claims.noteGone(ids) // under mu: add sees it or the entry
+}
+
+// drop is forget (gone false) or gone for entries the caller has: the
+// handler's outcome, the acks. Dropping an entry no longer held does
+// nothing, even when its id was taken in hand again since (a later
+// delivery, held by its own entry).
+func (t *hand) drop(gone bool, fs ...*handEntry) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, f := range fs {
+		t.held.remove(f)
+	}
+	if gone && t.claims.underWay() {
+		ids := make([]string, len(fs))
+		for i, f := range fs {
+			ids[i] = f.id
+		}
+		t.claims.noteGone(ids) // under mu: add sees it or the entry
+	}
 }
 
 // delay holds id back until at, a clock reading (a RetryAfter beyond
@@ -323,10 +512,11 @@ func (t *hand) delay(id string, at time.Duration) {
 }
 
 // skipped records a queued entry skipped at shutdown, for takeUnstarted.
-func (t *hand) skipped(id string) {
+func (t *hand) skipped(f *handEntry) {
 	t.mu.Lock()
-	delete(t.entries, id)
-	t.unstarted = append(t.unstarted, id)
+	if t.held.remove(f) {
+		t.unstarted = append(t.unstarted, f.id)
+	}
 	t.mu.Unlock()
 }
 
@@ -355,7 +545,8 @@ func (t *hand) heartbeatDue(heartbeat bool, every, tick, minIdle time.Duration) 
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if heartbeat {
-		for id, f := range t.entries {
+		for f := range t.held.all() {
+			id := f.id
 			resetAt := time.Duration(f.resetAt.Load())
 			if now-resetAt < every || f.lost.Load() {
 				continue
@@ -396,7 +587,7 @@ func (t *hand) extended(ids []string, ls idleReset) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, id := range ids {
-		if f, ok := t.entries[id]; ok && !f.lost.Load() {
+		if f := t.held.find(id); f != nil && !f.lost.Load() {
 			f.ownedUntil.Store(int64(ls.ownedUntil))
 			f.resetAt.Store(int64(ls.from))
 		}
@@ -409,7 +600,7 @@ func (t *hand) lost(ids []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, id := range ids {
-		if f, ok := t.entries[id]; ok {
+		if f := t.held.find(id); f != nil {
 			f.lost.Store(true)
 			f.ctx.cancelWith(ErrLostOwnership)
 		}
@@ -422,7 +613,7 @@ func (t *hand) lost(ids []string) {
 func (t *hand) count() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.entries)
+	return t.held.n
 }
 
 // jobQueue hands dispatched entries to the handler workers, first in first

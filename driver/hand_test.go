@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -281,7 +282,7 @@ func TestTrackerLoseExtendForget(t *testing.T) {
 		require.EqualValues(t, time.Second, jobs[1].f.ownedUntil.Load(), "a lost entry keeps its bound")
 
 		tr.forget("1-0")
-		tr.skipped("3-0")
+		tr.skipped(jobs[2].f)
 		require.Equal(t, 1, tr.count())
 		require.Equal(t, []string{"3-0"}, tr.takeUnstarted())
 		require.Empty(t, tr.takeUnstarted())
@@ -294,5 +295,88 @@ func TestTrackerLoseExtendForget(t *testing.T) {
 		require.Empty(t, release)
 		extend, _, _ = tr.heartbeatDue(false, time.Second, time.Second, 2*time.Hour)
 		require.Empty(t, extend)
+	})
+}
+
+// The hand finds its entries by range for reads of new entries and by id
+// for the rest: claims, and a read below one before (the group moved back
+// by XGROUP SETID), which skips what is held already. Dropping an entry
+// is by the entry: a stale one (its id taken in hand again since) drops
+// nothing. Emptied batches are compacted away.
+func TestHandHeldSet(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		tr := newHand(newClock())
+		q := newJobQueue(1, &atomic.Bool{})
+		add := func(claim claimTicket, ids ...string) ([]string, []job) {
+			t.Helper()
+			skipped, closed := tr.add(t.Context(), trackerMsgs(ids...), idleReset{}, q, nil, claim, nil)
+			require.False(t, closed)
+			return messageIDs(skipped), q.drain()
+		}
+		_, first := add(0, "1-0", "2-0", "10-5")
+		_, second := add(0, "10-6", "11-0") // above the first: ranged
+		require.Len(t, tr.held.ranged, 2)
+		require.Empty(t, tr.held.byID)
+		for _, id := range []string{"1-0", "2-0", "10-5", "10-6", "11-0"} {
+			require.True(t, tr.holds(id), id)
+		}
+		for _, id := range []string{"0-1", "3-0", "10-4", "10-7", "12-0", "not-an-id"} {
+			require.False(t, tr.holds(id), id)
+		}
+
+		// A read below the last: indexed by id; what it returns that is
+		// held is skipped.
+		skipped, below := add(0, "2-0", "5-0")
+		require.Equal(t, []string{"2-0"}, skipped)
+		require.Len(t, below, 1)
+		require.Len(t, tr.held.ranged, 2)
+		require.Contains(t, tr.held.byID, "5-0")
+		// A claim: by id too, whatever its order.
+		skipped, claimed := add(tr.claims.begin(), "7-0", "1-0", "6-0")
+		require.Equal(t, []string{"1-0"}, skipped)
+		require.Len(t, claimed, 2)
+		require.Equal(t, []string{"1-0", "2-0", "5-0", "6-0", "7-0", "10-5", "10-6", "11-0"}, heldIDs(tr))
+		require.Equal(t, 8, tr.count())
+
+		// Dropped by entry or by id, from either kind of batch.
+		tr.drop(true, first[0].f, below[0].f)
+		tr.forget("7-0", "10-6")
+		tr.gone("2-0")
+		require.Equal(t, []string{"6-0", "10-5", "11-0"}, heldIDs(tr))
+		require.NotContains(t, tr.held.byID, "5-0")
+		require.False(t, tr.holds("2-0"))
+		require.True(t, tr.holds("10-5"))
+
+		// 10-6 is claimed again: its old entry drops nothing.
+		_, again := add(tr.claims.begin(), "10-6")
+		tr.drop(false, second[0].f)
+		require.True(t, tr.holds("10-6"))
+		tr.drop(false, again[0].f)
+		require.False(t, tr.holds("10-6"))
+
+		// The first batch is emptied: its entries are let go.
+		tr.drop(false, first[2].f)
+		require.Nil(t, first[2].f.batch.entries)
+		require.Equal(t, []string{"6-0", "11-0"}, heldIDs(tr))
+
+		// Many emptied batches are compacted away; the rest are found.
+		var last []job
+		for i := range 40 {
+			_, jobs := add(0, fmt.Sprintf("%d-0", 100+i))
+			if i < 39 {
+				tr.drop(true, jobs[0].f)
+			}
+			last = jobs
+		}
+		require.Less(t, len(tr.held.batches), 20)
+		require.True(t, tr.holds("139-0"))
+		require.True(t, tr.holds("11-0"))
+		require.False(t, tr.holds("120-0"))
+		require.Equal(t, 3, tr.count())
+		tr.drop(true, last[0].f)
+		tr.forget("6-0", "11-0")
+		require.Zero(t, tr.count())
+		require.Empty(t, heldIDs(tr))
 	})
 }

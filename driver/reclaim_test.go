@@ -3,7 +3,6 @@ package driver
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -197,9 +196,7 @@ func TestReclaimPassSkipsEntriesSettledDuringTheClaim(t *testing.T) {
 		}
 		h.l.reclaimPass(t.Context(), t.Context(), false)
 		require.Empty(t, h.s.jobs.drain(), "1-0 was acked, 2-0 is still in hand")
-		h.l.hand.mu.Lock()
-		require.Equal(t, []string{ids[1]}, slices.Collect(maps.Keys(h.l.hand.entries)), "in hand")
-		h.l.hand.mu.Unlock()
+		require.Equal(t, []string{ids[1]}, heldIDs(h.l.hand), "in hand")
 		require.Equal(t, int64(1), h.l.drain.unfinished.Load())
 		_, held := h.l.flow.size()
 		require.Equal(t, 1, held, "2-0's place from the read; the claim's were given back")

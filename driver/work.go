@@ -91,12 +91,12 @@ const (
 // ack (the handler succeeded) joins the batch, fenced from ownedUntil
 // (see ackItem). One lock for all of it: every entry passes here. It
 // reports whether the batch is due (see dueLocked).
-func (b *finished) finish(id string, acked bool, ownedUntil, wait, took, end time.Duration) bool {
+func (b *finished) finish(f *handEntry, acked bool, ownedUntil, wait, took, end time.Duration) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.startLocked(end)
 	if acked {
-		b.acks = append(b.acks, ackItem{id: id, ownedUntil: ownedUntil, ahead: ownedUntil > end})
+		b.acks = append(b.acks, ackItem{f: f, ownedUntil: ownedUntil, ahead: ownedUntil > end})
 	}
 	b.n++
 	b.waitSum += wait
@@ -169,7 +169,7 @@ func (b *finished) flushLocked() {
 		e.m.Count(EventHandled, len(b.acks))
 		if pushed := e.acks.addAll(b.acks); pushed < len(b.acks) {
 			ids := itemIDs(b.acks[pushed:])
-			e.hand.forget(ids...)
+			e.hand.drop(false, itemEntries(b.acks[pushed:])...)
 			e.log.Error("handlers succeeded after the ack loop stopped; entries stay pending and will be handled again",
 				"count", len(ids), "ids", firstIDs(ids))
 		}
@@ -210,7 +210,7 @@ type executor struct {
 func (e *executor) skip(j job) {
 	e.run.limit.unused(1)
 	j.f.ctx.finish()
-	e.hand.skipped(j.m.ID)
+	e.hand.skipped(j.f)
 	e.flow.free(1, j.f.bytes)
 	e.drain.done(1)
 }
@@ -242,7 +242,7 @@ func (e *executor) runAt(j job, start time.Duration, done *finished) (end time.D
 	e.m.HandlerDuration(took)
 	acked := e.applyOutcome(j.m, j.f, err, panicked, end)
 	if !acked {
-		e.hand.forget(j.m.ID)
+		e.hand.drop(false, j.f)
 	}
 	// Its place goes back at once: with a small window (slow handlers,
 	// or few workers) a read waits for it, and a batch would hold it.
@@ -250,7 +250,7 @@ func (e *executor) runAt(j job, start time.Duration, done *finished) (end time.D
 	// Waiting for a limit's permit to come due is not waiting for a
 	// handler: the window sizes itself by the latter. A succeeded entry's
 	// ack goes with the batch (see finished).
-	due = done.finish(j.m.ID, acked, time.Duration(j.f.ownedUntil.Load()), start-max(j.f.queued, j.f.due), took, end)
+	due = done.finish(j.f, acked, time.Duration(j.f.ownedUntil.Load()), start-max(j.f.queued, j.f.due), took, end)
 	return end, due
 }
 
@@ -319,7 +319,7 @@ func (e *executor) applyOutcome(m *Message, f *handEntry, err error, panicked bo
 		e.settle.deadLetter(ctx, m, out.ErrText)
 		return false
 	}
-	e.hand.forget(m.ID)
+	e.hand.drop(false, f)
 	switch {
 	case out.Retry:
 		e.entryLog(false, "handler asked for a retry", "id", m.ID, "deliveries", m.Deliveries, "after", out.Delay, "err", err)

@@ -225,7 +225,7 @@ func TestFinishedBatchDue(t *testing.T) {
 
 // add notes one entry that was not acked (see finish).
 func (b *finished) add(wait, took, end time.Duration) {
-	b.finish("", false, 0, wait, took, end)
+	b.finish(nil, false, 0, wait, took, end)
 }
 
 // due reports whether the batch is to be told now (a clock reading).
