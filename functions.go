@@ -376,6 +376,8 @@ type ReleaseArgs struct {
 	MinIdle time.Duration
 	// Delay: the entries become claimable after this long. A delay longer
 	// than MinIdle is cut to MinIdle (idle time cannot be set in the future).
+	// It is sent in whole milliseconds, rounded up, plus one for the
+	// server's clock, so no claim comes before it.
 	Delay time.Duration
 }
 
@@ -406,7 +408,7 @@ func (l *Library) Release(ctx context.Context, a ReleaseArgs) (*ReleaseResult, e
 	if err := checkDuration(fn, "Delay", a.Delay); err != nil {
 		return nil, err
 	}
-	args, err := idArgs(fn, a.IDs, a.Group, a.Consumer, ms(a.MinIdle), ms(a.Delay))
+	args, err := idArgs(fn, a.IDs, a.Group, a.Consumer, ms(a.MinIdle), delayMs(a.Delay))
 	if err != nil {
 		return nil, err
 	}
@@ -431,7 +433,7 @@ type FailArgs struct {
 	// in ordered mode: LeaseNext compares idle time with Backoff alone).
 	MinIdle time.Duration
 	// Delay is the least wait before a retry (a RetryAfter's), at most
-	// MinIdle.
+	// MinIdle; sent as ReleaseArgs.Delay is.
 	Delay time.Duration
 	// Backoff is the consumers' Backoff: an entry delivered n times waits
 	// max(Delay, Backoff[min(n, len(Backoff))-1]) from this call.
@@ -467,7 +469,7 @@ func (l *Library) Fail(ctx context.Context, a FailArgs) (*ReleaseResult, error) 
 	if len(a.Backoff) > MaxCount {
 		return nil, argError(fn, "Backoff", "at most %d values, got %d", MaxCount, len(a.Backoff))
 	}
-	head, err := appendBackoff(fn, []any{a.Group, a.Consumer, ms(a.MinIdle), ms(a.Delay), TruncateError(a.Error), len(a.Backoff)}, a.Backoff)
+	head, err := appendBackoff(fn, []any{a.Group, a.Consumer, ms(a.MinIdle), delayMs(a.Delay), TruncateError(a.Error), len(a.Backoff)}, a.Backoff)
 	if err != nil {
 		return nil, err
 	}
@@ -930,6 +932,18 @@ const tagAlphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVW
 // argument checks
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// delayMs is a least delay before a retry, as the functions take it:
+// whole milliseconds, rounded up, plus one for the server's clock. The
+// server counts idle time in whole milliseconds of its clock, so an idle
+// time set at 12.9 ms counts from 12; without the extra millisecond an
+// entry could be claimed again up to 2 ms before its delay.
+func delayMs(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return (d + time.Millisecond - 1).Milliseconds() + 1
+}
 
 func flag(b bool) string {
 	if b {

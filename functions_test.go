@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -102,5 +103,23 @@ func TestDecodeTrim(t *testing.T) {
 	} {
 		_, err := decodeTrim(bad)
 		require.ErrorIs(t, err, ErrMalformedReply, "%#v", bad)
+	}
+}
+
+// A least delay goes to the functions rounded up to whole milliseconds,
+// plus one for the server's clock: never shorter than asked.
+func TestDelayMs(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]int64{
+		0:                                    0,
+		time.Nanosecond:                      2,
+		time.Millisecond:                     2,
+		time.Millisecond + time.Nanosecond:   3,
+		3*time.Second - 400*time.Microsecond: 3001,
+		3 * time.Second:                      3001,
+	} {
+		if got := delayMs(d); got != want {
+			t.Errorf("delayMs(%v) = %d, want %d", d, got, want)
+		}
 	}
 }

@@ -98,6 +98,11 @@ type window struct {
 	timings timings
 	// starved is set when a handler worker found no job queued.
 	starved atomic.Bool
+	// waiting: a taker waits for room (waiters is not empty). Read
+	// without the lock by the workers: while it is false, a worker gives
+	// its entries' places back with its batch of finished entries, not
+	// one by one (see finished).
+	waiting atomic.Bool
 }
 
 // waiters are the takers waiting for room, per party, first come first
@@ -215,6 +220,7 @@ func (w *window) reserve(ctx context.Context, p party, want int) reservation {
 		} else {
 			wt = &waiter{want: want, wake: make(chan struct{})}
 			w.waiters[p] = append(w.waiters[p], wt)
+			w.waitingLocked()
 			wake = wt.wake
 		}
 		w.mu.Unlock()
@@ -231,12 +237,14 @@ func (w *window) reserve(ctx context.Context, p party, want int) reservation {
 		case <-recheck.C:
 			w.mu.Lock()
 			w.waiters.drop(p, wt)
+			w.waitingLocked()
 			w.mu.Unlock()
 		case <-ctx.Done():
 			recheck.Stop()
 			w.mu.Lock()
 			w.waiters.drop(p, wt)
 			w.wakeLocked() // the room it was to take may suit the next
+			w.waitingLocked()
 			w.mu.Unlock()
 			return reservation{}
 		}
@@ -319,9 +327,15 @@ func (w *window) wakeLocked() {
 		if wt := w.waiters.head(p); wt != nil && room >= w.needLocked(wt.want) {
 			close(wt.wake)
 			w.waiters[p] = w.waiters[p][1:]
+			w.waitingLocked()
 			return
 		}
 	}
+}
+
+// waitingLocked sets waiting after the waiters changed.
+func (w *window) waitingLocked() {
+	w.waiting.Store(len(w.waiters[0]) > 0 || len(w.waiters[1]) > 0)
 }
 
 // fill reports the result of the call of reservation r: it fetched got
@@ -439,6 +453,7 @@ func (w *window) pause() bool {
 		close(wt.wake) // it waits on resumed from now on
 	}
 	w.waiters[partyRead] = nil
+	w.waitingLocked()
 	return true
 }
 

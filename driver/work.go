@@ -62,9 +62,9 @@ func (s *session) worker() {
 // tell that stream's parts in one step (flush): the acks of those that
 // succeeded, their timings and the drain's count. Told entry by entry,
 // every fast handler would take the ack queue's lock and the shared
-// counters from the other workers, a cost beyond the handler's own. An
-// entry's place in the window is not batched: it is given back as its
-// handler ends (see executor.runAt), since a read may be waiting for it. A worker
+// counters from the other workers, a cost beyond the handler's own. So
+// are their places in the window while no call waits for room; while one
+// does, a place goes back as its handler ends (see executor.runAt). A worker
 // flushes after finishedMost entries, once the first of them finished
 // finishedAge ago, before it waits for a job, before a job of another
 // stream and when it stops; and should its next handler hold it (a slow
@@ -79,6 +79,10 @@ type finished struct {
 	first           time.Duration // when the first of them finished (a clock reading)
 	waitSum, runSum time.Duration // their queue waits and handling times
 	acks            []ackItem     // the acks of those that succeeded
+	// places and placeBytes: the window places of those of them whose
+	// places were not given back yet, and their bytes.
+	places     int
+	placeBytes int64
 }
 
 const (
@@ -89,14 +93,19 @@ const (
 // finish records an entry whose handler ended at end (a clock reading),
 // after waiting wait in the queue and running for took; with acked, its
 // ack (the handler succeeded) joins the batch, fenced from ownedUntil
-// (see ackItem). One lock for all of it: every entry passes here. It
-// reports whether the batch is due (see dueLocked).
-func (b *finished) finish(f *handEntry, acked bool, ownedUntil, wait, took, end time.Duration) bool {
+// (see ackItem); with placeHeld, its place in the window goes back with
+// the batch. One lock for all of it: every entry passes here. It reports
+// whether the batch is due (see dueLocked).
+func (b *finished) finish(f *handEntry, acked, placeHeld bool, ownedUntil, wait, took, end time.Duration) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.startLocked(end)
 	if acked {
 		b.acks = append(b.acks, ackItem{f: f, ownedUntil: ownedUntil, ahead: ownedUntil > end})
+	}
+	if placeHeld {
+		b.places++
+		b.placeBytes += f.bytes
 	}
 	b.n++
 	b.waitSum += wait
@@ -174,6 +183,9 @@ func (b *finished) flushLocked() {
 				"count", len(ids), "ids", firstIDs(ids))
 		}
 	}
+	if b.places > 0 {
+		e.flow.free(b.places, b.placeBytes)
+	}
 	if b.n > 0 {
 		e.flow.timings.add(b.n, b.waitSum, b.runSum)
 		e.drain.done(b.n)
@@ -181,6 +193,7 @@ func (b *finished) flushLocked() {
 	clear(b.acks)
 	b.acks = b.acks[:0]
 	b.n, b.waitSum, b.runSum = 0, 0, 0
+	b.places, b.placeBytes = 0, 0
 }
 
 // executor runs the handlers of one stream's entries, on the Run's
@@ -244,13 +257,16 @@ func (e *executor) runAt(j job, start time.Duration, done *finished) (end time.D
 	if !acked {
 		e.hand.drop(false, j.f)
 	}
-	// Its place goes back at once: with a small window (slow handlers,
-	// or few workers) a read waits for it, and a batch would hold it.
-	e.flow.free(1, j.f.bytes)
+	// Its place goes back at once when a call waits for room (with a
+	// small window: slow handlers, or few workers), else with the batch.
+	placeHeld := !e.flow.waiting.Load()
+	if !placeHeld {
+		e.flow.free(1, j.f.bytes)
+	}
 	// Waiting for a limit's permit to come due is not waiting for a
 	// handler: the window sizes itself by the latter. A succeeded entry's
 	// ack goes with the batch (see finished).
-	due = done.finish(j.f, acked, time.Duration(j.f.ownedUntil.Load()), start-max(j.f.queued, j.f.due), took, end)
+	due = done.finish(j.f, acked, placeHeld, time.Duration(j.f.ownedUntil.Load()), start-max(j.f.queued, j.f.due), took, end)
 	return end, due
 }
 

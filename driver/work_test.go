@@ -171,11 +171,12 @@ func TestDeadLetterAndReleaseRetry(t *testing.T) {
 	}
 }
 
-// A worker tells what its handlers finished in batches, but for their
-// places in the window, which go back at once; a batch whose worker is
-// held by its next handler (slow, or blocked) is told by its timer,
+// A worker tells what its handlers finished in batches, their places in
+// the window with them while no call waits for room; a batch whose worker
+// is held by its next handler (slow, or blocked) is told by its timer,
 // finishedAge after its first entry, so the acks of the fast handlers
-// before are not held with it.
+// before are not held with it. While a call waits for room, a place goes
+// back as its handler ends, and the call takes it.
 func TestFinishedBatchFlushesWhileTheWorkerIsHeld(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -191,15 +192,28 @@ func TestFinishedBatchFlushesWhileTheWorkerIsHeld(t *testing.T) {
 		require.Empty(t, h.l.acks.queue.take(nil), "nothing told yet")
 		require.Equal(t, int64(3), h.l.drain.unfinished.Load())
 		_, held := h.l.flow.size()
-		require.Equal(t, 1, held, "their places given back at once, not with the batch")
+		require.Equal(t, 3, held, "no call waits: their places go with the batch")
 
 		time.Sleep(finishedAge) // the worker is held: its timer tells the batch
 		synctest.Wait()
 		require.Len(t, h.l.acks.queue.take(nil), 2, "the acks told by the timer")
 		require.Equal(t, int64(1), h.l.drain.unfinished.Load())
 		require.Equal(t, 2, h.m.get(EventHandled))
+		limit, held := h.l.flow.size()
+		require.Equal(t, 1, held, "their places given back with the batch")
 
+		// The window full, a read waits for room.
+		for held < limit {
+			held += h.l.flow.reserve(t.Context(), partyRead, limit-held).n
+		}
+		got := make(chan int, 1)
+		go func() { got <- h.l.flow.reserve(t.Context(), partyRead, 1).n }()
+		synctest.Wait()
+		require.True(t, h.l.flow.waiting.Load(), "the read waits")
 		h.l.exec.runAt(jobs[2], h.clock.now(), &done)
+		synctest.Wait()
+		require.Equal(t, 1, <-got, "the read took the place given back as the handler ended")
+		require.False(t, h.l.flow.waiting.Load())
 		done.stop()
 		require.Len(t, h.l.acks.queue.take(nil), 1, "the last told when the worker stops")
 		require.Zero(t, h.l.drain.unfinished.Load())
@@ -225,7 +239,7 @@ func TestFinishedBatchDue(t *testing.T) {
 
 // add notes one entry that was not acked (see finish).
 func (b *finished) add(wait, took, end time.Duration) {
-	b.finish(nil, false, 0, wait, took, end)
+	b.finish(nil, false, false, 0, wait, took, end)
 }
 
 // due reports whether the batch is to be told now (a clock reading).

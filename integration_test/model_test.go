@@ -454,10 +454,19 @@ func requireRetimed(t *rapid.T, fn string, want pelwarden.ExtendResult, got *pel
 // modelStaleIdle.
 var modelReleases = [][2]int64{
 	{modelStaleIdle, 0},
-	{modelStaleIdle + modelMinIdle, modelMinIdle},
+	{modelStaleIdle + modelMinIdle + 1, modelMinIdle}, // the delay is sent one ms longer (see sentDelay)
 	{modelMinIdle, modelMinIdle},
 	{modelMinIdle, 5 * modelMinIdle}, // a delay past min-idle is cut to it
 	{0, 0},
+}
+
+// sentDelay is a release's delay (ms) as the library sends it: one ms
+// more, for the server's clock, which counts whole milliseconds.
+func sentDelay(ms int64) int64 {
+	if ms == 0 {
+		return 0
+	}
+	return ms + 1
 }
 
 func (r *modelRun) release(t *rapid.T) {
@@ -467,7 +476,7 @@ func (r *modelRun) release(t *rapid.T) {
 	c := r.drawConsumer()
 	ids := r.drawIDs(c)
 	rel := modelReleases[rapid.IntRange(0, len(modelReleases)-1).Draw(t, "min-idle and delay")]
-	want := r.m.retime(c, ids, max(0, rel[0]-rel[1]))
+	want := r.m.retime(c, ids, max(0, rel[0]-sentDelay(rel[1])))
 	r.untouched = want.NotOwned
 	res, err := r.lib.Release(r.ctx, pelwarden.ReleaseArgs{Stream: r.f.Stream, Group: r.f.Group, Consumer: c, IDs: slices.Clone(ids),
 		MinIdle: msDur(rel[0]), Delay: msDur(rel[1])})

@@ -222,6 +222,15 @@ func (s *scanner) skip() error {
 
 // str reads a bulk or simple string and returns where its bytes are in b.
 func (s *scanner) str() (from, to int, err error) {
+	if from, to, ok := s.bulk(); ok {
+		return from, to, nil
+	}
+	return s.lineStr()
+}
+
+// lineStr is str by the string's first line: the path of simple strings,
+// and of malformed bulk strings, which it describes.
+func (s *scanner) lineStr() (from, to int, err error) {
 	start := s.i
 	l, err := s.line()
 	if err != nil {
@@ -243,6 +252,30 @@ func (s *scanner) str() (from, to int, err error) {
 		return from, to, nil
 	}
 	return 0, 0, fmt.Errorf("not a string: %q", l)
+}
+
+// bulk is str's path for a well-formed bulk string, nearly every string
+// of a reply: it reads the length digit by digit up to its CRLF, without
+// looking for the line's end first. It reports false, reading nothing,
+// for anything else (str then reads it, or says what is wrong).
+func (s *scanner) bulk() (from, to int, ok bool) {
+	b, i := s.b, s.i
+	if i >= len(b) || b[i] != '$' {
+		return 0, 0, false
+	}
+	n, j := 0, i+1
+	for ; j < len(b) && j-i <= 18 && b[j] >= '0' && b[j] <= '9'; j++ {
+		n = n*10 + int(b[j]-'0')
+	}
+	if j == i+1 || j+1 >= len(b) || b[j] != '\r' || b[j+1] != '\n' {
+		return 0, 0, false
+	}
+	from, to = j+2, j+2+n
+	if to+2 > len(b) || b[to] != '\r' || b[to+1] != '\n' {
+		return 0, 0, false
+	}
+	s.i = to + 2
+	return from, to, true
 }
 
 // int reads an integer, or a bulk string holding one.

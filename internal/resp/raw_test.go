@@ -126,3 +126,24 @@ func TestIsError(t *testing.T) {
 		}
 	}
 }
+
+// str reads a bulk string by its fast path (bulk) exactly as by its
+// lines: the same bytes, the same position after it, and an error for
+// what the lines refuse.
+func TestScannerStrPaths(t *testing.T) {
+	t.Parallel()
+	cases := []string{"$0\r\n\r\n", "$03\r\nabc\r\n", "$-1\r\n", "$\r\nx\r\n", "$2\r\nabc\r\n",
+		"$3\r\nab", "$3\nabc\r\n", "$1x\r\na\r\n", "$99999999999999999999\r\nx\r\n", "+OK\r\n", ":1\r\n", "$5\r\na\r\nb\r\n"}
+	for n := range 300 {
+		cases = append(cases, bulk(strings.Repeat("x", n))+"*1\r\n")
+	}
+	for _, c := range cases {
+		fast := scanner{b: []byte(c)}
+		ffrom, fto, ferr := fast.str()
+		slow := scanner{b: []byte(c)}
+		sfrom, sto, serr := slow.lineStr()
+		if (ferr == nil) != (serr == nil) || ferr == nil && (ffrom != sfrom || fto != sto || fast.i != slow.i) {
+			t.Errorf("%q: str = %d, %d, %v (at %d); by lines %d, %d, %v (at %d)", c, ffrom, fto, ferr, fast.i, sfrom, sto, serr, slow.i)
+		}
+	}
+}
