@@ -94,8 +94,10 @@ const (
 // after waiting wait in the queue and running for took; with acked, its
 // ack (the handler succeeded) joins the batch, fenced from ownedUntil
 // (see ackItem); with placeHeld, its place in the window goes back with
-// the batch. One lock for all of it: every entry passes here. It reports
-// whether the batch is due (see dueLocked).
+// the batch, and without it (its place went back at once: a call waits
+// for room) the places the batch holds go back too. One lock for all of
+// it: every entry passes here. It reports whether the batch is due (see
+// dueLocked).
 func (b *finished) finish(f *handEntry, acked, placeHeld bool, ownedUntil, wait, took, end time.Duration) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -106,6 +108,11 @@ func (b *finished) finish(f *handEntry, acked, placeHeld bool, ownedUntil, wait,
 	if placeHeld {
 		b.places++
 		b.placeBytes += f.bytes
+	} else if b.places > 0 {
+		// A call waits for room: the places held with the batch go back
+		// now, with this entry's.
+		b.exec.flow.free(b.places, b.placeBytes)
+		b.places, b.placeBytes = 0, 0
 	}
 	b.n++
 	b.waitSum += wait

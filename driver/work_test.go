@@ -176,46 +176,51 @@ func TestDeadLetterAndReleaseRetry(t *testing.T) {
 // is held by its next handler (slow, or blocked) is told by its timer,
 // finishedAge after its first entry, so the acks of the fast handlers
 // before are not held with it. While a call waits for room, a place goes
-// back as its handler ends, and the call takes it.
+// back as its handler ends, with those its batch held, and the call
+// takes them.
 func TestFinishedBatchFlushesWhileTheWorkerIsHeld(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, nil)
-		h.srv.add(3)
-		jobs := h.read(t.Context(), 3)
-		h.l.drain.unfinished.Store(3)
+		h.srv.add(4)
+		jobs := h.read(t.Context(), 4)
+		h.l.drain.unfinished.Store(4)
 		done := finished{exec: h.l.exec}
 		for _, j := range jobs[:2] {
 			h.l.exec.runAt(j, h.clock.now(), &done)
 		}
 		require.False(t, done.due(h.clock.now()), "two entries, no time passed")
 		require.Empty(t, h.l.acks.queue.take(nil), "nothing told yet")
-		require.Equal(t, int64(3), h.l.drain.unfinished.Load())
+		require.Equal(t, int64(4), h.l.drain.unfinished.Load())
 		_, held := h.l.flow.size()
-		require.Equal(t, 3, held, "no call waits: their places go with the batch")
+		require.Equal(t, 4, held, "no call waits: their places go with the batch")
 
 		time.Sleep(finishedAge) // the worker is held: its timer tells the batch
 		synctest.Wait()
 		require.Len(t, h.l.acks.queue.take(nil), 2, "the acks told by the timer")
-		require.Equal(t, int64(1), h.l.drain.unfinished.Load())
+		require.Equal(t, int64(2), h.l.drain.unfinished.Load())
 		require.Equal(t, 2, h.m.get(EventHandled))
-		limit, held := h.l.flow.size()
-		require.Equal(t, 1, held, "their places given back with the batch")
+		_, held = h.l.flow.size()
+		require.Equal(t, 2, held, "their places given back with the batch")
+		h.l.exec.runAt(jobs[2], h.clock.now(), &done)
+		_, held = h.l.flow.size()
+		require.Equal(t, 2, held, "held with the batch")
 
 		// The window full, a read waits for room.
+		limit, held := h.l.flow.size()
 		for held < limit {
 			held += h.l.flow.reserve(t.Context(), partyRead, limit-held).n
 		}
 		got := make(chan int, 1)
-		go func() { got <- h.l.flow.reserve(t.Context(), partyRead, 1).n }()
+		go func() { got <- h.l.flow.reserve(t.Context(), partyRead, 2).n }()
 		synctest.Wait()
 		require.True(t, h.l.flow.waiting.Load(), "the read waits")
-		h.l.exec.runAt(jobs[2], h.clock.now(), &done)
+		h.l.exec.runAt(jobs[3], h.clock.now(), &done)
 		synctest.Wait()
-		require.Equal(t, 1, <-got, "the read took the place given back as the handler ended")
+		require.Equal(t, 2, <-got, "the read took the places given back as the handler ended: its own and the batch's")
 		require.False(t, h.l.flow.waiting.Load())
 		done.stop()
-		require.Len(t, h.l.acks.queue.take(nil), 1, "the last told when the worker stops")
+		require.Len(t, h.l.acks.queue.take(nil), 2, "the last two told when the worker stops")
 		require.Zero(t, h.l.drain.unfinished.Load())
 	})
 }
