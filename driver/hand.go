@@ -139,7 +139,8 @@ type heldBatch struct {
 
 // batch returns a batch of the entries in fs for msgs, to fill in order
 // (insert each one taken in hand), then keep. It is ranged when claim is
-// zero (a read of new entries) and msgs can be: their ids parse, the last
+// zero (new entries: a read without CLAIM, or one whose CLAIM took no
+// entry over, see readLoop) and their ids allow it: they parse, the last
 // is not below the first, and the first is above every ranged batch's so
 // far. A read returns its entries in ascending order, so the two ends
 // stand for the rest.
@@ -289,9 +290,8 @@ func (t *hand) add(handlerCtx context.Context, msgs []*Message, ls idleReset, q 
 	// What left the PEL since the claim began: gone takes mu, so nothing
 	// is added to it during this call.
 	gone := t.claims.goneSince(claim)
-	// A read of new entries (no ticket) above every entry read before
-	// returns none held here: its batch needs neither lookups nor an index
-	// (see heldSet).
+	// New entries above every entry read before are none held here: their
+	// batch needs neither lookups nor an index (see heldSet).
 	b := t.held.batch(fs, msgs, claim)
 	defer t.held.keep(b)
 	for i, m := range msgs {

@@ -336,3 +336,24 @@ func TestReadLoopParksTooLarge(t *testing.T) {
 		require.False(t, h.l.hand.holds(big))
 	})
 }
+
+// A read that claims and takes no entry over returned new entries only:
+// the hand keeps them as a read's (by range, not by id), and the read's
+// claim ticket ends with it.
+func TestReadClaimOfNewEntriesIsRanged(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(cfg *Config) { cfg.Concurrency = 10 })
+		h.srv.claims = true
+		ids := h.srv.add(3)
+		h.l.readClaim.Store(true)
+		loopUntil(t, "new entries read", func(ctx context.Context) { h.l.readLoop(ctx, t.Context()) },
+			func() bool { return h.m.get(EventRead) == 3 })
+		require.Equal(t, ids, heldIDs(h.l.hand))
+		h.l.hand.mu.Lock()
+		defer h.l.hand.mu.Unlock()
+		require.Empty(t, h.l.hand.held.byID, "no entry indexed by id")
+		require.NotEmpty(t, h.l.hand.held.ranged)
+		require.Empty(t, h.l.hand.claims.claims, "no claim under way")
+	})
+}

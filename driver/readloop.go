@@ -158,6 +158,12 @@ func (l *lane) readLoop(ctx, handlerCtx context.Context) {
 				}
 			}
 			newTurn = claimed && fresh
+			if !claimed {
+				// Only new entries: none can be held or settled here, so
+				// the hand takes them as a read's (see heldSet).
+				l.hand.claims.end(ticket)
+				ticket = 0
+			}
 		}
 		idle = got == 0
 		msgs = l.takenOver(ctx, msgs)
