@@ -98,7 +98,8 @@ type window struct {
 	timings timings
 	// starved is set when a handler worker found no job queued.
 	starved atomic.Bool
-	// waiting: a taker waits for room (waiters is not empty). Read
+	// waiting: a taker waits for room (waiters.any, stored whenever the
+	// waiters change). Read
 	// without the lock by the workers: while it is false, a worker gives
 	// its entries' places back with its batch of finished entries, not
 	// one by one (see finished).
@@ -108,6 +109,10 @@ type window struct {
 // waiters are the takers waiting for room, per party, first come first
 // served. The window's mu guards them.
 type waiters [numParties][]*waiter
+
+// any reports whether a taker of either party waits (see window.waiting,
+// set from it whenever the waiters change).
+func (ws *waiters) any() bool { return len(ws[0]) > 0 || len(ws[1]) > 0 }
 
 // head is the first waiting taker of p, or nil.
 func (ws *waiters) head(p party) *waiter {
@@ -220,7 +225,7 @@ func (w *window) reserve(ctx context.Context, p party, want int) reservation {
 		} else {
 			wt = &waiter{want: want, wake: make(chan struct{})}
 			w.waiters[p] = append(w.waiters[p], wt)
-			w.waitingLocked()
+			w.waiting.Store(w.waiters.any())
 			wake = wt.wake
 		}
 		w.mu.Unlock()
@@ -237,14 +242,14 @@ func (w *window) reserve(ctx context.Context, p party, want int) reservation {
 		case <-recheck.C:
 			w.mu.Lock()
 			w.waiters.drop(p, wt)
-			w.waitingLocked()
+			w.waiting.Store(w.waiters.any())
 			w.mu.Unlock()
 		case <-ctx.Done():
 			recheck.Stop()
 			w.mu.Lock()
 			w.waiters.drop(p, wt)
 			w.wakeLocked() // the room it was to take may suit the next
-			w.waitingLocked()
+			w.waiting.Store(w.waiters.any())
 			w.mu.Unlock()
 			return reservation{}
 		}
@@ -327,15 +332,10 @@ func (w *window) wakeLocked() {
 		if wt := w.waiters.head(p); wt != nil && room >= w.needLocked(wt.want) {
 			close(wt.wake)
 			w.waiters[p] = w.waiters[p][1:]
-			w.waitingLocked()
+			w.waiting.Store(w.waiters.any())
 			return
 		}
 	}
-}
-
-// waitingLocked sets waiting after the waiters changed.
-func (w *window) waitingLocked() {
-	w.waiting.Store(len(w.waiters[0]) > 0 || len(w.waiters[1]) > 0)
 }
 
 // fill reports the result of the call of reservation r: it fetched got
@@ -432,7 +432,7 @@ func (w *window) free(n int, bytes int64) {
 	w.mu.Lock()
 	w.held -= n
 	w.bytes -= bytes
-	if len(w.waiters[0]) > 0 || len(w.waiters[1]) > 0 {
+	if w.waiters.any() {
 		w.wakeLocked()
 	}
 	w.mu.Unlock()
@@ -453,7 +453,7 @@ func (w *window) pause() bool {
 		close(wt.wake) // it waits on resumed from now on
 	}
 	w.waiters[partyRead] = nil
-	w.waitingLocked()
+	w.waiting.Store(w.waiters.any())
 	return true
 }
 
