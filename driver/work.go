@@ -94,8 +94,8 @@ const (
 // after waiting wait in the queue and running for took; with acked, its
 // ack (the handler succeeded) joins the batch, fenced from ownedUntil
 // (see ackItem); with placeHeld, its place in the window goes back with
-// the batch, and without it (its place went back at once: a call waits
-// for room) the places the batch holds go back too. One lock for all of
+// the batch, and without it (a call waits for room) at once, with the
+// places the batch holds. One lock for all of
 // it: every entry passes here. It reports whether the batch is due (see
 // dueLocked).
 func (b *finished) finish(f *handEntry, acked, placeHeld bool, ownedUntil, wait, took, end time.Duration) bool {
@@ -108,10 +108,10 @@ func (b *finished) finish(f *handEntry, acked, placeHeld bool, ownedUntil, wait,
 	if placeHeld {
 		b.places++
 		b.placeBytes += f.bytes
-	} else if b.places > 0 {
-		// A call waits for room: the places held with the batch go back
-		// now, with this entry's.
-		b.exec.flow.free(b.places, b.placeBytes)
+	} else {
+		// A call waits for room: this entry's place goes back now, with
+		// those the batch held.
+		b.exec.flow.free(b.places+1, b.placeBytes+f.bytes)
 		b.places, b.placeBytes = 0, 0
 	}
 	b.n++
@@ -265,11 +265,9 @@ func (e *executor) runAt(j job, start time.Duration, done *finished) (end time.D
 		e.hand.drop(false, j.f)
 	}
 	// Its place goes back at once when a call waits for room (with a
-	// small window: slow handlers, or few workers), else with the batch.
+	// small window: slow handlers, or few workers), else with the batch;
+	// finish gives it back either way.
 	placeHeld := !e.flow.waiting.Load()
-	if !placeHeld {
-		e.flow.free(1, j.f.bytes)
-	}
 	// Waiting for a limit's permit to come due is not waiting for a
 	// handler: the window sizes itself by the latter. A succeeded entry's
 	// ack goes with the batch (see finished).

@@ -242,9 +242,10 @@ func TestFinishedBatchDue(t *testing.T) {
 	require.True(t, b.due(10), "full")
 }
 
-// add notes one entry that was not acked (see finish).
+// add notes one entry that was not acked, its place held with the
+// batch (see finish).
 func (b *finished) add(wait, took, end time.Duration) {
-	b.finish(nil, false, false, 0, wait, took, end)
+	b.finish(&handEntry{}, false, true, 0, wait, took, end)
 }
 
 // due reports whether the batch is to be told now (a clock reading).
