@@ -9,11 +9,13 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // RawEntry is one entry of a raw XREADGROUP reply. Its id and fields are
-// substrings of one string, a copy of the entry's part of the reply: a
-// handler that keeps one of them keeps no other entry's bytes alive.
+// substrings of one string, a copy of the entry's id and fields end to
+// end (without the reply's framing): a handler that keeps one of them
+// keeps no other entry's bytes alive.
 type RawEntry struct {
 	ID string
 	// Fields holds the entry's field names and values, alternating, in
@@ -76,7 +78,7 @@ func RawRead(raw []byte, count func(n int), each func(e *RawEntry) error) error 
 	}
 	count(n)
 	var e RawEntry
-	var offs []int // start and end of the id and each field, relative to the entry's start
+	var offs []int // where the id and each field are in raw: start and end of each
 	for range n {
 		kind, m, err := s.header()
 		if err != nil {
@@ -85,7 +87,6 @@ func RawRead(raw []byte, count func(n int), each func(e *RawEntry) error) error 
 		if kind != '*' || m < 2 {
 			return fmt.Errorf("XREADGROUP: unexpected entry %q", kind)
 		}
-		base := s.i
 		idFrom, idTo, err := s.str()
 		if err != nil {
 			return fmt.Errorf("XREADGROUP: unexpected id: %w", err)
@@ -98,19 +99,31 @@ func RawRead(raw []byte, count func(n int), each func(e *RawEntry) error) error 
 		if kind != '*' || k < 0 || k%2 != 0 {
 			return fmt.Errorf("XREADGROUP: unexpected fields of %s", id)
 		}
-		offs = offs[:0]
+		offs = append(offs[:0], idFrom, idTo)
+		size := idTo - idFrom
 		for range k {
 			from, to, err := s.str()
 			if err != nil {
 				return fmt.Errorf("XREADGROUP: non-string field in %s", id)
 			}
-			offs = append(offs, from-base, to-base)
+			offs = append(offs, from, to)
+			size += to - from
 		}
-		data := string(raw[base:s.i]) // the entry's one allocation
-		e.ID = data[idFrom-base : idTo-base]
-		e.Fields = e.Fields[:0]
+		// The entry's one allocation: its strings end to end, without the
+		// reply's framing (a third of a small entry's bytes).
+		var b strings.Builder
+		b.Grow(size)
 		for j := 0; j < len(offs); j += 2 {
-			e.Fields = append(e.Fields, data[offs[j]:offs[j+1]])
+			b.Write(raw[offs[j]:offs[j+1]])
+		}
+		data := b.String()
+		e.ID = data[:idTo-idFrom]
+		e.Fields = e.Fields[:0]
+		at := len(e.ID)
+		for j := 2; j < len(offs); j += 2 {
+			end := at + offs[j+1] - offs[j]
+			e.Fields = append(e.Fields, data[at:end])
+			at = end
 		}
 		e.Extra, e.Before = m-2, 0
 		for j := range m - 2 {

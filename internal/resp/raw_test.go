@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // rawEntry is what RawRead reported of one entry, copied.
@@ -85,6 +86,50 @@ func TestRawReadKeepsEntriesApart(t *testing.T) {
 	}
 	if id != "1-0" || value != "v" {
 		t.Fatalf("after the buffer changed: id %q, value %q", id, value)
+	}
+}
+
+// TestRawReadCopiesOnlyTheStrings: an entry's one copy holds its id and
+// fields end to end, none of the reply's framing, in one allocation per
+// entry. Not parallel: testing.AllocsPerRun counts the whole process's
+// allocations.
+func TestRawReadCopiesOnlyTheStrings(t *testing.T) {
+	reply := func(n int) []byte {
+		b := "*1\r\n*2\r\n" + bulk("s") + fmt.Sprintf("*%d\r\n", n)
+		for i := range n {
+			b += "*2\r\n" + bulk(fmt.Sprintf("%d-0", i+1)) + "*4\r\n" + bulk("name") + bulk("") + bulk("k") + bulk("value")
+		}
+		return []byte(b)
+	}
+	read := func(raw []byte) (entries int) {
+		err := RawRead(raw, func(int) {}, func(e *RawEntry) error {
+			entries++
+			next := unsafe.Add(unsafe.Pointer(unsafe.StringData(e.ID)), len(e.ID))
+			for _, f := range e.Fields {
+				if len(f) > 0 && unsafe.Pointer(unsafe.StringData(f)) != next {
+					t.Errorf("%s: field %q is not right after the string before it", e.ID, f)
+				}
+				next = unsafe.Add(next, len(f))
+			}
+			if want := len(e.ID) + len("name") + len("k") + len("value"); e.Fields[3] != "value" || unsafe.Pointer(unsafe.StringData(e.ID)) != unsafe.Add(next, -want) {
+				t.Errorf("%s: fields %q", e.ID, e.Fields)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return entries
+	}
+	few, many := reply(2), reply(12)
+	if n := read(many); n != 12 {
+		t.Fatalf("%d entries read, want 12", n)
+	}
+	// The first entry sizes RawRead's own buffers; each one after it
+	// costs its copy alone.
+	extra := testing.AllocsPerRun(20, func() { read(many) }) - testing.AllocsPerRun(20, func() { read(few) })
+	if extra != 10 {
+		t.Fatalf("ten more entries cost %v more allocations, want 10", extra)
 	}
 }
 
