@@ -90,8 +90,8 @@ type handEntry struct {
 	// resetAt (a clock reading): when the call that last reset the
 	// entry's idle time began (its read or claim, or its latest lease
 	// extension). Another consumer can take it over MinIdle after that at
-	// the earliest.
-	resetAt atomic.Int64
+	// the earliest. Under the hand's lock.
+	resetAt time.Duration
 }
 
 // idleReset is what a call that reset entries' idle time (a read, a claim,
@@ -313,7 +313,7 @@ func (t *hand) add(handlerCtx context.Context, msgs []*Message, ls idleReset, q 
 			f.due = due[i]
 		}
 		f.ownedUntil.Store(int64(ls.ownedUntil))
-		f.resetAt.Store(int64(ls.from))
+		f.resetAt = ls.from
 		f.ctx.parent = parent
 		t.held.insert(f)
 		if len(t.delayed) > 0 {
@@ -547,11 +547,10 @@ func (t *hand) heartbeatDue(heartbeat bool, every, tick, minIdle time.Duration) 
 	if heartbeat {
 		for f := range t.held.all() {
 			id := f.id
-			resetAt := time.Duration(f.resetAt.Load())
-			if now-resetAt < every || f.lost.Load() {
+			if now-f.resetAt < every || f.lost.Load() {
 				continue
 			}
-			if f.acking.Load() && now+tick+minIdle/8 < resetAt+minIdle {
+			if f.acking.Load() && now+tick+minIdle/8 < f.resetAt+minIdle {
 				// Its handler is done and its ack queued, and the next tick
 				// still comes before another consumer could take the entry
 				// over (MinIdle after its lease began, less MinIdle/8 for a
@@ -589,7 +588,7 @@ func (t *hand) extended(ids []string, ls idleReset) {
 	for _, id := range ids {
 		if f := t.held.find(id); f != nil && !f.lost.Load() {
 			f.ownedUntil.Store(int64(ls.ownedUntil))
-			f.resetAt.Store(int64(ls.from))
+			f.resetAt = ls.from
 		}
 	}
 }

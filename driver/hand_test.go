@@ -278,7 +278,9 @@ func TestTrackerLoseExtendForget(t *testing.T) {
 
 		tr.extended([]string{"1-0", "2-0", "7-0"}, idleReset{from: 4 * time.Second, ownedUntil: 9 * time.Second})
 		require.EqualValues(t, 9*time.Second, jobs[0].f.ownedUntil.Load())
-		require.EqualValues(t, 4*time.Second, jobs[0].f.resetAt.Load())
+		tr.mu.Lock()
+		require.Equal(t, 4*time.Second, jobs[0].f.resetAt)
+		tr.mu.Unlock()
 		require.EqualValues(t, time.Second, jobs[1].f.ownedUntil.Load(), "a lost entry keeps its bound")
 
 		tr.forget("1-0")
