@@ -99,10 +99,9 @@ type window struct {
 	// starved is set when a handler worker found no job queued.
 	starved atomic.Bool
 	// waiting: a taker waits for room (waiters.any, stored whenever the
-	// waiters change). Read
-	// without the lock by the workers: while it is false, a worker gives
-	// its entries' places back with its batch of finished entries, not
-	// one by one (see finished).
+	// waiters change). Read without the lock by the workers: while it is
+	// false, a worker gives its entries' places back with its batch of
+	// finished entries, not one by one (see finished).
 	waiting atomic.Bool
 }
 

@@ -95,9 +95,8 @@ const (
 // ack (the handler succeeded) joins the batch, fenced from ownedUntil
 // (see ackItem); with placeHeld, its place in the window goes back with
 // the batch, and without it (a call waits for room) at once, with the
-// places the batch holds. One lock for all of
-// it: every entry passes here. It reports whether the batch is due (see
-// dueLocked).
+// places the batch holds. One lock for all of it: every entry passes
+// here. It reports whether the batch is due (see dueLocked).
 func (b *finished) finish(f *handEntry, acked, placeHeld bool, ownedUntil, wait, took, end time.Duration) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -111,7 +111,7 @@ func TestRawReadCopiesOnlyTheStrings(t *testing.T) {
 				}
 				next = unsafe.Add(next, len(f))
 			}
-			if want := len(e.ID) + len("name") + len("k") + len("value"); e.Fields[3] != "value" || unsafe.Pointer(unsafe.StringData(e.ID)) != unsafe.Add(next, -want) {
+			if e.Fields[3] != "value" {
 				t.Errorf("%s: fields %q", e.ID, e.Fields)
 			}
 			return nil
